@@ -1,0 +1,227 @@
+"""TraintopApp: draws a Monitor's view; the feed thread posts FrameReady after each ingest."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.message import Message
+from textual.widgets import Footer
+
+from traintop.errors import RecordingError
+from traintop.feeds import Feed, ReplayFeed
+from traintop.monitor import Monitor
+from traintop.recording import RecordingWriter
+from traintop.view import View, build_view
+from traintop.widgets.alerts_panel import AlertsPanel
+from traintop.widgets.gpu_panel import GpuPanel
+from traintop.widgets.help_screen import HelpScreen
+from traintop.widgets.host_panel import HostPanel
+from traintop.widgets.process_panel import ProcessPanel
+from traintop.widgets.replay_bar import ReplayBar
+from traintop.widgets.status_bar import StatusBar
+
+COMPACT_WIDTH = 120
+COMPACT_HEIGHT = 36
+
+
+def default_recording_dir() -> str:
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return os.path.join(base, "traintop", "recordings")
+
+
+class FrameReady(Message):
+    """Posted (from the feed's thread) when the monitor has new data."""
+
+
+class TraintopApp(App):
+    CSS_PATH = "traintop.tcss"
+    TITLE = "traintop"
+    ENABLE_COMMAND_PALETTE = False
+    BINDINGS = [
+        Binding("q", "quit", "quit"),
+        Binding("question_mark", "help", "help"),
+        Binding("p,space", "pause", "pause"),
+        Binding("r", "record", "record", show=False),
+        Binding("left", "seek(-10)", "-10s", show=False),
+        Binding("right", "seek(10)", "+10s", show=False),
+        Binding("comma", "step(-1)", "step back", show=False),
+        Binding("full_stop", "step(1)", "step", show=False),
+        Binding("left_square_bracket", "speed(-1)", "slower", show=False),
+        Binding("right_square_bracket", "speed(1)", "faster", show=False),
+        Binding("home", "seek_fraction(0)", "start", show=False),
+        Binding("end", "seek_fraction(1)", "end", show=False),
+    ] + [Binding(str(d), f"seek_fraction({d / 10})", show=False) for d in range(10)]
+
+    def __init__(self, monitor: Monitor, feed: Feed, *, mode: str = "live", start_feed: bool = True,
+                 record_dir: str | None = None, banner: str | None = None) -> None:
+        super().__init__()
+        self.monitor = monitor
+        self.feed = feed
+        self.mode = mode
+        self.start_feed = start_feed
+        self.record_dir = record_dir or default_recording_dir()
+        self.banner = banner
+        self.paused = False
+        self._pending = False
+        self._compact: bool | None = None
+        self.last_view: View | None = None
+
+    # -- layout -----------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        yield StatusBar()
+        if isinstance(self.feed, ReplayFeed):
+            yield ReplayBar()
+        with Horizontal(id="main"):
+            yield VerticalScroll(id="gpus")
+            with Vertical(id="side"):
+                yield HostPanel()
+                yield ProcessPanel()
+        yield AlertsPanel()
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self._apply_size()
+        self.refresh_view()
+        if self.banner:
+            self.notify(self.banner, timeout=8)
+        if self.start_feed:
+            self.feed.start(self._notify_from_feed)
+
+    def on_unmount(self) -> None:
+        self.feed.stop()
+        self.monitor.close()
+
+    def on_resize(self, event) -> None:
+        self._apply_size()
+        self.refresh_view()
+
+    def _apply_size(self) -> None:
+        w, h = self.size
+        compact = w < COMPACT_WIDTH or h < COMPACT_HEIGHT
+        if compact != self._compact:
+            self._compact = compact
+            self.screen.set_class(compact, "compact")
+
+    @property
+    def compact(self) -> bool:
+        return bool(self._compact)
+
+    # -- data in ------------------------------------------------------------------
+    def _notify_from_feed(self) -> None:
+        # Runs on the feed's thread: coalesce, so a slow terminal never builds a queue.
+        if not self._pending:
+            self._pending = True
+            self.post_message(FrameReady())
+
+    def on_frame_ready(self, _: FrameReady) -> None:
+        self._pending = False
+        if not self.paused:
+            self.refresh_view()
+
+    def refresh_view(self) -> None:
+        view = build_view(self.monitor)
+        self.last_view = view
+        compact = self.compact
+        with self.batch_update():
+            self._show_status(view)
+            gpus = self.query_one("#gpus", VerticalScroll)
+            panels = list(gpus.query(GpuPanel))
+            if len(panels) != len(view.gpus):
+                for p in panels:
+                    p.remove()
+                panels = [GpuPanel(g.sample.index) for g in view.gpus]
+                gpus.mount_all(panels)
+            for panel, gv in zip(panels, view.gpus):
+                panel.show(gv, compact)
+            self.query_one(HostPanel).show(view.host, compact)
+            self.query_one(ProcessPanel).show(view.process, compact)
+            self._show_alerts(view, compact)
+            if isinstance(self.feed, ReplayFeed):
+                f = self.feed
+                self.query_one(ReplayBar).show(f.t_start, f.t_end, f.position, f.speed, f.playing)
+
+    def _show_status(self, view: View) -> None:
+        names = {}
+        for g in view.gpus:
+            names[g.info.name] = names.get(g.info.name, 0) + 1
+        gpus = ", ".join(f"{n}× {name}" for name, n in names.items()) or "no GPU"
+        bits = [view.hostname or "", gpus]
+        if view.driver:
+            bits.append(f"driver {view.driver}")
+        if self.mode in ("demo", "replay", "simulated") and view.label:
+            bits.append(view.label)
+        rec = self.monitor.recorder
+        problem = view.recording_error or view.source_error
+        replay = None
+        if isinstance(self.feed, ReplayFeed) and self.feed.at_end:
+            replay = "end of recording"
+        self.query_one(StatusBar).show(
+            mode=self.mode, text=" · ".join(b for b in bits if b), t=view.t, paused=self.paused,
+            recording=rec.path if rec is not None and not view.recording_error else None,
+            problem=problem, replay=replay)
+
+    def _show_alerts(self, view: View, compact: bool) -> None:
+        self.query_one(AlertsPanel).show(view.active, view.recent, view.t, compact)
+
+    # -- actions --------------------------------------------------------------------
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def action_pause(self) -> None:
+        if isinstance(self.feed, ReplayFeed):
+            self.feed.toggle_pause()
+        else:
+            self.paused = not self.paused
+        self.refresh_view()
+
+    def action_seek(self, seconds: float) -> None:
+        if isinstance(self.feed, ReplayFeed):
+            self.feed.seek_relative(float(seconds))
+            self.refresh_view()
+
+    def action_seek_fraction(self, frac: float) -> None:
+        if isinstance(self.feed, ReplayFeed):
+            self.feed.seek_fraction(float(frac))
+            self.refresh_view()
+
+    def action_step(self, direction: int) -> None:
+        if isinstance(self.feed, ReplayFeed):
+            self.feed.step(int(direction))
+            self.refresh_view()
+
+    def action_speed(self, direction: int) -> None:
+        if isinstance(self.feed, ReplayFeed):
+            (self.feed.faster if int(direction) > 0 else self.feed.slower)()
+            self.refresh_view()
+
+    def action_record(self) -> None:
+        if isinstance(self.feed, ReplayFeed):
+            self.notify("This is a replay: it is already a recording.", severity="warning")
+            return
+        mon = self.monitor
+        if mon.recorder is not None:
+            with mon.lock:
+                rec, mon.recorder = mon.recorder, None
+            try:
+                rec.close()
+                self.notify(f"Recording saved: {rec.path}")
+            except RecordingError as e:
+                self.notify(str(e), severity="error")
+            self.refresh_view()
+            return
+        try:
+            os.makedirs(self.record_dir, mode=0o700, exist_ok=True)
+            path = os.path.join(self.record_dir, time.strftime("traintop-%Y%m%d-%H%M%S.ttrec"))
+            rec = RecordingWriter(path, mon.info)
+        except (RecordingError, OSError) as e:
+            self.notify(f"Cannot record: {e}", severity="error")
+            return
+        with mon.lock:
+            mon.recording_error = None
+            mon.recorder = rec
+        self.notify(f"Recording to {path}")
+        self.refresh_view()

@@ -1,0 +1,1 @@
+"""Sources of samples: NVML, the host, the attached process, the simulator, replay."""

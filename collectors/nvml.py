@@ -1,0 +1,204 @@
+"""GPU metrics through NVML (the ``pynvml`` module of nvidia-ml-py).
+
+NVML is initialised once and device handles are cached. A field that raises
+NotSupported (or NoPermission) is remembered per device and never asked again; it
+reads as ``None``. Fast fields (1-10 µs each) are read every tick; PCIe throughput
+(~20 ms a call) and total energy (~3 ms) are read by a separate slow thread on its
+own cadence, so they never delay a tick. Any other NVML error on one field of one
+device leaves that field ``None`` for the tick and is counted, never raised.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable
+
+from traintop.errors import NoGpuError
+from traintop.samples import GpuInfo, GpuProcess, GpuSample, SessionInfo
+
+_UNSUPPORTED_CODES = {3, 4, 13}  # NOT_SUPPORTED, NO_PERMISSION, FUNCTION_NOT_FOUND
+
+
+def load_pynvml():
+    try:
+        import pynvml  # type: ignore
+    except ImportError:
+        raise NoGpuError("the NVML Python bindings (nvidia-ml-py) are not installed") from None
+    return pynvml
+
+
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+class NvmlCollector:
+    def __init__(self, nvml=None, *, slow_every: float = 2.0) -> None:
+        self.nv = nvml or load_pynvml()
+        nv = self.nv
+        try:
+            nv.nvmlInit()
+        except nv.NVMLError as e:
+            raise NoGpuError(f"NVML could not start ({_text(e)}): is the NVIDIA driver installed and loaded?") from None
+        except OSError as e:  # libnvidia-ml.so missing on some bindings versions
+            raise NoGpuError(f"NVML library not found ({e})") from None
+        try:
+            count = nv.nvmlDeviceGetCount()
+        except nv.NVMLError as e:
+            raise NoGpuError(f"NVML sees no GPU ({_text(e)})") from None
+        if count == 0:
+            raise NoGpuError("NVML sees no GPU")
+        self.handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+        self._unsupported: set[tuple[int, str]] = set()
+        self.errors: dict[str, int] = {}
+        self._util_ts = [0] * count
+        self.infos = tuple(self._info(i) for i in range(count))
+        self.driver = self._safe(None, "driver", nv.nvmlSystemGetDriverVersion)
+        cuda = self._safe(None, "cuda", nv.nvmlSystemGetCudaDriverVersion)
+        self.cuda_driver = f"{cuda // 1000}.{cuda % 1000 // 10}" if isinstance(cuda, int) else None
+        self._slow: dict[int, dict[str, float | None]] = {i: {} for i in range(count)}
+        self._slow_lock = threading.Lock()
+        self.slow_every = slow_every
+        self._stop = threading.Event()
+        self._slow_thread: threading.Thread | None = None
+
+    # -- plumbing ----------------------------------------------------------
+    def _safe(self, idx: int | None, field: str, fn: Callable, *args):
+        key = (idx if idx is not None else -1, field)
+        if key in self._unsupported:
+            return None
+        try:
+            return fn(*args)
+        except self.nv.NVMLError as e:
+            code = getattr(e, "value", None)
+            if code in _UNSUPPORTED_CODES:
+                self._unsupported.add(key)
+            else:
+                self.errors[field] = self.errors.get(field, 0) + 1
+            return None
+
+    def supported(self, idx: int, field: str) -> bool:
+        return (idx, field) not in self._unsupported
+
+    def _info(self, i: int) -> GpuInfo:
+        nv, h = self.nv, self.handles[i]
+        mem = self._safe(i, "memory", nv.nvmlDeviceGetMemoryInfo, h)
+        limit = self._safe(i, "power_limit", nv.nvmlDeviceGetEnforcedPowerLimit, h)
+        slowdown = self._safe(i, "temp_slowdown", nv.nvmlDeviceGetTemperatureThreshold, h,
+                              nv.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN)
+        return GpuInfo(
+            index=i,
+            name=_text(self._safe(i, "name", nv.nvmlDeviceGetName, h) or "NVIDIA GPU"),
+            uuid=_text(u) if (u := self._safe(i, "uuid", nv.nvmlDeviceGetUUID, h)) else None,
+            mem_total=int(mem.total) if mem is not None else None,
+            power_limit_w=limit / 1000.0 if limit is not None else None,
+            temp_slowdown_c=float(slowdown) if slowdown is not None else None,
+            sm_clock_max=self._safe(i, "sm_clock_max", nv.nvmlDeviceGetMaxClockInfo, h, nv.NVML_CLOCK_SM),
+            mem_clock_max=self._safe(i, "mem_clock_max", nv.nvmlDeviceGetMaxClockInfo, h, nv.NVML_CLOCK_MEM),
+        )
+
+    def session_info(self, interval: float, kind: str = "live") -> SessionInfo:
+        import socket
+        return SessionInfo(kind=kind, gpus=self.infos, driver=_text(self.driver) if self.driver else None,
+                           cuda_driver=self.cuda_driver, hostname=socket.gethostname(), interval=interval,
+                           label="live")
+
+    # -- fast fields, every tick ---------------------------------------------
+    def sample(self) -> tuple[GpuSample, ...]:
+        return tuple(self._sample(i) for i in range(len(self.handles)))
+
+    def _sample(self, i: int) -> GpuSample:
+        nv, h, info = self.nv, self.handles[i], self.infos[i]
+        util = self._safe(i, "util", nv.nvmlDeviceGetUtilizationRates, h)
+        mem = self._safe(i, "memory_v2", nv.nvmlDeviceGetMemoryInfo, h, nv.nvmlMemory_v2) \
+            if hasattr(nv, "nvmlMemory_v2") else None
+        if mem is None:
+            mem = self._safe(i, "memory", nv.nvmlDeviceGetMemoryInfo, h)
+        power = self._safe(i, "power", nv.nvmlDeviceGetPowerUsage, h)
+        limit = self._safe(i, "power_limit", nv.nvmlDeviceGetEnforcedPowerLimit, h)
+        temp = self._safe(i, "temp", nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU)
+        sm = self._safe(i, "sm_clock", nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM)
+        memclk = self._safe(i, "mem_clock", nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM)
+        reasons_fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) \
+            or nv.nvmlDeviceGetCurrentClocksThrottleReasons
+        reasons = self._safe(i, "reasons", reasons_fn, h)
+        util_min, util_max = self._util_window(i)
+        with self._slow_lock:
+            slow = dict(self._slow[i])
+        return GpuSample(
+            index=i,
+            util=float(util.gpu) if util is not None else None,
+            util_min=util_min, util_max=util_max,
+            mem_util=float(util.memory) if util is not None else None,
+            mem_used=int(mem.used) if mem is not None else None,
+            mem_total=int(mem.total) if mem is not None else info.mem_total,
+            mem_reserved=int(mem.reserved) if mem is not None and hasattr(mem, "reserved") else None,
+            power_w=power / 1000.0 if power is not None else None,
+            power_limit_w=limit / 1000.0 if limit is not None else info.power_limit_w,
+            temp_c=float(temp) if temp is not None else None,
+            temp_slowdown_c=info.temp_slowdown_c,
+            sm_clock=sm, sm_clock_max=info.sm_clock_max, mem_clock=memclk, mem_clock_max=info.mem_clock_max,
+            reasons=int(reasons) if reasons is not None else None,
+            pcie_tx=slow.get("pcie_tx"), pcie_rx=slow.get("pcie_rx"), energy_j=slow.get("energy_j"),
+            processes=self._processes(i),
+        )
+
+    def _util_window(self, i: int) -> tuple[float | None, float | None]:
+        """Min/max of NVML's internal utilization samples since the last tick."""
+        nv = self.nv
+        got = self._safe(i, "util_samples", nv.nvmlDeviceGetSamples, self.handles[i],
+                         nv.NVML_GPU_UTILIZATION_SAMPLES, self._util_ts[i])
+        if not got:
+            return None, None
+        _, samples = got
+        if not samples:
+            return None, None
+        vals = []
+        for s in samples:
+            self._util_ts[i] = max(self._util_ts[i], int(s.timeStamp))
+            v = s.sampleValue.uiVal
+            if 0 <= v <= 100:
+                vals.append(float(v))
+        return (min(vals), max(vals)) if vals else (None, None)
+
+    def _processes(self, i: int) -> tuple[GpuProcess, ...]:
+        procs = self._safe(i, "processes", self.nv.nvmlDeviceGetComputeRunningProcesses, self.handles[i]) or []
+        out = {}
+        for p in procs:
+            used = getattr(p, "usedGpuMemory", None)
+            out[int(p.pid)] = GpuProcess(int(p.pid), int(used) if isinstance(used, int) else None)
+        return tuple(out.values())
+
+    # -- slow fields, own thread ---------------------------------------------
+    def start_slow(self) -> None:
+        if self._slow_thread is None:
+            self._slow_thread = threading.Thread(target=self._slow_loop, name="traintop-nvml-slow", daemon=True)
+            self._slow_thread.start()
+
+    def poll_slow(self) -> None:
+        nv = self.nv
+        for i, h in enumerate(self.handles):
+            tx = self._safe(i, "pcie_tx", nv.nvmlDeviceGetPcieThroughput, h, nv.NVML_PCIE_UTIL_TX_BYTES)
+            rx = self._safe(i, "pcie_rx", nv.nvmlDeviceGetPcieThroughput, h, nv.NVML_PCIE_UTIL_RX_BYTES)
+            energy = self._safe(i, "energy", nv.nvmlDeviceGetTotalEnergyConsumption, h)
+            with self._slow_lock:
+                self._slow[i] = {  # NVML gives KB/s and mJ
+                    "pcie_tx": tx * 1024.0 if tx is not None else None,
+                    "pcie_rx": rx * 1024.0 if rx is not None else None,
+                    "energy_j": energy / 1000.0 if energy is not None else None,
+                }
+
+    def _slow_loop(self) -> None:
+        while not self._stop.is_set():
+            t = time.monotonic()
+            self.poll_slow()
+            self._stop.wait(max(0.05, self.slow_every - (time.monotonic() - t)))
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._slow_thread is not None:
+            self._slow_thread.join(timeout=1.0)
+        try:
+            self.nv.nvmlShutdown()
+        except Exception:  # shutting down: nothing useful to say
+            pass

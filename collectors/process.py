@@ -1,0 +1,114 @@
+"""The attached training process and its tree (data-loader workers), through psutil."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import psutil
+
+from traintop.errors import TraintopError
+from traintop.samples import ProcessSample, ProcInfo
+
+LOADER_NAMES = ("pt_data_worker",)
+
+
+def _is_loader_worker(name: str, cmdline: list[str]) -> bool:
+    if name in LOADER_NAMES:
+        return True
+    joined = " ".join(cmdline[:3])
+    return "multiprocessing" in joined and ("spawn_main" in joined or "forkserver" in joined)
+
+
+def check_attachable(pid: int) -> psutil.Process:
+    """The process for ``pid``, or a TraintopError that says in one line why not."""
+    if pid <= 0:
+        raise TraintopError(f"--pid {pid}: a process id is a positive number")
+    try:
+        proc = psutil.Process(pid)
+        proc.cmdline()
+    except psutil.NoSuchProcess:
+        raise TraintopError(f"no process with PID {pid} (it may have exited)") from None
+    except psutil.AccessDenied:
+        raise TraintopError(f"PID {pid} belongs to another user; run traintop as that user or as root") from None
+    try:
+        if os.geteuid() != 0 and proc.uids().real != os.getuid():
+            raise TraintopError(f"PID {pid} belongs to another user; run traintop as that user or as root")
+    except (psutil.AccessDenied, AttributeError):
+        pass
+    return proc
+
+
+class ProcessCollector:
+    def __init__(self, pid: int, clock=time.monotonic) -> None:
+        self.pid = pid
+        self._root = check_attachable(pid)
+        self._clock = clock
+        self._known: dict[int, psutil.Process] = {}
+        self._last_io: tuple[float, int, int] | None = None
+        self.name = self._root.name()
+        try:
+            self.cmdline = " ".join(self._root.cmdline())
+        except psutil.Error:
+            self.cmdline = self.name
+        self.ended_at: float | None = None
+
+    def _tree(self) -> list[psutil.Process]:
+        procs = [self._root]
+        try:
+            procs += self._root.children(recursive=True)
+        except psutil.Error:
+            pass
+        alive = {}
+        for p in procs:
+            alive[p.pid] = self._known.get(p.pid, p)
+        for pid in list(self._known):
+            if pid not in alive:
+                del self._known[pid]
+        self._known.update(alive)
+        return list(alive.values())
+
+    def sample(self) -> ProcessSample:
+        if self.ended_at is not None or not self._root.is_running():
+            self.ended_at = self.ended_at or time.time()
+            return ProcessSample(pid=self.pid, alive=False, name=self.name, cmdline=self.cmdline)
+        members = []
+        read = write = 0
+        io_ok = True
+        for p in self._tree():
+            try:
+                with p.oneshot():
+                    name = p.name()
+                    cpu = p.cpu_percent(None)  # since the previous call on this object
+                    rss = p.memory_info().rss
+                    threads = p.num_threads()
+                    try:
+                        cmd = p.cmdline()
+                    except psutil.Error:
+                        cmd = []
+                    try:
+                        io = p.io_counters()
+                        read += io.read_bytes
+                        write += io.write_bytes
+                    except (psutil.Error, AttributeError):
+                        io_ok = False
+            except psutil.Error:
+                continue
+            members.append(ProcInfo(p.pid, name, cpu, rss, threads, _is_loader_worker(name, cmd)))
+        if not members:
+            self.ended_at = time.time()
+            return ProcessSample(pid=self.pid, alive=False, name=self.name, cmdline=self.cmdline)
+        now = self._clock()
+        r_rate = w_rate = None
+        if io_ok:
+            if self._last_io is not None:
+                dt = max(now - self._last_io[0], 1e-6)
+                r_rate = max(0.0, (read - self._last_io[1]) / dt)
+                w_rate = max(0.0, (write - self._last_io[2]) / dt)
+            self._last_io = (now, read, write)
+        return ProcessSample(
+            pid=self.pid, alive=True, name=self.name, cmdline=self.cmdline,
+            cpu_percent=sum(m.cpu_percent or 0 for m in members), rss=sum(m.rss or 0 for m in members),
+            threads=sum(m.threads or 0 for m in members), read_rate=r_rate, write_rate=w_rate,
+            members=tuple(members),
+        )

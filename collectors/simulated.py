@@ -1,0 +1,214 @@
+"""A deterministic, seeded source that plays each pathology on one or several GPUs.
+
+Every value is a pure function of (seed, scenario, GPU, time), so a frame at a given
+time is the same however it is reached. Shapes follow what an H200 shows (BRIEF.md):
+healthy training pins utilization at 100 % with the power cap active; starvation
+alternates idle and busy every second or two with loader workers at 100 % CPU;
+underuse sits near 5 % utilization and ~120 W.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+from traintop.samples import (
+    REASON_GPU_IDLE,
+    REASON_SW_POWER_CAP,
+    REASON_SW_THERMAL,
+    Frame,
+    GpuInfo,
+    GpuProcess,
+    GpuSample,
+    HostSample,
+    ProcessSample,
+    ProcInfo,
+    SessionInfo,
+)
+from traintop.units import GiB, MiB
+
+SCENARIOS = ("healthy", "starved", "underused", "thermal", "memory_creep", "idle")
+SCENARIO_HELP = {
+    "healthy": "large-batch bf16 training: 100 % busy, power-capped (normal)",
+    "starved": "data-starved: utilization spikes between 0 and 100 %, loader workers at 100 % CPU",
+    "underused": "tiny batches: ~5 % utilization, ~120 W of 700 W",
+    "thermal": "temperature climbs to the slowdown threshold and clocks drop",
+    "memory_creep": "memory rising ~0.5 GiB/s (tensors kept in a list)",
+    "idle": "no job on the GPU",
+}
+
+H200 = dict(name="NVIDIA H200", mem_total=143771 * MiB, power_limit_w=700.0,
+            temp_slowdown_c=87.0, sm_clock_max=1980, mem_clock_max=3201)
+TRAIN_PID = 4242
+N_CORES = 16
+
+
+def _rng(*key) -> random.Random:
+    # repr() of ints/strings is stable across runs (hash() of a str is salted).
+    return random.Random(repr(key))
+
+
+class Simulator:
+    """Produces frames for ``scenario`` (one name, or a comma list: one per GPU, cycled)."""
+
+    def __init__(self, scenario: str = "healthy", gpus: int = 1, seed: int = 0,
+                 interval: float = 0.5, t0: float = 1_790_000_000.0) -> None:
+        names = [s.strip() for s in scenario.split(",") if s.strip()]
+        bad = [s for s in names if s not in SCENARIOS]
+        if not names or bad:
+            raise ValueError(f"unknown scenario {', '.join(bad) or scenario!r}; choose from {', '.join(SCENARIOS)}")
+        if not 1 <= gpus <= 64:
+            raise ValueError("gpus must be between 1 and 64")
+        self.scenarios = [names[i % len(names)] for i in range(gpus)]
+        self.seed = seed
+        self.interval = interval
+        self.t0 = t0
+        self.k = 0
+
+    def info(self) -> SessionInfo:
+        return SessionInfo(
+            kind="simulated",
+            gpus=tuple(GpuInfo(index=i, name=H200["name"], uuid=f"GPU-sim-{self.seed}-{i}",
+                               mem_total=H200["mem_total"], power_limit_w=H200["power_limit_w"],
+                               temp_slowdown_c=H200["temp_slowdown_c"], sm_clock_max=H200["sm_clock_max"],
+                               mem_clock_max=H200["mem_clock_max"]) for i in range(len(self.scenarios))),
+            driver="580.159.04 (simulated)",
+            cuda_driver="13.0",
+            hostname="simulated",
+            interval=self.interval,
+            label="simulated: " + ",".join(dict.fromkeys(self.scenarios)),
+        )
+
+    # -- frames ------------------------------------------------------------
+    def next_frame(self) -> Frame:
+        f = self.frame_at(self.t0 + self.k * self.interval)
+        self.k += 1
+        return f
+
+    def frames(self, n: int) -> list[Frame]:
+        return [self.next_frame() for _ in range(n)]
+
+    def frame_at(self, t: float) -> Frame:
+        gpus = tuple(self._gpu(i, s, t) for i, s in enumerate(self.scenarios))
+        return Frame(t=t, gpus=gpus, host=self._host(t), process=self._process(t))
+
+    # -- starvation timing: busy for part of each ~1.6 s cycle -----------
+    def _busy(self, gpu: int, t: float) -> bool:
+        rel = t - self.t0
+        period = 1.6
+        cycle = math.floor(rel / period)
+        r = _rng(self.seed, "cycle", gpu, cycle)
+        busy_len = 0.35 + 0.25 * r.random()
+        return (rel - cycle * period) < busy_len * period
+
+    def _busy_share(self, gpu: int, t0: float, t1: float, steps: int = 12) -> tuple[float, float, float]:
+        vals = [100.0 if self._busy(gpu, t0 + (t1 - t0) * (j + 0.5) / steps) else 0.0 for j in range(steps)]
+        return sum(vals) / steps, min(vals), max(vals)
+
+    def _gpu(self, i: int, scenario: str, t: float) -> GpuSample:
+        r = _rng(self.seed, "gpu", i, round(t * 1000))
+        rel = t - self.t0
+        total = H200["mem_total"]
+        limit = H200["power_limit_w"]
+        reasons = 0
+        procs = (GpuProcess(TRAIN_PID + i, None),)
+        util_min = util_max = None
+        if scenario == "healthy":
+            util = 100.0 if r.random() > 0.02 else 97.0
+            util_min, util_max = 96.0, 100.0
+            power = min(limit, 600 + 90 * r.random())
+            reasons = REASON_SW_POWER_CAP if r.random() < 0.85 else 0
+            sm = 1980 - (int(200 * r.random()) if reasons else 0)
+            temp = 62 + 4 * r.random()
+            mem = 96 * GiB + int(2 * GiB * r.random())
+            mem_util = 55 + 10 * r.random()
+        elif scenario == "starved":
+            share, util_min, util_max = self._busy_share(i, t - self.interval, t)
+            util = 100.0 if self._busy(i, t) else 0.0
+            power = 140 + 380 * share / 100 + 20 * r.random()
+            sm = 1980
+            temp = 45 + 6 * share / 100 + 2 * r.random()
+            mem = 40 * GiB + int(512 * MiB * r.random())
+            mem_util = share * 0.4
+        elif scenario == "underused":
+            util = 4 + 3 * r.random()
+            util_min, util_max = 0.0, 12.0
+            power = 112 + 14 * r.random()
+            sm = 1980
+            temp = 38 + 2 * r.random()
+            mem = 3 * GiB + int(128 * MiB * r.random())
+            mem_util = 1 + r.random()
+        elif scenario == "thermal":
+            util = 100.0
+            util_min, util_max = 98.0, 100.0
+            temp = min(88.0, 60 + rel * 0.6) + r.random()
+            hot = temp >= 84
+            reasons = REASON_SW_THERMAL if hot else REASON_SW_POWER_CAP
+            sm = 1410 + int(100 * r.random()) if hot else 1980
+            power = (520 if hot else 680) + 20 * r.random()
+            mem = 80 * GiB
+            mem_util = 60.0
+        elif scenario == "memory_creep":
+            util = 92 + 8 * r.random()
+            util_min, util_max = 85.0, 100.0
+            power = 420 + 60 * r.random()
+            sm = 1980
+            temp = 55 + 3 * r.random()
+            mem = min(int(total * 0.985), int(8 * GiB + 0.5 * GiB * rel + 64 * MiB * r.random()))
+            mem_util = 40.0
+        else:  # idle
+            util = 0.0
+            util_min, util_max = 0.0, 0.0
+            power = 82 + 6 * r.random()
+            reasons = REASON_GPU_IDLE
+            sm = 345
+            temp = 31 + r.random()
+            mem = 0
+            mem_util = 0.0
+            procs = ()
+        mem_used = mem + 560 * MiB if procs else 560 * MiB  # driver and context overhead
+        procs = tuple(GpuProcess(p.pid, mem) for p in procs)
+        return GpuSample(
+            index=i, util=round(util), util_min=util_min, util_max=util_max, mem_util=round(mem_util),
+            mem_used=mem_used, mem_total=total, mem_reserved=542 * MiB, power_w=round(power, 1),
+            power_limit_w=limit, temp_c=round(temp), temp_slowdown_c=H200["temp_slowdown_c"],
+            sm_clock=sm, sm_clock_max=H200["sm_clock_max"], mem_clock=3201 if scenario != "idle" else 1593,
+            mem_clock_max=H200["mem_clock_max"], reasons=reasons, processes=procs,
+        )
+
+    def _host(self, t: float) -> HostSample:
+        r = _rng(self.seed, "host", round(t * 1000))
+        starved = "starved" in self.scenarios
+        cores = []
+        for c in range(N_CORES):
+            base = 6 + 8 * r.random()
+            if starved and c < 2 * self.scenarios.count("starved"):
+                base = 97 + 3 * r.random()
+            elif c == 2 * len(self.scenarios):
+                base = 35 + 10 * r.random()
+            cores.append(round(min(base, 100.0), 1))
+        total_mem = 128 * GiB
+        return HostSample(
+            cpu_percent=round(sum(cores) / len(cores), 1), per_core=tuple(cores),
+            iowait=round(0.5 + r.random(), 1), mem_used=int(total_mem * (0.22 + 0.01 * r.random())),
+            mem_total=total_mem, swap_used=0, swap_total=0,
+            disk_read=(180 if starved else 40) * MiB * (0.8 + 0.4 * r.random()), disk_write=2 * MiB * r.random(),
+            net_rx=1 * MiB * r.random(), net_tx=0.5 * MiB * r.random(),
+        )
+
+    def _process(self, t: float) -> ProcessSample | None:
+        if all(s == "idle" for s in self.scenarios):
+            return None
+        r = _rng(self.seed, "proc", round(t * 1000))
+        starved = "starved" in self.scenarios
+        n_workers = 2 if starved else 4
+        worker_cpu = (97 + 3 * r.random()) if starved else (25 + 15 * r.random())
+        members = [ProcInfo(TRAIN_PID, "python", 38 + 10 * r.random(), 6 * GiB, 42)]
+        members += [ProcInfo(TRAIN_PID + 100 + w, "pt_data_worker", round(worker_cpu, 1), 2 * GiB, 4, True)
+                    for w in range(n_workers)]
+        return ProcessSample(
+            pid=TRAIN_PID, alive=True, name="python", cmdline="python train.py --bf16",
+            cpu_percent=round(sum(m.cpu_percent for m in members), 1), rss=sum(m.rss for m in members),
+            threads=sum(m.threads for m in members), read_rate=(150 if starved else 30) * MiB,
+            write_rate=1 * MiB, members=tuple(members),
+        )

@@ -1,0 +1,39 @@
+# Shared by scripts/traintop and scripts/test: make .venv and install this checkout into it.
+# Re-installs only when pyproject.toml changes (the install is editable, code changes need none).
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${TRAINTOP_VENV:-$REPO/.venv}"
+
+pick_python() {
+    for py in "${PYTHON:-}" python3.11 python3.12 python3.13 python3.10 python3; do
+        [ -n "$py" ] || continue
+        command -v "$py" >/dev/null 2>&1 || continue
+        if "$py" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else 1)' 2>/dev/null; then
+            echo "$py"; return 0
+        fi
+    done
+    echo "traintop: needs Python 3.10 or newer (set PYTHON=/path/to/python3)" >&2
+    return 1
+}
+
+ensure_venv() {  # $1: "runtime" or "test"
+    local extras="" stamp want
+    [ "$1" = "test" ] && extras="[test]"
+    want="$(cat "$REPO/pyproject.toml" | sha256sum | cut -c1-16)$extras"
+    stamp="$VENV/.traintop-installed"
+    if [ -x "$VENV/bin/python" ] && [ -f "$stamp" ] && grep -qxF -- "$want" "$stamp"; then
+        return 0
+    fi
+    if [ ! -x "$VENV/bin/python" ]; then
+        local py; py="$(pick_python)" || return 1
+        echo "traintop: creating $VENV with $py" >&2
+        "$py" -m venv "$VENV" || { echo "traintop: could not create a virtual environment (install python3-venv)" >&2; return 1; }
+    fi
+    echo "traintop: installing traintop$extras into $VENV (first run only)" >&2
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null 2>&1 || true
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "$REPO$extras" \
+        || { echo "traintop: installing dependencies failed (see pip's message above)" >&2; return 1; }
+    # A runtime-only install must not erase the record of a test install, and vice versa.
+    { [ -f "$stamp" ] && grep -vF -- "${want%\[test\]}" "$stamp"; echo "$want"; } > "$stamp.new" 2>/dev/null || echo "$want" > "$stamp.new"
+    mv "$stamp.new" "$stamp"
+}

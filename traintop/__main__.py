@@ -1,0 +1,3 @@
+from traintop.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,190 @@
+"""The one entry point: live (default), demo, simulate, record, replay."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+import time
+
+from traintop import __version__
+from traintop.errors import NoGpuError, TraintopError
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {v}")
+    return v
+
+
+def _seconds(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not v > 0 or v != v or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return v
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2, like every other error
+        self.exit(2, f"traintop: {message} (see traintop --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from traintop.collectors.simulated import SCENARIO_HELP
+
+    p = _Parser(prog="traintop", description="A terminal dashboard for GPU training jobs that explains what it sees. "
+                "With no command: watch the GPUs live (the embedded demo where no NVIDIA GPU is visible).")
+    p.add_argument("--version", action="version", version=f"traintop {__version__}")
+    p.add_argument("--interval", type=_seconds, default=0.5, help="seconds between samples (default 0.5)")
+    p.add_argument("--pid", type=_positive_int, help="attach to this training process (and its workers)")
+    p.add_argument("--record", metavar="FILE", help="also record the session to FILE")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    sub.add_parser("demo", help="play the embedded demo (a recorded H200 session)")
+
+    scen = "; ".join(f"{k}: {v}" for k, v in SCENARIO_HELP.items())
+    s = sub.add_parser("simulate", help="watch a simulated GPU play a pathology")
+    s.add_argument("--scenario", default="starved", help=f"one name, or one per GPU separated by commas ({scen})")
+    s.add_argument("--gpus", type=_positive_int, default=1)
+    s.add_argument("--seed", type=int, default=0)
+
+    r = sub.add_parser("record", help="record headless (no UI) until Ctrl-C or --duration")
+    r.add_argument("file")
+    r.add_argument("--duration", type=_seconds, help="stop after this many seconds")
+    r.add_argument("--simulate", metavar="SCENARIO", help="record the simulator instead of real GPUs")
+    r.add_argument("--gpus", type=_positive_int, default=1, help="simulated GPUs (with --simulate)")
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--fast", action="store_true", help="with --simulate: generate --duration seconds at once")
+    r.add_argument("--quiet", action="store_true")
+
+    rp = sub.add_parser("replay", help="replay a recording in the dashboard")
+    rp.add_argument("file")
+    rp.add_argument("--speed", type=_seconds, default=1.0, help="playback speed (default 1)")
+    return p
+
+
+def _run_app(monitor, feed, mode: str, banner: str | None = None) -> int:
+    from traintop.app.factory import build_app
+
+    app = build_app(monitor, feed, mode=mode, banner=banner)
+    app.run()
+    if monitor.recording_error:
+        print(f"traintop: {monitor.recording_error}", file=sys.stderr)
+    if monitor.recorder is not None and not monitor.recording_error:
+        print(f"traintop: recording saved to {monitor.recorder.path}", file=sys.stderr)
+    return 0
+
+
+def cmd_live(args) -> int:
+    from traintop import sessions
+
+    explicit = args.pid is not None or args.record is not None
+    try:
+        monitor, feed = sessions.live_session(args.interval, pid=args.pid, record=args.record,
+                                              require_gpu=not explicit)
+    except NoGpuError as e:
+        print(f"traintop: {e}; playing the embedded demo (a recorded H200 session) instead.", file=sys.stderr)
+        monitor, feed = sessions.demo_session()
+        return _run_app(monitor, feed, "demo", banner="No NVIDIA GPU here: this is a recorded H200 session.")
+    banner = None if monitor.info.gpus else "No NVIDIA GPU visible: showing the host and the process only."
+    return _run_app(monitor, feed, "live", banner=banner)
+
+
+def cmd_demo(args) -> int:
+    from traintop import sessions
+
+    monitor, feed = sessions.demo_session()
+    return _run_app(monitor, feed, "demo", banner="Demo: a recorded H200 session, replayed in a loop.")
+
+
+def cmd_simulate(args) -> int:
+    from traintop import sessions
+
+    monitor, feed = sessions.simulated_session(args.scenario, gpus=args.gpus, seed=args.seed,
+                                               interval=args.interval, record=args.record)
+    return _run_app(monitor, feed, "simulated")
+
+
+def cmd_replay(args) -> int:
+    from traintop import sessions
+
+    monitor, feed = sessions.replay_session(args.file, speed=args.speed)
+    note = f" ({feed.reader.skipped_chunks} damaged chunk(s) skipped)" if feed.reader.skipped_chunks else ""
+    return _run_app(monitor, feed, "replay", banner=f"Replaying {os.path.basename(args.file)}{note}. "
+                    "space: pause  ← →: seek  [ ]: speed  ?: help")
+
+
+def cmd_record(args) -> int:
+    from traintop import sessions
+
+    if args.fast and not (args.simulate and args.duration):
+        raise TraintopError("--fast needs --simulate and --duration")
+    if args.simulate:
+        monitor, feed = sessions.simulated_session(args.simulate, gpus=args.gpus, seed=args.seed,
+                                                   interval=args.interval, history_s=0, record=args.file,
+                                                   realtime=not args.fast)
+    else:
+        monitor, feed = sessions.live_session(args.interval, pid=args.pid, record=args.file, require_gpu=False)
+    say = (lambda *a: None) if args.quiet else (lambda msg: print(f"traintop: {msg}", file=sys.stderr))
+    n_gpus = len(monitor.info.gpus)
+    say(f"recording {n_gpus} GPU{'s' if n_gpus != 1 else ''} every {args.interval:g} s to {args.file}"
+        + ("" if args.duration else "; Ctrl-C stops"))
+    try:
+        if args.fast:
+            for _ in range(int(args.duration / args.interval)):
+                feed.step()
+        else:
+            _record_until_stopped(feed, args.duration)
+    finally:
+        feed.stop()
+        for close in getattr(feed, "closers", []):
+            close()
+        monitor.close()
+    if monitor.recording_error:
+        raise TraintopError(f"{monitor.recording_error} (samples up to the error are kept)")
+    alerts = monitor.engine.alerts
+    say(f"saved {monitor.store.frames_seen} samples and {len(alerts)} alert(s) to {args.file}")
+    return 0
+
+
+def _record_until_stopped(feed, duration: float | None) -> None:
+    done = threading.Event()
+
+    def stop(*_):
+        done.set()
+
+    old = signal.signal(signal.SIGTERM, stop)
+    try:
+        feed.start()
+        deadline = time.monotonic() + duration if duration else None
+        while not done.is_set():
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            done.wait(0.2 if deadline is None else min(0.2, max(0.0, deadline - time.monotonic())))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+COMMANDS = {None: cmd_live, "demo": cmd_demo, "simulate": cmd_simulate, "record": cmd_record, "replay": cmd_replay}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except TraintopError as e:
+        print(f"traintop: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,1 @@
+"""The embedded demo recording (a real H200 session)."""

@@ -1,0 +1,211 @@
+"""Feeds drive a Monitor: live collectors, the simulator, or a recording being replayed.
+
+Each runs on its own thread and calls ``notify()`` after every ingest so a UI can
+redraw; the UI cannot tell one feed from another. Replay also takes commands
+(pause, step, seek, speed).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable, Protocol
+
+from traintop.monitor import Monitor
+from traintop.samples import Frame
+
+Notify = Callable[[], None]
+
+
+class FrameSource(Protocol):
+    def next_frame(self) -> Frame: ...
+
+
+class Feed:
+    """Base: a thread that ticks; subclasses implement ``_tick``."""
+
+    kind = "live"
+
+    def __init__(self, monitor: Monitor, interval: float) -> None:
+        self.monitor = monitor
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._notify: Notify = lambda: None
+        self.ticks = 0
+        self.late_ticks = 0
+
+    def start(self, notify: Notify | None = None) -> None:
+        if notify is not None:
+            self._notify = notify
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=f"traintop-{self.kind}", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=2.0)
+
+    def _run(self) -> None:
+        start = time.monotonic()
+        k = 0
+        while not self._stop.is_set():
+            try:
+                self._tick()
+            except Exception as e:  # a broken source must not kill the dashboard
+                self.monitor.source_error = f"{type(e).__name__}: {e}"
+            self.ticks += 1
+            self._notify()
+            k += 1
+            due = start + k * self.interval
+            now = time.monotonic()
+            if now > due + self.interval:  # fell behind: skip missed ticks, keep the phase
+                self.late_ticks += 1
+                k = int((now - start) / self.interval) + 1
+                due = start + k * self.interval
+            self._stop.wait(max(0.0, due - now))
+
+    def _tick(self) -> None:
+        raise NotImplementedError
+
+
+class SourceFeed(Feed):
+    """Ticks a frame source (live collectors or the simulator) at a fixed interval."""
+
+    def __init__(self, monitor: Monitor, source: FrameSource, interval: float, kind: str = "live") -> None:
+        super().__init__(monitor, interval)
+        self.source = source
+        self.kind = kind
+
+    def prefill(self, n: int) -> None:
+        """Ingest ``n`` frames at once (tests, and a simulator's history at start)."""
+        for _ in range(n):
+            self.monitor.ingest(self.source.next_frame())
+
+    def step(self) -> None:
+        self.monitor.ingest(self.source.next_frame())
+        self._notify()
+
+    def _tick(self) -> None:
+        self.monitor.ingest(self.source.next_frame())
+
+
+class ReplayFeed(Feed):
+    """Plays a recording (or any time-ordered frames) with pause, step, seek and speed."""
+
+    kind = "replay"
+    SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
+    WARM_S = 300.0  # history rebuilt before a seek target, so sparklines and rules have context
+
+    def __init__(self, monitor: Monitor, reader, *, loop: bool = False, tick: float = 0.1) -> None:
+        super().__init__(monitor, tick)
+        self.kind = "replay"
+        self.reader = reader
+        self.loop = loop
+        self.t_start = reader.t_start
+        self.t_end = reader.t_end
+        self.position = self.t_start
+        self.speed = 1.0
+        self.playing = True
+        self.at_end = False
+        self._lock = threading.RLock()
+        self._it = None
+        self._peek: Frame | None = None
+        self._wall: float | None = None
+        if self.t_start is not None:
+            self._open_at(self.t_start)
+
+    # -- iteration -----------------------------------------------------------
+    def _open_at(self, t: float) -> None:
+        self._it = iter(self.reader.frames(t_from=t))
+        self._peek = next(self._it, None)
+
+    def _take(self) -> Frame | None:
+        f = self._peek
+        if f is not None:
+            self._peek = next(self._it, None)
+        return f
+
+    def _emit_until(self, t: float) -> int:
+        n = 0
+        while self._peek is not None and self._peek.t <= t:
+            self.monitor.ingest(self._take())
+            n += 1
+        return n
+
+    # -- commands (any thread) ----------------------------------------------
+    def toggle_pause(self) -> None:
+        with self._lock:
+            if self.at_end and not self.playing:
+                self.seek(self.t_start)
+            self.playing = not self.playing
+            self._wall = None
+
+    def faster(self) -> None:
+        with self._lock:
+            i = self.SPEEDS.index(self.speed) if self.speed in self.SPEEDS else 2
+            self.speed = self.SPEEDS[min(i + 1, len(self.SPEEDS) - 1)]
+
+    def slower(self) -> None:
+        with self._lock:
+            i = self.SPEEDS.index(self.speed) if self.speed in self.SPEEDS else 2
+            self.speed = self.SPEEDS[max(i - 1, 0)]
+
+    def step(self, direction: int = 1) -> None:
+        """One frame forward or back; pauses."""
+        with self._lock:
+            self.playing = False
+            if direction > 0:
+                f = self._take()
+                if f is not None:
+                    self.monitor.ingest(f)
+                    self.position = f.t
+            else:
+                times = self.monitor.store.times(None)
+                if len(times) >= 2:
+                    self.seek(times[-2])
+        self._notify()
+
+    def seek(self, t: float) -> None:
+        """Jump to sample time ``t`` (clamped), rebuilding recent history."""
+        if self.t_start is None:
+            return
+        with self._lock:
+            t = min(max(t, self.t_start), self.t_end)
+            self.monitor.reset()
+            self._open_at(max(self.t_start, t - self.WARM_S))
+            self._emit_until(t)
+            self.position = t
+            self.at_end = self._peek is None
+            self._wall = None
+        self._notify()
+
+    def seek_relative(self, seconds: float) -> None:
+        self.seek((self.position or 0.0) + seconds)
+
+    def seek_fraction(self, frac: float) -> None:
+        if self.t_start is not None:
+            self.seek(self.t_start + (self.t_end - self.t_start) * frac)
+
+    # -- the clock ------------------------------------------------------------
+    def _tick(self) -> None:
+        with self._lock:
+            now = time.monotonic()
+            if not self.playing or self.position is None:
+                self._wall = None
+                return
+            if self._wall is None:
+                self._wall = now
+                return
+            self.position += (now - self._wall) * self.speed
+            self._wall = now
+            self._emit_until(self.position)
+            if self._peek is None:
+                if self.loop:
+                    self.seek(self.t_start)
+                    self.playing = True
+                else:
+                    self.at_end = True
+                    self.playing = False
+                    self.position = self.t_end

@@ -1,0 +1,26 @@
+"""Assembles one Frame per tick from the live collectors."""
+
+from __future__ import annotations
+
+import time
+
+from traintop.samples import Frame
+
+
+class LiveSampler:
+    def __init__(self, gpu=None, host=None, process=None, clock=time.time) -> None:
+        self.gpu = gpu
+        self.host = host
+        self.process = process
+        self._clock = clock
+
+    def next_frame(self) -> Frame:
+        t = self._clock()
+        gpus = self.gpu.sample() if self.gpu is not None else ()
+        host = self.host.sample() if self.host is not None else None
+        proc = self.process.sample() if self.process is not None else None
+        return Frame(t=t, gpus=gpus, host=host, process=proc)
+
+    def close(self) -> None:
+        if self.gpu is not None:
+            self.gpu.close()

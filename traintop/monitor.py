@@ -1,0 +1,74 @@
+"""The core session: frames in, store and alerts updated, recording written.
+
+Thread-safe: a feed thread calls ``ingest``; the UI reads ``snapshot`` from its own
+thread. Nothing here knows about Textual.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from traintop.errors import RecordingError
+from traintop.rules import RulesEngine, default_engine
+from traintop.rules.engine import Alert
+from traintop.samples import Frame, SessionInfo
+from traintop.store import Store
+
+
+@dataclass
+class Status:
+    """Notes for the user that are not alerts (recording trouble, stale sources)."""
+
+    messages: list[str] = field(default_factory=list)
+
+
+class Monitor:
+    def __init__(self, info: SessionInfo, *, store: Store | None = None, engine: RulesEngine | None = None,
+                 recorder=None) -> None:
+        self.info = info
+        self.store = store or Store()
+        self.engine = engine or default_engine()
+        self.recorder = recorder
+        self.lock = threading.RLock()
+        self.status = Status()
+        self.recording_error: str | None = None
+        self.source_error: str | None = None
+        self.ended_at: float | None = None
+
+    def ingest(self, frame: Frame) -> list[Alert]:
+        with self.lock:
+            self.store.add(frame)
+            changed = self.engine.evaluate(self.store, frame.t)
+        self._record(frame, changed)
+        return changed
+
+    def _record(self, frame: Frame, changed: list[Alert]) -> None:
+        rec = self.recorder
+        if rec is None or self.recording_error:
+            return
+        try:
+            rec.add(frame)
+            for a in changed:
+                rec.alert(a)
+        except RecordingError as e:
+            # The live view goes on; what was committed stays readable.
+            self.recording_error = str(e)
+
+    def reset(self) -> None:
+        """Forget history (replay seeks)."""
+        with self.lock:
+            self.store = Store(self.store.capacity, self.store.bucket_s, self.store.history_buckets)
+            self.engine.reset()
+
+    def close(self) -> None:
+        with self.lock:
+            t = self.store.t_last
+            ended = self.engine.close_all(t) if t is not None else []
+        if self.recorder is not None and not self.recording_error:
+            try:
+                for a in ended:
+                    self.recorder.alert(a)
+                self.recorder.close()
+            except RecordingError as e:
+                self.recording_error = str(e)

@@ -1,0 +1,270 @@
+"""One self-describing SQLite file per session: metadata, compressed frame chunks, alerts.
+
+Written incrementally: every ``flush_every`` seconds the open chunk (which grows up to
+``chunk_frames`` frames) is rewritten and committed, so a process killed with SIGKILL
+loses at most about a second, while chunks stay large enough to compress well.
+Nothing is ever unpickled or evaluated: a recording is untrusted input.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import os
+import socket
+import sqlite3
+import time
+from dataclasses import asdict
+from typing import Iterator
+
+from traintop import __version__
+from traintop.codec import CODEC, decode, encode
+from traintop.errors import RecordingError
+from traintop.rules.engine import Alert, Severity
+from traintop.samples import Frame, GpuInfo, SessionInfo
+
+FORMAT = "traintop-recording"
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS chunks(id INTEGER PRIMARY KEY, t0 REAL NOT NULL, t1 REAL NOT NULL,
+                                  n INTEGER NOT NULL, codec TEXT NOT NULL, data BLOB NOT NULL);
+CREATE INDEX IF NOT EXISTS chunks_t0 ON chunks(t0);
+CREATE TABLE IF NOT EXISTS alerts(id INTEGER PRIMARY KEY, rule TEXT NOT NULL, subject TEXT NOT NULL,
+                                  severity TEXT NOT NULL, title TEXT NOT NULL, start REAL NOT NULL,
+                                  end REAL, evidence TEXT NOT NULL, remedies TEXT NOT NULL);
+"""
+
+
+def info_to_json(info: SessionInfo) -> str:
+    return json.dumps(asdict(info))
+
+
+def info_from_json(text: str) -> SessionInfo:
+    d = json.loads(text)
+    if not isinstance(d, dict):
+        raise ValueError("session is not an object")
+    gpus = []
+    for g in d.get("gpus") or []:
+        if not isinstance(g, dict):
+            raise ValueError("bad gpu entry")
+        gpus.append(GpuInfo(**{k: g.get(k) for k in GpuInfo.__slots__ if k in g}))
+    interval = d.get("interval", 0.5)
+    if not isinstance(interval, (int, float)) or not 0 < interval < 3600:
+        raise ValueError("bad interval")
+    extra = d.get("extra") or {}
+    return SessionInfo(kind=str(d.get("kind", "replay")), gpus=tuple(gpus), driver=d.get("driver"),
+                       cuda_driver=d.get("cuda_driver"), hostname=d.get("hostname"),
+                       interval=float(interval), label=str(d.get("label", "")),
+                       extra=extra if isinstance(extra, dict) else {})
+
+
+class RecordingWriter:
+    def __init__(self, path: str, info: SessionInfo, *, chunk_frames: int = 600,
+                 flush_every: float = 1.0, overwrite: bool = False, clock=time.monotonic) -> None:
+        self.path = path
+        self.chunk_frames = chunk_frames
+        self.flush_every = flush_every
+        self._clock = clock
+        if os.path.exists(path):
+            if not overwrite:
+                raise RecordingError(f"{path} already exists; choose another name (recordings are never overwritten)")
+            os.unlink(path)
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+            os.close(fd)
+            self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA)
+            with self._tx():
+                meta = {"format": FORMAT, "schema_version": str(SCHEMA_VERSION), "app_version": __version__,
+                        "created": str(time.time()), "recorded_on": socket.gethostname(),
+                        "session": info_to_json(info)}
+                self._db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", meta.items())
+        except OSError as e:
+            raise RecordingError(f"cannot create {path}: {e.strerror or e}") from None
+        except sqlite3.Error as e:
+            raise RecordingError(f"cannot create {path}: {e}") from None
+        self._chunk_id: int | None = None
+        self._buf: list[Frame] = []
+        self._dirty_alerts: dict[int, Alert] = {}
+        self._last_flush = clock()
+        self.frames_written = 0
+        self.closed = False
+
+    def _tx(self):
+        db = self._db
+
+        class _Tx:
+            def __enter__(self_inner):
+                db.execute("BEGIN")
+
+            def __exit__(self_inner, et, ev, tb):
+                db.execute("COMMIT" if et is None else "ROLLBACK")
+                return False
+
+        return _Tx()
+
+    def add(self, frame: Frame) -> None:
+        self._buf.append(frame)
+        if len(self._buf) >= self.chunk_frames or self._clock() - self._last_flush >= self.flush_every:
+            self.flush()
+
+    def alert(self, alert: Alert) -> None:
+        self._dirty_alerts[alert.id] = alert
+        if self._clock() - self._last_flush >= self.flush_every:
+            self.flush()
+
+    def flush(self) -> None:
+        """Commit the open chunk and changed alerts. Raises RecordingError (disk full, ...)."""
+        if self.closed:
+            return
+        try:
+            with self._tx():
+                if self._buf:
+                    blob = encode(self._buf)
+                    row = (self._buf[0].t, self._buf[-1].t, len(self._buf), CODEC, blob)
+                    if self._chunk_id is None:
+                        cur = self._db.execute("INSERT INTO chunks(t0, t1, n, codec, data) VALUES (?,?,?,?,?)", row)
+                        self._chunk_id = cur.lastrowid
+                    else:
+                        self._db.execute("UPDATE chunks SET t0=?, t1=?, n=?, codec=?, data=? WHERE id=?",
+                                         row + (self._chunk_id,))
+                for a in self._dirty_alerts.values():
+                    self._db.execute(
+                        "INSERT OR REPLACE INTO alerts VALUES (?,?,?,?,?,?,?,?,?)",
+                        (a.id, a.rule, a.subject, a.severity.label, a.title, a.start, a.end, a.evidence,
+                         json.dumps(list(a.remedies))))
+        except sqlite3.Error as e:
+            raise RecordingError(f"writing {self.path} failed: {e}") from None
+        self._dirty_alerts.clear()
+        if len(self._buf) >= self.chunk_frames:
+            self.frames_written += len(self._buf)
+            self._buf = []
+            self._chunk_id = None
+        self._last_flush = self._clock()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            self.flush()
+            self.frames_written += len(self._buf)
+            self._buf = []
+            # Leave one self-contained file behind (no -wal/-shm beside it).
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            self._db.execute("PRAGMA journal_mode=DELETE")
+        except sqlite3.Error:
+            pass
+        finally:
+            self._db.close()
+            self.closed = True
+
+
+class RecordingReader:
+    """Reads a recording written by RecordingWriter (also one cut short by SIGKILL)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        if not os.path.exists(path):
+            raise RecordingError(f"{path}: no such file")
+        if os.path.isdir(path):
+            raise RecordingError(f"{path} is a directory, not a recording")
+        if os.path.getsize(path) == 0:
+            raise RecordingError(f"{path} is empty: not a traintop recording")
+        with open(path, "rb") as fh:
+            if fh.read(16) != b"SQLite format 3\x00":
+                raise RecordingError(f"{path} is not a traintop recording (not an SQLite file)")
+        try:
+            self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+            self._db.execute("PRAGMA trusted_schema=OFF")
+            self._db.execute("PRAGMA query_only=ON")
+            meta = dict(self._db.execute("SELECT key, value FROM meta").fetchall())
+        except sqlite3.Error as e:
+            raise RecordingError(f"{path} is damaged or not a traintop recording ({e})") from None
+        if meta.get("format") != FORMAT:
+            raise RecordingError(f"{path} is an SQLite file but not a traintop recording")
+        try:
+            version = int(meta.get("schema_version", ""))
+        except ValueError:
+            raise RecordingError(f"{path} has no valid schema version") from None
+        if version > SCHEMA_VERSION:
+            raise RecordingError(f"{path} was written by a newer traintop (format v{version}; "
+                                 f"this one reads up to v{SCHEMA_VERSION}): upgrade traintop")
+        if version < 1:
+            raise RecordingError(f"{path} has an unknown format version {version}")
+        try:
+            self.info = info_from_json(meta["session"])
+        except (KeyError, ValueError, TypeError) as e:
+            raise RecordingError(f"{path} has damaged session metadata ({type(e).__name__})") from None
+        self.meta = meta
+        try:
+            rows = self._db.execute("SELECT id, t0, t1, n, codec FROM chunks ORDER BY t0, id").fetchall()
+        except sqlite3.Error as e:
+            raise RecordingError(f"{path} is damaged ({e})") from None
+        self._chunks = [r for r in rows if isinstance(r[1], (int, float)) and isinstance(r[2], (int, float))]
+        self._t0s = [r[1] for r in self._chunks]
+        self.skipped_chunks = 0
+        self._cache: dict[int, list[Frame]] = {}
+
+    @property
+    def t_start(self) -> float | None:
+        return self._chunks[0][1] if self._chunks else None
+
+    @property
+    def t_end(self) -> float | None:
+        return max(r[2] for r in self._chunks) if self._chunks else None
+
+    @property
+    def frame_count(self) -> int:
+        return sum(int(r[3]) for r in self._chunks)
+
+    def _load(self, chunk_id: int, codec: str) -> list[Frame]:
+        if chunk_id in self._cache:
+            return self._cache[chunk_id]
+        frames: list[Frame] = []
+        try:
+            row = self._db.execute("SELECT data FROM chunks WHERE id=?", (chunk_id,)).fetchone()
+            if codec != CODEC or row is None or not isinstance(row[0], bytes):
+                raise RecordingError("unknown codec")
+            frames = decode(row[0])
+        except (RecordingError, sqlite3.Error):
+            self.skipped_chunks += 1  # one damaged chunk must not lose the rest of the session
+        if len(self._cache) > 8:
+            self._cache.pop(next(iter(self._cache)))
+        self._cache[chunk_id] = frames
+        return frames
+
+    def frames(self, t_from: float | None = None, t_to: float | None = None) -> Iterator[Frame]:
+        start = 0
+        if t_from is not None:
+            start = max(0, bisect.bisect_right(self._t0s, t_from) - 1)
+        for cid, t0, t1, n, codec in self._chunks[start:]:
+            if t_to is not None and t0 > t_to:
+                break
+            if t_from is not None and t1 < t_from:
+                continue
+            for f in self._load(cid, codec):
+                if (t_from is None or f.t >= t_from) and (t_to is None or f.t <= t_to):
+                    yield f
+
+    def alerts(self) -> list[Alert]:
+        out = []
+        try:
+            rows = self._db.execute("SELECT id, rule, subject, severity, title, start, end, evidence, remedies "
+                                    "FROM alerts ORDER BY start").fetchall()
+        except sqlite3.Error:
+            return out
+        for aid, rule, subject, sev, title, start, end, evidence, remedies in rows:
+            try:
+                rem = tuple(str(r) for r in json.loads(remedies))
+                out.append(Alert(str(rule), str(title), str(subject), Severity.parse(str(sev)), float(start),
+                                 str(evidence), rem, None if end is None else float(end), id=int(aid)))
+            except (ValueError, TypeError):
+                continue
+        return out
+
+    def close(self) -> None:
+        self._db.close()

@@ -1,0 +1,24 @@
+"""The rule catalogue."""
+
+from traintop.rules.config import DEFAULT, Thresholds
+from traintop.rules.engine import Alert, Finding, RuleContext, RulesEngine, Severity
+from traintop.rules.memory_creep import MemoryCreep
+from traintop.rules.power_cap import PowerCapAtFullLoad
+from traintop.rules.starvation import Starvation
+from traintop.rules.thermal import ThermalThrottle
+from traintop.rules.underuse import Underuse
+
+
+def default_rules() -> list:
+    # Starvation first: underuse defers to it on the same GPU.
+    return [Starvation(), Underuse(), ThermalThrottle(), PowerCapAtFullLoad(), MemoryCreep()]
+
+
+def default_engine(config: Thresholds = DEFAULT) -> RulesEngine:
+    return RulesEngine(rules=default_rules(), config=config)
+
+
+__all__ = [
+    "Alert", "DEFAULT", "Finding", "RuleContext", "RulesEngine", "Severity", "Thresholds",
+    "default_engine", "default_rules",
+]

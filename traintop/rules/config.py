@@ -1,0 +1,42 @@
+"""Thresholds every rule reads; all of them can be changed by the user."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    # data starvation
+    starvation_window_s: float = 30.0
+    starvation_idle_util: float = 10.0  # a sample below this is "idle"
+    starvation_busy_util: float = 50.0  # a sample at or above this is "busy"
+    starvation_min_idle_frac: float = 0.20
+    starvation_min_busy_frac: float = 0.10
+    starvation_busy_worker_cpu: float = 85.0  # % of a core for a loader worker to count as saturated
+    # underuse
+    underuse_window_s: float = 60.0
+    underuse_power_frac: float = 0.35  # mean power below this share of the limit
+    underuse_max_util: float = 60.0
+    # thermal and power
+    thermal_window_s: float = 20.0
+    thermal_min_frac: float = 0.25
+    thermal_margin_c: float = 2.0  # within this of the slowdown threshold counts as hot
+    power_cap_window_s: float = 20.0
+    power_cap_min_util: float = 85.0
+    # creeping memory
+    creep_window_s: float = 120.0
+    creep_min_rate_mib_s: float = 8.0
+    creep_min_rise_frac: float = 0.02
+    creep_min_r2: float = 0.8
+    creep_critical_tto_s: float = 600.0
+
+    def with_overrides(self, **overrides: float) -> "Thresholds":
+        names = {f.name for f in fields(self)}
+        unknown = set(overrides) - names
+        if unknown:
+            raise ValueError(f"unknown threshold(s): {', '.join(sorted(unknown))}")
+        return replace(self, **{k: float(v) for k, v in overrides.items()})
+
+
+DEFAULT = Thresholds()

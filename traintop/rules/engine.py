@@ -1,0 +1,169 @@
+"""The rules engine: pure functions of the store, with hysteresis, producing alert events.
+
+No I/O and no Textual here. A rule says, at each evaluation, for which subjects
+(``gpu0``, ``host``, ``process``) its condition holds and why; the engine turns that
+into alerts that start only once the condition has held for ``raise_after`` seconds
+and end only once it has been false for ``clear_after`` seconds, so nothing flaps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Callable, Iterable, Protocol
+
+from traintop.rules.config import DEFAULT, Thresholds
+from traintop.store import Store
+
+
+class Severity(IntEnum):
+    INFO = 1
+    WARNING = 2
+    CRITICAL = 3
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+    @classmethod
+    def parse(cls, text: str) -> "Severity":
+        try:
+            return cls[text.strip().upper()]
+        except KeyError:
+            raise ValueError(f"unknown severity {text!r} (use info, warning or critical)") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One rule's verdict for one subject at one evaluation."""
+
+    subject: str
+    evidence: str
+    severity: Severity | None = None  # None: the rule's default
+
+
+@dataclass
+class Alert:
+    rule: str
+    title: str
+    subject: str
+    severity: Severity
+    start: float
+    evidence: str
+    remedies: tuple[str, ...]
+    end: float | None = None
+    id: int = 0
+
+    @property
+    def active(self) -> bool:
+        return self.end is None
+
+
+@dataclass(frozen=True, slots=True)
+class RuleContext:
+    store: Store
+    now: float
+    config: Thresholds
+    is_active: Callable[[str, str], bool]
+
+    def gpu_indices(self) -> list[int]:
+        frame = self.store.latest
+        return [g.index for g in frame.gpus] if frame else []
+
+
+class Rule(Protocol):
+    id: str
+    title: str
+    severity: Severity
+    raise_after: float
+    clear_after: float
+    remedies: tuple[str, ...]
+
+    def evaluate(self, ctx: RuleContext) -> Iterable[Finding]: ...
+
+
+@dataclass
+class _Track:
+    first_true: float | None = None
+    last_true: float | None = None
+    alert: Alert | None = None
+
+
+@dataclass
+class RulesEngine:
+    rules: list
+    config: Thresholds = DEFAULT
+    eval_every_s: float = 1.0
+    max_history: int = 500
+    alerts: list[Alert] = field(default_factory=list)  # all alerts, newest last (bounded)
+    _tracks: dict = field(default_factory=dict)
+    _last_eval: float | None = None
+    _next_id: int = 1
+
+    def reset(self) -> None:
+        self.alerts.clear()
+        self._tracks.clear()
+        self._last_eval = None
+
+    @property
+    def active(self) -> list[Alert]:
+        return [a for a in self.alerts if a.active]
+
+    def _is_active(self, rule_id: str, subject: str) -> bool:
+        tr = self._tracks.get((rule_id, subject))
+        return bool(tr and tr.alert and tr.alert.active)
+
+    def evaluate(self, store: Store, now: float | None = None, force: bool = False) -> list[Alert]:
+        """Evaluate every rule; return the alerts that started, changed or ended."""
+        if now is None:
+            now = store.t_last
+        if now is None:
+            return []
+        if not force and self._last_eval is not None and now - self._last_eval < self.eval_every_s:
+            return []
+        self._last_eval = now
+        ctx = RuleContext(store=store, now=now, config=self.config, is_active=self._is_active)
+        changed: list[Alert] = []
+        for rule in self.rules:
+            holding = {f.subject: f for f in rule.evaluate(ctx)}
+            for subject, finding in holding.items():
+                tr = self._tracks.setdefault((rule.id, subject), _Track())
+                if tr.first_true is None:
+                    tr.first_true = now
+                tr.last_true = now
+                severity = finding.severity or rule.severity
+                if tr.alert is not None and tr.alert.active:
+                    if tr.alert.evidence != finding.evidence or tr.alert.severity != severity:
+                        tr.alert.evidence = finding.evidence
+                        tr.alert.severity = max(tr.alert.severity, severity)
+                        changed.append(tr.alert)
+                elif now - tr.first_true >= rule.raise_after:
+                    tr.alert = Alert(rule.id, rule.title, subject, severity, now, finding.evidence,
+                                     rule.remedies, id=self._next_id)
+                    self._next_id += 1
+                    self.alerts.append(tr.alert)
+                    changed.append(tr.alert)
+            for (rule_id, subject), tr in self._tracks.items():
+                if rule_id != rule.id or subject in holding:
+                    continue
+                tr.first_true = None
+                if tr.alert is not None and tr.alert.active and tr.last_true is not None \
+                        and now - tr.last_true >= rule.clear_after:
+                    tr.alert.end = now
+                    changed.append(tr.alert)
+        if len(self.alerts) > self.max_history:
+            keep_from = len(self.alerts) - self.max_history
+            dropped = [a for a in self.alerts[:keep_from] if not a.active]
+            if dropped:
+                ids = {a.id for a in dropped}
+                self.alerts = [a for a in self.alerts if a.id not in ids]
+        return changed
+
+    def close_all(self, now: float) -> list[Alert]:
+        """End every active alert (the session ended)."""
+        ended = []
+        for a in self.alerts:
+            if a.active:
+                a.end = now
+                ended.append(a)
+        return ended

@@ -1,0 +1,54 @@
+"""Creeping memory: used GPU memory rising steadily, with a forecast of when it is full."""
+
+from __future__ import annotations
+
+from traintop.rules.engine import Finding, RuleContext, Severity
+from traintop.store import linear_fit
+from traintop.units import GiB, MiB, fmt_bytes, fmt_duration
+
+
+class MemoryCreep:
+    id = "memory_creep"
+    title = "Creeping GPU memory"
+    severity = Severity.WARNING
+    raise_after = 15.0
+    clear_after = 60.0
+    remedies = (
+        "Look for tensors kept across steps: losses or outputs appended to lists without .item() or .detach().",
+        "Check for graphs retained by accident (retain_graph=True, tensors stored with their history).",
+        "Take a memory snapshot (torch.cuda.memory._record_memory_history) to see who allocates.",
+        "If it is growth you need: smaller batch, bf16/fp16, gradient accumulation, activation checkpointing.",
+        "Check for other processes on the GPU; a high reserved figure alone is the caching allocator, not a leak.",
+    )
+
+    def evaluate(self, ctx: RuleContext):
+        c = ctx.config
+        w = c.creep_window_s
+        store = ctx.store
+        frame = store.latest
+        for g in frame.gpus if frame else ():
+            i = g.index
+            pairs = store.window_pairs(f"gpu{i}.mem_used", w)
+            if len(pairs) < 10 or pairs[-1][0] - pairs[0][0] < min(w * 0.25, 30.0):
+                continue
+            fit = linear_fit(pairs)
+            if fit is None:
+                continue
+            slope, _, r2 = fit
+            span = pairs[-1][0] - pairs[0][0]
+            rise = pairs[-1][1] - min(v for _, v in pairs)
+            total = g.mem_total or 0
+            min_rise = max(512 * MiB, c.creep_min_rise_frac * total)
+            if slope < c.creep_min_rate_mib_s * MiB or r2 < c.creep_min_r2 or rise < min_rise:
+                continue
+            used = pairs[-1][1]
+            text = (f"GPU {i} memory rising {slope / GiB:.2f} GiB/s for {span:.0f} s "
+                    f"({fmt_bytes(pairs[0][1], 'GiB')} → {fmt_bytes(used, 'GiB')}"
+                    + (f" of {fmt_bytes(total, 'GiB')})" if total else ")"))
+            sev = None
+            if total and total > used:
+                tto = (total - used) / slope
+                text += f"; at this rate it is full in {fmt_duration(tto)}"
+                if tto <= c.creep_critical_tto_s:
+                    sev = Severity.CRITICAL
+            yield Finding(f"gpu{i}", text, sev)

@@ -1,0 +1,122 @@
+"""Data starvation: the GPU waits for the input pipeline.
+
+Signs: utilization that alternates between idle and busy (spiky), or low mean
+utilization while loader workers or host cores are saturated. Point samples of
+``utilization.gpu`` alias at low sampling rates, so where the source gives the
+min/max of NVML's utilization sample buffer per tick, a tick that saw both idle
+and busy counts as spiky on its own.
+"""
+
+from __future__ import annotations
+
+from traintop.rules.engine import Finding, RuleContext, Severity
+from traintop.store import mean, present
+from traintop.units import fmt_range
+
+
+def _idle_gaps(pairs: list[tuple[float, float]], idle: float) -> list[float]:
+    """Durations of the runs of idle samples, bounded by busy ones."""
+    gaps, start, prev_t = [], None, None
+    for t, v in pairs:
+        if v < idle:
+            if start is None:
+                start = prev_t if prev_t is not None else t
+        elif start is not None:
+            gaps.append(t - start)
+            start = None
+        prev_t = t
+    return gaps
+
+
+def _quartiles(xs: list[float]) -> tuple[float, float]:
+    s = sorted(xs)
+    return s[len(s) // 4], s[(3 * len(s)) // 4]
+
+
+class Starvation:
+    id = "starvation"
+    title = "Data starvation"
+    severity = Severity.WARNING
+    raise_after = 10.0
+    clear_after = 20.0
+    remedies = (
+        "Raise DataLoader num_workers (try the number of free CPU cores per GPU).",
+        "Set pin_memory=True and persistent_workers=True; raise prefetch_factor.",
+        "Move heavy CPU preprocessing out of the step: pre-process offline, or decode/augment on the GPU.",
+        "Check the storage: local NVMe or a RAM cache instead of a network filesystem.",
+        "Log, print and checkpoint less often inside the training loop.",
+    )
+
+    def evaluate(self, ctx: RuleContext):
+        c = ctx.config
+        w = c.starvation_window_s
+        store = ctx.store
+        for i in ctx.gpu_indices():
+            key = f"gpu{i}.util"
+            pairs = store.window_pairs(key, w)
+            if len(pairs) < 8 or pairs[-1][0] - pairs[0][0] < w * 0.5:
+                continue
+            active = ctx.is_active(self.id, f"gpu{i}")
+            utils = [v for _, v in pairs]
+            n = len(utils)
+            mu = sum(utils) / n
+            idle_frac = sum(1 for v in utils if v < c.starvation_idle_util) / n
+            busy_frac = sum(1 for v in utils if v >= c.starvation_busy_util) / n
+            transitions = sum(
+                1 for a, b in zip(utils, utils[1:])
+                if a < c.starvation_idle_util and b >= c.starvation_busy_util
+            )
+            lows = store.window(f"gpu{i}.util_min", w)
+            highs = store.window(f"gpu{i}.util_max", w)
+            windowed = [(lo, hi) for lo, hi in zip(lows, highs) if lo is not None and hi is not None]
+            spiky_ticks = sum(1 for lo, hi in windowed
+                              if lo < c.starvation_idle_util and hi >= c.starvation_busy_util)
+            spiky_tick_frac = spiky_ticks / len(windowed) if windowed else 0.0
+
+            min_idle = c.starvation_min_idle_frac * (0.5 if active else 1.0)
+            spiky = (idle_frac >= min_idle and busy_frac >= c.starvation_min_busy_frac
+                     and transitions >= 3) or spiky_tick_frac >= (0.15 if active else 0.3)
+
+            cpu_note = self._cpu_evidence(ctx)
+            low_util_cpu_bound = mu < 60.0 and cpu_note is not None and mu >= 1.0
+            if mu > 90.0 or not (spiky or low_util_cpu_bound):
+                continue
+
+            if spiky:
+                gaps = _idle_gaps(pairs, c.starvation_idle_util)
+                idle_share = max(idle_frac, 0.0)
+                if idle_share > 0 and len(gaps) >= 2:
+                    lo, hi = _quartiles(gaps)
+                    text = (f"GPU {i} idle {idle_share * 100:.0f} % of the last {w:.0f} s "
+                            f"in {fmt_range(lo, hi)} gaps (mean utilization {mu:.0f} %)")
+                else:
+                    text = (f"GPU {i} utilization swings between idle and busy within "
+                            f"{spiky_tick_frac * 100:.0f} % of sampling periods over the last {w:.0f} s "
+                            f"(mean {mu:.0f} %)")
+            else:
+                text = f"GPU {i} averages only {mu:.0f} % utilization over the last {w:.0f} s"
+            if cpu_note:
+                text += f" while {cpu_note}"
+            yield Finding(f"gpu{i}", text)
+
+    @staticmethod
+    def _cpu_evidence(ctx: RuleContext) -> str | None:
+        c = ctx.config
+        frame = ctx.store.latest
+        proc = frame.process if frame else None
+        if proc is not None and proc.alive:
+            workers = proc.loader_workers
+            hot = [wk for wk in workers if (wk.cpu_percent or 0) >= c.starvation_busy_worker_cpu]
+            if workers and len(hot) >= max(1, len(workers) // 2):
+                cpu = mean([wk.cpu_percent or 0 for wk in hot])
+                return f"{len(hot)} of {len(workers)} loader workers sit at {cpu:.0f} % CPU"
+            if not workers and (proc.cpu_percent or 0) >= 95:
+                return f"the training process uses {proc.cpu_percent:.0f} % of a core (no loader workers)"
+        w = c.starvation_window_s
+        iowait = present(ctx.store.window("host.iowait", w))
+        if iowait and (m := sum(iowait) / len(iowait)) >= 20:
+            return f"the host waits on I/O {m:.0f} % of the time"
+        cpu = present(ctx.store.window("host.cpu", w))
+        if cpu and (m := sum(cpu) / len(cpu)) >= 90:
+            return f"host CPU is at {m:.0f} %"
+        return None

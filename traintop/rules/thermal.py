@@ -1,0 +1,53 @@
+"""Thermal throttling: the clock-event reasons say so, or the GPU sits at its slowdown temperature."""
+
+from __future__ import annotations
+
+from traintop.rules.engine import Finding, RuleContext, Severity
+from traintop.samples import POWER_BRAKE_REASONS, THERMAL_REASONS, reason_names
+from traintop.store import present
+
+
+class ThermalThrottle:
+    id = "thermal"
+    title = "Thermal throttling"
+    severity = Severity.WARNING
+    raise_after = 5.0
+    clear_after = 30.0
+    remedies = (
+        "Check cooling: fans, airflow, blocked intakes, dust, the room or rack inlet temperature.",
+        "Check neighbouring GPUs and hot spots in the chassis (nvidia-smi -q -d TEMPERATURE,PERFORMANCE).",
+        "A HW power brake means an external power problem (PSU, cabling): tell the operator.",
+        "Until fixed, expect slower steps; a lower power limit set by an administrator trades speed for heat.",
+    )
+
+    def evaluate(self, ctx: RuleContext):
+        c = ctx.config
+        w = c.thermal_window_s
+        store = ctx.store
+        frame = store.latest
+        for g in frame.gpus if frame else ():
+            i = g.index
+            reasons = [int(r) for r in present(store.window(f"gpu{i}.reasons", w))]
+            temps = present(store.window(f"gpu{i}.temp", w))
+            slowdown = g.temp_slowdown_c
+            n = max(len(reasons), 1)
+            thermal_frac = sum(1 for r in reasons if r & THERMAL_REASONS) / n
+            brake_frac = sum(1 for r in reasons if r & POWER_BRAKE_REASONS) / n
+            hot_frac = 0.0
+            if temps and slowdown:
+                hot_frac = sum(1 for t in temps if t >= slowdown - c.thermal_margin_c) / len(temps)
+            frac = max(thermal_frac, hot_frac, brake_frac)
+            if len(reasons) + len(temps) < 4 or frac < c.thermal_min_frac:
+                continue
+            seen = 0
+            for r in reasons:
+                seen |= r & (THERMAL_REASONS | POWER_BRAKE_REASONS)
+            names = ", ".join(reason_names(seen)) or "temperature at the slowdown threshold"
+            parts = [f"GPU {i} throttled {frac * 100:.0f} % of the last {w:.0f} s ({names})"]
+            if temps:
+                t_now = temps[-1]
+                parts.append(f"{t_now:.0f} °C" + (f" vs slowdown at {slowdown:.0f} °C" if slowdown else ""))
+            if g.sm_clock and g.sm_clock_max:
+                parts.append(f"SM clock {g.sm_clock} of {g.sm_clock_max} MHz")
+            sev = Severity.CRITICAL if brake_frac >= c.thermal_min_frac else None
+            yield Finding(f"gpu{i}", "; ".join(parts), sev)

@@ -1,0 +1,51 @@
+"""Underuse: a GPU in use that draws far less power than it can (tiny batches, tiny model)."""
+
+from __future__ import annotations
+
+from traintop.rules.engine import Finding, RuleContext, Severity
+from traintop.store import present
+from traintop.units import fmt_bytes
+
+
+class Underuse:
+    id = "underuse"
+    title = "GPU underused"
+    severity = Severity.WARNING
+    raise_after = 30.0
+    clear_after = 30.0
+    remedies = (
+        "Raise the batch size while memory allows (scale the learning rate with it).",
+        "Give each step more work: a larger model per GPU, longer sequences, or several jobs on one GPU (MPS/MIG).",
+        "If the step is launch-bound (many tiny kernels), try torch.compile or CUDA graphs.",
+        "Check that the input pipeline is not the limit (see data starvation).",
+    )
+
+    def evaluate(self, ctx: RuleContext):
+        c = ctx.config
+        w = c.underuse_window_s
+        store = ctx.store
+        frame = store.latest
+        for g in frame.gpus if frame else ():
+            i = g.index
+            if ctx.is_active("starvation", f"gpu{i}"):
+                continue  # starvation explains the low draw better
+            power = present(store.window(f"gpu{i}.power", w))
+            util = present(store.window(f"gpu{i}.util", w))
+            limit = g.power_limit_w
+            if not power or not util or not limit or len(power) < 8:
+                continue
+            span = store.window_pairs(f"gpu{i}.power", w)
+            if span[-1][0] - span[0][0] < w * 0.5:
+                continue
+            p_mean = sum(power) / len(power)
+            u_mean = sum(util) / len(util)
+            in_use = bool(g.processes) or u_mean >= 3.0
+            frac = p_mean / limit
+            threshold = c.underuse_power_frac * (1.1 if ctx.is_active(self.id, f"gpu{i}") else 1.0)
+            if not in_use or frac >= threshold or u_mean > c.underuse_max_util:
+                continue
+            text = (f"GPU {i} draws {p_mean:.0f} W of its {limit:.0f} W limit ({frac * 100:.0f} %) "
+                    f"over the last {w:.0f} s at {u_mean:.0f} % utilization")
+            if g.mem_total and g.mem_used is not None:
+                text += f"; {fmt_bytes(g.mem_total - g.mem_used)} of memory is free for larger batches"
+            yield Finding(f"gpu{i}", text)

@@ -1,0 +1,155 @@
+"""Typed samples: what every source (live, simulated, replayed) produces.
+
+Units are fixed: bytes, watts, degrees Celsius, MHz, percent (0-100), bytes per second.
+A field a source cannot read is ``None``, never 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# NVML clock-event ("throttle") reason bits.
+REASON_GPU_IDLE = 0x1
+REASON_APP_CLOCKS = 0x2
+REASON_SW_POWER_CAP = 0x4
+REASON_HW_SLOWDOWN = 0x8
+REASON_SYNC_BOOST = 0x10
+REASON_SW_THERMAL = 0x20
+REASON_HW_THERMAL = 0x40
+REASON_HW_POWER_BRAKE = 0x80
+REASON_DISPLAY_CLOCKS = 0x100
+
+THERMAL_REASONS = REASON_SW_THERMAL | REASON_HW_THERMAL | REASON_HW_SLOWDOWN
+POWER_BRAKE_REASONS = REASON_HW_POWER_BRAKE
+
+REASON_NAMES = {
+    REASON_GPU_IDLE: "idle",
+    REASON_APP_CLOCKS: "app clocks",
+    REASON_SW_POWER_CAP: "power cap",
+    REASON_HW_SLOWDOWN: "HW slowdown",
+    REASON_SYNC_BOOST: "sync boost",
+    REASON_SW_THERMAL: "SW thermal",
+    REASON_HW_THERMAL: "HW thermal",
+    REASON_HW_POWER_BRAKE: "power brake",
+    REASON_DISPLAY_CLOCKS: "display clocks",
+}
+
+
+def reason_names(mask: int | None) -> list[str]:
+    if not mask:
+        return []
+    return [name for bit, name in REASON_NAMES.items() if mask & bit]
+
+
+@dataclass(frozen=True, slots=True)
+class GpuInfo:
+    """Static facts about one GPU, read once."""
+
+    index: int
+    name: str
+    uuid: str | None = None
+    mem_total: int | None = None
+    power_limit_w: float | None = None
+    temp_slowdown_c: float | None = None
+    sm_clock_max: int | None = None
+    mem_clock_max: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProcess:
+    pid: int
+    used_bytes: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample:
+    index: int
+    util: float | None = None
+    util_min: float | None = None  # windowed: min / max of NVML's utilization sample buffer
+    util_max: float | None = None  # since the previous tick (None where unsupported)
+    mem_util: float | None = None
+    mem_used: int | None = None
+    mem_total: int | None = None
+    mem_reserved: int | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    temp_c: float | None = None
+    temp_slowdown_c: float | None = None
+    sm_clock: int | None = None
+    sm_clock_max: int | None = None
+    mem_clock: int | None = None
+    mem_clock_max: int | None = None
+    reasons: int | None = None
+    pcie_tx: float | None = None
+    pcie_rx: float | None = None
+    energy_j: float | None = None
+    processes: tuple[GpuProcess, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class HostSample:
+    cpu_percent: float | None = None
+    per_core: tuple[float, ...] = ()
+    iowait: float | None = None
+    mem_used: int | None = None
+    mem_total: int | None = None
+    swap_used: int | None = None
+    swap_total: int | None = None
+    disk_read: float | None = None
+    disk_write: float | None = None
+    net_rx: float | None = None
+    net_tx: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProcInfo:
+    pid: int
+    name: str
+    cpu_percent: float | None = None
+    rss: int | None = None
+    threads: int | None = None
+    is_loader_worker: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessSample:
+    """The attached process and its tree."""
+
+    pid: int
+    alive: bool
+    name: str = ""
+    cmdline: str = ""
+    cpu_percent: float | None = None  # the whole tree, in % of one core
+    rss: int | None = None  # the whole tree
+    threads: int | None = None
+    read_rate: float | None = None
+    write_rate: float | None = None
+    members: tuple[ProcInfo, ...] = ()
+
+    @property
+    def loader_workers(self) -> tuple[ProcInfo, ...]:
+        return tuple(m for m in self.members if m.is_loader_worker)
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """Everything sampled at one tick."""
+
+    t: float
+    gpus: tuple[GpuSample, ...] = ()
+    host: HostSample | None = None
+    process: ProcessSample | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    """What a source knows about itself; recordings carry it as metadata."""
+
+    kind: str  # live, demo, simulated, replay
+    gpus: tuple[GpuInfo, ...] = ()
+    driver: str | None = None
+    cuda_driver: str | None = None
+    hostname: str | None = None
+    interval: float = 0.5
+    label: str = ""
+    extra: dict = field(default_factory=dict)

@@ -1,0 +1,115 @@
+"""Builds (Monitor, Feed) pairs for each way of watching: live, simulated, replay, demo.
+
+Shared by the TUI, the headless recorder and the tests. No Textual here.
+"""
+
+from __future__ import annotations
+
+import time
+from importlib import resources
+
+from traintop.errors import NoGpuError, TraintopError
+from traintop.feeds import ReplayFeed, SourceFeed
+from traintop.live import LiveSampler
+from traintop.monitor import Monitor
+from traintop.recording import RecordingReader, RecordingWriter
+from traintop.rules import Thresholds, default_engine
+from traintop.samples import SessionInfo
+from traintop.store import Store
+
+MIN_INTERVAL, MAX_INTERVAL = 0.05, 60.0
+
+
+def check_interval(interval: float) -> float:
+    if not (MIN_INTERVAL <= interval <= MAX_INTERVAL):
+        raise TraintopError(f"--interval must be between {MIN_INTERVAL} and {MAX_INTERVAL:g} seconds (got {interval:g})")
+    return interval
+
+
+def _store_for(interval: float) -> Store:
+    # Keep about an hour of raw points at slow rates, at least 12 minutes at fast ones.
+    return Store(capacity=max(1200, min(7200, int(3600 / interval))))
+
+
+def _open_recorder(record: str | None, info: SessionInfo):
+    return RecordingWriter(record, info) if record else None
+
+
+def live_session(interval: float = 0.5, pid: int | None = None, record: str | None = None,
+                 config: Thresholds | None = None, require_gpu: bool = True):
+    """Live collectors. Raises NoGpuError when NVML sees no GPU and ``require_gpu``."""
+    from traintop.collectors.host import HostCollector
+    from traintop.collectors.nvml import NvmlCollector
+    from traintop.collectors.process import ProcessCollector
+
+    check_interval(interval)
+    proc = ProcessCollector(pid) if pid is not None else None  # fail fast on a bad PID
+    try:
+        gpu = NvmlCollector()
+    except NoGpuError:
+        if require_gpu:
+            raise
+        gpu = None
+    if gpu is not None:
+        info = gpu.session_info(interval)
+        gpu.start_slow()
+    else:
+        import socket
+        info = SessionInfo(kind="live", hostname=socket.gethostname(), interval=interval, label="no GPU")
+    sampler = LiveSampler(gpu=gpu, host=HostCollector(), process=proc)
+    engine = default_engine(config) if config else None
+    monitor = Monitor(info, store=_store_for(interval), engine=engine, recorder=_open_recorder(record, info))
+    feed = SourceFeed(monitor, sampler, interval, kind="live")
+    feed.closers = [sampler.close]
+    return monitor, feed
+
+
+def simulated_session(scenario: str = "healthy", gpus: int = 1, seed: int = 0, interval: float = 0.5,
+                      history_s: float = 120.0, record: str | None = None, realtime: bool = True,
+                      t0: float | None = None):
+    from traintop.collectors.simulated import Simulator
+
+    check_interval(interval)
+    try:
+        n_hist = int(history_s / interval)
+        start = t0 if t0 is not None else (time.time() - n_hist * interval if realtime else 1_790_000_000.0)
+        sim = Simulator(scenario, gpus=gpus, seed=seed, interval=interval, t0=start)
+    except ValueError as e:
+        raise TraintopError(str(e)) from None
+    info = sim.info()
+    monitor = Monitor(info, store=_store_for(interval), recorder=_open_recorder(record, info))
+    feed = SourceFeed(monitor, sim, interval, kind="simulated")
+    feed.prefill(n_hist)
+    return monitor, feed
+
+
+def replay_session(path: str, *, loop: bool = False, kind: str = "replay", speed: float = 1.0):
+    reader = RecordingReader(path)
+    if reader.t_start is None:
+        raise TraintopError(f"{path} holds no samples")
+    info = reader.info
+    info = SessionInfo(kind=kind, gpus=info.gpus, driver=info.driver, cuda_driver=info.cuda_driver,
+                       hostname=info.hostname, interval=info.interval, label=info.label or "replay",
+                       extra=info.extra)
+    monitor = Monitor(info, store=_store_for(info.interval))
+    feed = ReplayFeed(monitor, reader, loop=loop)
+    feed.speed = speed
+    return monitor, feed
+
+
+def demo_path() -> str | None:
+    try:
+        ref = resources.files("traintop.demo").joinpath("h200-demo.ttrec")
+    except (ModuleNotFoundError, FileNotFoundError):
+        return None
+    return str(ref) if ref.is_file() else None
+
+
+def demo_session():
+    """The embedded demo: a real H200 recording replayed in a loop."""
+    path = demo_path()
+    if path is None:
+        raise TraintopError("the embedded demo recording is missing from this installation")
+    monitor, feed = replay_session(path, loop=True, kind="demo")
+    feed.speed = 1.0
+    return monitor, feed

@@ -1,0 +1,273 @@
+"""Bounded history of every metric: ring buffers plus a downsampled long history.
+
+All series share one time axis (one value per key per frame), so a time window is
+found once and read from every series. Missing values are stored as NaN and come
+back as ``None``. Memory is fixed by ``capacity`` and ``history_buckets`` however
+long traintop runs.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from dataclasses import dataclass
+from typing import Iterator
+
+from traintop.samples import Frame
+
+NAN = float("nan")
+
+
+def frame_metrics(frame: Frame) -> Iterator[tuple[str, float | None]]:
+    """Flatten a frame into (series key, value) pairs."""
+    for g in frame.gpus:
+        p = f"gpu{g.index}."
+        yield p + "util", g.util
+        yield p + "util_min", g.util_min
+        yield p + "util_max", g.util_max
+        yield p + "mem_util", g.mem_util
+        yield p + "mem_used", g.mem_used
+        yield p + "mem_total", g.mem_total
+        yield p + "power", g.power_w
+        yield p + "power_limit", g.power_limit_w
+        yield p + "temp", g.temp_c
+        yield p + "temp_slowdown", g.temp_slowdown_c
+        yield p + "sm_clock", g.sm_clock
+        yield p + "sm_clock_max", g.sm_clock_max
+        yield p + "mem_clock", g.mem_clock
+        yield p + "reasons", g.reasons
+        yield p + "pcie_tx", g.pcie_tx
+        yield p + "pcie_rx", g.pcie_rx
+        yield p + "nprocs", len(g.processes)
+    h = frame.host
+    if h is not None:
+        yield "host.cpu", h.cpu_percent
+        yield "host.iowait", h.iowait
+        yield "host.busy_cores", sum(1 for c in h.per_core if c >= 90.0) if h.per_core else None
+        yield "host.mem_used", h.mem_used
+        yield "host.mem_total", h.mem_total
+        yield "host.swap_used", h.swap_used
+        yield "host.disk_read", h.disk_read
+        yield "host.disk_write", h.disk_write
+        yield "host.net_rx", h.net_rx
+        yield "host.net_tx", h.net_tx
+    p = frame.process
+    if p is not None:
+        yield "proc.alive", 1.0 if p.alive else 0.0
+        yield "proc.cpu", p.cpu_percent
+        yield "proc.rss", p.rss
+        workers = p.loader_workers
+        yield "proc.workers", len(workers)
+        busy = [w.cpu_percent for w in workers if w.cpu_percent is not None]
+        yield "proc.worker_cpu_max", max(busy) if busy else None
+        yield "proc.worker_cpu_mean", sum(busy) / len(busy) if busy else None
+
+
+@dataclass(frozen=True, slots=True)
+class Bucket:
+    start: float
+    min: float
+    mean: float
+    max: float
+
+
+class _Downsampler:
+    """Min/mean/max per fixed-width time bucket, in a ring of ``capacity`` buckets."""
+
+    __slots__ = ("width", "capacity", "buckets", "_start", "_min", "_max", "_sum", "_n")
+
+    def __init__(self, width: float, capacity: int) -> None:
+        self.width = width
+        self.capacity = capacity
+        self.buckets: list[Bucket] = []
+        self._start: float | None = None
+        self._min = math.inf
+        self._max = -math.inf
+        self._sum = 0.0
+        self._n = 0
+
+    def add(self, t: float, v: float) -> None:
+        start = t - (t % self.width)
+        if self._start is not None and start != self._start:
+            self._close()
+        self._start = start
+        if v == v:  # not NaN
+            self._min = min(self._min, v)
+            self._max = max(self._max, v)
+            self._sum += v
+            self._n += 1
+
+    def _close(self) -> None:
+        if self._start is not None and self._n:
+            self.buckets.append(Bucket(self._start, self._min, self._sum / self._n, self._max))
+            if len(self.buckets) > self.capacity:
+                del self.buckets[: len(self.buckets) - self.capacity]
+        self._min, self._max, self._sum, self._n = math.inf, -math.inf, 0.0, 0
+
+    def snapshot(self) -> list[Bucket]:
+        out = list(self.buckets)
+        if self._start is not None and self._n:
+            out.append(Bucket(self._start, self._min, self._sum / self._n, self._max))
+        return out
+
+
+class Store:
+    """Fixed-capacity history of every series, on one shared time axis."""
+
+    def __init__(self, capacity: int = 7200, bucket_s: float = 10.0, history_buckets: int = 8640) -> None:
+        if capacity < 2:
+            raise ValueError("capacity must be at least 2")
+        self.capacity = capacity
+        self.bucket_s = bucket_s
+        self.history_buckets = history_buckets
+        self._times = array("d", bytes(8 * capacity))
+        self._values: dict[str, array] = {}
+        self._history: dict[str, _Downsampler] = {}
+        self._head = 0  # next physical slot to write
+        self._n = 0
+        self.latest: Frame | None = None
+        self.frames_seen = 0
+
+    # -- writing -----------------------------------------------------------
+    def add(self, frame: Frame) -> None:
+        slot = self._head
+        self._times[slot] = frame.t
+        seen = set()
+        for key, value in frame_metrics(frame):
+            v = NAN if value is None else float(value)
+            col = self._values.get(key)
+            if col is None:
+                col = self._values[key] = array("d", [NAN]) * self.capacity
+                self._history[key] = _Downsampler(self.bucket_s, self.history_buckets)
+            col[slot] = v
+            self._history[key].add(frame.t, v)
+            seen.add(key)
+        for key, col in self._values.items():
+            if key not in seen:
+                col[slot] = NAN
+        self._head = (slot + 1) % self.capacity
+        self._n = min(self._n + 1, self.capacity)
+        self.latest = frame
+        self.frames_seen += 1
+
+    # -- reading -----------------------------------------------------------
+    def __len__(self) -> int:
+        return self._n
+
+    def keys(self) -> list[str]:
+        return list(self._values)
+
+    def _phys(self, i: int) -> int:
+        return (self._head - self._n + i) % self.capacity
+
+    def _first_index_at_or_after(self, t0: float) -> int:
+        lo, hi = 0, self._n
+        times = self._times
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if times[self._phys(mid)] < t0:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    @property
+    def t_first(self) -> float | None:
+        return self._times[self._phys(0)] if self._n else None
+
+    @property
+    def t_last(self) -> float | None:
+        return self._times[self._phys(self._n - 1)] if self._n else None
+
+    def span(self) -> float:
+        return (self.t_last - self.t_first) if self._n > 1 else 0.0
+
+    def times(self, seconds: float | None = None) -> list[float]:
+        start = self._start_index(seconds)
+        return [self._times[self._phys(i)] for i in range(start, self._n)]
+
+    def _start_index(self, seconds: float | None) -> int:
+        if seconds is None or not self._n:
+            return 0
+        return self._first_index_at_or_after(self.t_last - seconds)
+
+    def window(self, key: str, seconds: float | None = None) -> list[float | None]:
+        """Values of ``key`` over the last ``seconds`` (all held values if None)."""
+        col = self._values.get(key)
+        if col is None:
+            return []
+        start = self._start_index(seconds)
+        out = []
+        for i in range(start, self._n):
+            v = col[self._phys(i)]
+            out.append(None if v != v else v)
+        return out
+
+    def window_pairs(self, key: str, seconds: float | None = None) -> list[tuple[float, float]]:
+        """(t, value) pairs over the window, missing values left out."""
+        col = self._values.get(key)
+        if col is None:
+            return []
+        start = self._start_index(seconds)
+        out = []
+        for i in range(start, self._n):
+            p = self._phys(i)
+            v = col[p]
+            if v == v:
+                out.append((self._times[p], v))
+        return out
+
+    def last(self, key: str, n: int) -> list[float | None]:
+        """The last ``n`` values of ``key`` (fewer if not held), oldest first."""
+        col = self._values.get(key)
+        if col is None:
+            return []
+        n = min(n, self._n)
+        out = []
+        for i in range(self._n - n, self._n):
+            v = col[self._phys(i)]
+            out.append(None if v != v else v)
+        return out
+
+    def latest_value(self, key: str) -> float | None:
+        col = self._values.get(key)
+        if col is None or not self._n:
+            return None
+        v = col[self._phys(self._n - 1)]
+        return None if v != v else v
+
+    def history(self, key: str) -> list[Bucket]:
+        d = self._history.get(key)
+        return d.snapshot() if d else []
+
+
+def present(values: list[float | None]) -> list[float]:
+    return [v for v in values if v is not None]
+
+
+def mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def linear_fit(pairs: list[tuple[float, float]]) -> tuple[float, float, float] | None:
+    """Least-squares slope, intercept (at the first t) and R² of (t, v) pairs; None if degenerate."""
+    n = len(pairs)
+    if n < 3:
+        return None
+    t0 = pairs[0][0]
+    sx = sy = sxx = sxy = syy = 0.0
+    for t, v in pairs:
+        x = t - t0
+        sx += x
+        sy += v
+        sxx += x * x
+        sxy += x * v
+        syy += v * v
+    dx = n * sxx - sx * sx
+    if dx <= 0:
+        return None
+    slope = (n * sxy - sx * sy) / dx
+    intercept = (sy - slope * sx) / n
+    dy = n * syy - sy * sy
+    r2 = 1.0 if dy <= 0 else (n * sxy - sx * sy) ** 2 / (dx * dy)
+    return slope, intercept, r2

@@ -1,0 +1,120 @@
+"""Plain view-models built from the Monitor for the widgets (which never see collectors).
+
+Built under the monitor's lock in one pass, so a redraw shows one consistent moment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from traintop.monitor import Monitor
+from traintop.rules.engine import Alert
+from traintop.samples import (
+    POWER_BRAKE_REASONS,
+    REASON_SW_POWER_CAP,
+    THERMAL_REASONS,
+    Frame,
+    GpuInfo,
+    GpuSample,
+    HostSample,
+    ProcessSample,
+)
+
+SERIES_POINTS = 240
+
+
+@dataclass(frozen=True)
+class GpuView:
+    info: GpuInfo
+    sample: GpuSample
+    util: list
+    power: list
+    mem: list
+    temp: list
+    badges: tuple[str, ...]
+    alert_level: int  # highest active alert severity on this GPU (0 none)
+
+
+@dataclass(frozen=True)
+class HostView:
+    sample: HostSample | None
+    cpu: list
+
+
+@dataclass(frozen=True)
+class ProcessView:
+    sample: ProcessSample | None
+    cpu: list
+    ended_at: float | None
+    gpu_mem: dict  # GPU index -> bytes NVML attributes to this process tree
+
+
+@dataclass(frozen=True)
+class View:
+    t: float | None
+    kind: str
+    label: str
+    driver: str | None
+    cuda_driver: str | None
+    hostname: str | None
+    interval: float
+    gpus: list[GpuView]
+    host: HostView
+    process: ProcessView
+    active: list[Alert]
+    recent: list[Alert]
+    recording_error: str | None = None
+    source_error: str | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def badges_for(sample: GpuSample) -> tuple[str, ...]:
+    r = sample.reasons or 0
+    out = []
+    if r & THERMAL_REASONS:
+        out.append("THERMAL")
+    if r & POWER_BRAKE_REASONS:
+        out.append("PWR BRAKE")
+    if r & REASON_SW_POWER_CAP:
+        out.append("PWR CAP")
+    return tuple(out)
+
+
+def build_view(monitor: Monitor, points: int = SERIES_POINTS) -> View:
+    with monitor.lock:
+        store = monitor.store
+        frame: Frame | None = store.latest
+        info = monitor.info
+        infos = {g.index: g for g in info.gpus}
+        active = sorted(monitor.engine.active, key=lambda a: (-a.severity, a.start))
+        recent = [a for a in reversed(monitor.engine.alerts) if not a.active][:10]
+        gpus = []
+        for g in frame.gpus if frame else ():
+            p = f"gpu{g.index}."
+            level = max((a.severity for a in active if a.subject == f"gpu{g.index}"), default=0)
+            gpus.append(GpuView(
+                info=infos.get(g.index) or GpuInfo(index=g.index, name="GPU"),
+                sample=g,
+                util=store.last(p + "util", points),
+                power=store.last(p + "power", points),
+                mem=store.last(p + "mem_used", points),
+                temp=store.last(p + "temp", points),
+                badges=badges_for(g),
+                alert_level=int(level),
+            ))
+        host = HostView(frame.host if frame else None, store.last("host.cpu", points))
+        proc = frame.process if frame else None
+        gpu_mem: dict[int, int] = {}
+        if proc is not None and frame is not None:
+            pids = {m.pid for m in proc.members} | {proc.pid}
+            for g in frame.gpus:
+                used = [gp.used_bytes or 0 for gp in g.processes if gp.pid in pids]
+                if used:
+                    gpu_mem[g.index] = sum(used)
+        pview = ProcessView(proc, store.last("proc.cpu", points), monitor.ended_at, gpu_mem)
+        return View(
+            t=frame.t if frame else None, kind=info.kind, label=info.label, driver=info.driver,
+            cuda_driver=info.cuda_driver, hostname=info.hostname, interval=info.interval,
+            gpus=gpus, host=host, process=pview, active=active, recent=recent,
+            recording_error=monitor.recording_error, source_error=monitor.source_error,
+        )

@@ -1,0 +1,1 @@
+"""Display-only Textual widgets; they render view-models and never call collectors."""

@@ -1,0 +1,63 @@
+"""Alerts: what is wrong, the numbers that show it, and what to try."""
+
+from __future__ import annotations
+
+import time
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+
+from traintop.rules.engine import Alert
+from traintop.units import fmt_duration
+from traintop.widgets.render import SEVERITY_ICON, SEVERITY_STYLE
+
+
+def _clock(t: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(t))
+
+
+class AlertsPanel(VerticalScroll):
+    """Scrollable: active alerts (most severe first) with evidence and remedies, then ended ones."""
+
+    def __init__(self, **kw) -> None:
+        super().__init__(id="alerts", **kw)
+        self.border_title = "Alerts"
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="alerts-body")
+
+    def show(self, active: list[Alert], recent: list[Alert], now: float | None, compact: bool) -> None:
+        self.query_one("#alerts-body", Static).update(self.render_alerts(active, recent, now, compact))
+        n = len(active)
+        self.border_title = f"Alerts ({n} active)" if n else "Alerts"
+        self.set_class(any(a.severity >= 2 for a in active), "-firing")
+
+    @staticmethod
+    def render_alerts(active: list[Alert], recent: list[Alert], now: float | None, compact: bool) -> Text:
+        out = Text()
+        if not active:
+            out.append("✔ No problems detected", style="bold green")
+            if now is not None:
+                out.append(" — utilization, power, memory and temperature look normal.", style="dim")
+        for k, a in enumerate(active):
+            if k:
+                out.append("\n")
+            style = SEVERITY_STYLE.get(int(a.severity), "")
+            out.append(f"{SEVERITY_ICON.get(int(a.severity), '•')} {a.title}", style=style)
+            since = f" · {a.subject.replace('gpu', 'GPU ')} · since {_clock(a.start)}"
+            if now is not None:
+                since += f" ({fmt_duration(now - a.start)})"
+            out.append(since + "\n", style="dim")
+            out.append(f"  {a.evidence}\n")
+            remedies = a.remedies if k == 0 else a.remedies[:1]
+            for r in remedies:
+                out.append("  → ", style="bold cyan")
+                out.append(f"{r}\n")
+        if recent and not compact:
+            out.append("\nEnded: ", style="dim bold")
+            out.append("; ".join(
+                f"{a.title} ({a.subject}) {_clock(a.start)}–{_clock(a.end)}" for a in recent[:4]), style="dim")
+        out.rstrip()
+        return out

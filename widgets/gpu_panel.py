@@ -1,0 +1,104 @@
+"""One GPU: fixed-scale sparklines for utilization, power vs limit, memory and temperature."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widget import Widget
+
+from traintop.units import GiB, fmt_rate
+from traintop.view import GpuView
+from traintop.widgets.render import level_style, spark
+
+
+def _num(v, fmt: str = "{:.0f}") -> str:
+    return "–" if v is None else fmt.format(v)
+
+
+class GpuPanel(Widget):
+    DEFAULT_CSS = ""
+
+    def __init__(self, index: int, **kw) -> None:
+        super().__init__(id=f"gpu-{index}", classes="gpu-panel", **kw)
+        self.index = index
+        self.view: GpuView | None = None
+        self.compact = False
+
+    def show(self, view: GpuView, compact: bool) -> None:
+        self.view = view
+        self.compact = compact
+        info, s = view.info, view.sample
+        self.border_title = f"GPU {self.index} · {info.name}"
+        self.border_subtitle = " ".join(f"[{b}]" for b in view.badges)
+        self.set_class(view.alert_level == 2, "-warning")
+        self.set_class(view.alert_level >= 3, "-critical")
+        self.refresh()
+
+    # -- metric rows ---------------------------------------------------------
+    def _rows(self) -> list[tuple[str, list, float, float, str, str]]:
+        v = self.view
+        s = v.sample
+        limit = s.power_limit_w or v.info.power_limit_w or max([p for p in v.power if p] or [1.0])
+        total = s.mem_total or v.info.mem_total or max([m for m in v.mem if m] or [1.0])
+        slowdown = s.temp_slowdown_c or v.info.temp_slowdown_c or 90.0
+        mem_frac = (s.mem_used / total) if s.mem_used is not None and total else None
+        temp_frac = (s.temp_c / slowdown) if s.temp_c is not None else None
+        return [
+            ("util", v.util, 0.0, 100.0, "green" if (s.util or 0) >= 50 else "yellow",
+             f"{_num(s.util)} %"),
+            ("pwr", v.power, 0.0, limit, "cyan",
+             f"{_num(s.power_w)}/{_num(limit)} W"),
+            ("mem", v.mem, 0.0, total, level_style(mem_frac, 0.85, 0.95).replace("green", "magenta"),
+             f"{_num(s.mem_used / GiB if s.mem_used is not None else None, '{:.1f}')}/{total / GiB:.0f} GiB"),
+            ("temp", v.temp, 20.0, slowdown + 3, level_style(temp_frac, 0.9, 0.97),
+             f"{_num(s.temp_c)}/{slowdown:.0f} °C"),
+        ]
+
+    def _footer(self) -> Text:
+        s = self.view.sample
+        t = Text()
+        t.append(f"SM {_num(s.sm_clock)}/{_num(s.sm_clock_max)} MHz", style="bold" if s.sm_clock and s.sm_clock_max
+                 and s.sm_clock < 0.9 * s.sm_clock_max and (s.util or 0) > 50 else "")
+        t.append(f"  mem {_num(s.mem_clock)} MHz", style="dim")
+        if s.pcie_tx is not None or s.pcie_rx is not None:
+            t.append(f"  PCIe ↑{fmt_rate(s.pcie_tx)} ↓{fmt_rate(s.pcie_rx)}", style="dim")
+        n = len(s.processes)
+        t.append(f"  {n} proc{'s' if n != 1 else ''}", style="dim")
+        return t
+
+    def render(self) -> Text:
+        if self.view is None:
+            return Text("waiting for the first sample…", style="dim")
+        width = self.content_size.width or self.size.width
+        if self.compact:
+            return self._render_compact(width)
+        out = Text()
+        label_w, value_w = 5, 16
+        sw = max(4, width - label_w - value_w - 1)
+        for label, series, lo, hi, style, value in self._rows():
+            out.append(f"{label:<{label_w}}", style="bold")
+            out.append_text(spark(series, lo, hi, sw, style))
+            out.append(f" {value:>{value_w}}\n")
+        out.append_text(self._footer())
+        return out
+
+    def _render_compact(self, width: int) -> Text:
+        v, s = self.view, self.view.sample
+        out = Text()
+        out.append(f"GPU {self.index} ", style="bold")
+        out.append(v.info.name.replace("NVIDIA ", ""), style="bold")
+        for b in v.badges:
+            out.append(f" [{b}]", style="bold yellow" if b != "PWR CAP" else "cyan")
+        if v.alert_level:
+            out.append("  ▲ alert", style="bold red" if v.alert_level >= 3 else "bold yellow")
+        out.append(f"  SM {_num(s.sm_clock)} MHz", style="dim")
+        rows = self._rows()
+        half = max(20, width // 2)
+        for pair in (rows[0:2], rows[2:4]):
+            out.append("\n")
+            for j, (label, series, lo, hi, style, value) in enumerate(pair):
+                col_w = half if j == 0 else width - half
+                sw = max(3, col_w - 5 - len(value) - 2)
+                out.append(f"{label[:4]:<5}", style="bold")
+                out.append_text(spark(series, lo, hi, sw, style))
+                out.append(f" {value}" + (" " if j == 0 else ""))
+        return out

@@ -1,0 +1,51 @@
+"""The help screen: keys, and what each panel and alert means."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+HELP = """\
+[b]traintop[/b] watches the GPUs, the host and the training process together,
+and says what is wrong and what to try.
+
+[b]Keys[/b]
+  q            quit                       ?       this help
+  p, space     pause the display (live: sampling and recording go on)
+  r            start/stop recording to a file
+  [b]Replay[/b]  ← →  seek ∓10 s   , .  step one sample   [ ]  slower/faster
+          home end  start/end      0-9  jump to 0 %…90 %
+
+[b]Panels[/b]
+  GPU      utilization, power vs its limit, memory, temperature vs the
+           slowdown threshold; fixed scales (0–100 %, 0–limit W, 0–total).
+           [PWR CAP] at full load is normal; [THERMAL] means clocks are cut.
+  Host     CPU per core (a saturated core is often a data-loader worker),
+           iowait, RAM, swap, disk and network rates.
+  Process  the attached job (--pid N): its tree, loader workers, and the
+           GPU memory NVML attributes to it (an upper bound).
+  Alerts   evidence in numbers, then remedies (→) to try in order.
+
+[b]Patterns[/b]
+  Data starvation  utilization swinging between idle and busy, loader CPUs busy
+  Underuse         power far below the limit: batches too small for the GPU
+  Thermal          clock-event reasons or temperature at the slowdown threshold
+  Creeping memory  used memory rising steadily; time until it is full
+
+Press any key to close.
+"""
+
+
+class HelpScreen(ModalScreen):
+    BINDINGS = [Binding("escape,q,question_mark", "dismiss", "close")]
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="help-box"):
+            yield Static(HELP, id="help-text")
+
+    def on_key(self, event) -> None:
+        event.stop()
+        self.dismiss()

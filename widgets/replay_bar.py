@@ -1,0 +1,38 @@
+"""Replay position: a bar across the recording, with time and speed."""
+
+from __future__ import annotations
+
+import time
+
+from rich.text import Text
+from textual.widget import Widget
+
+from traintop.units import fmt_duration
+from traintop.widgets.render import bar
+
+
+class ReplayBar(Widget):
+    def __init__(self, **kw) -> None:
+        super().__init__(id="replay-bar", **kw)
+        self.start = self.end = self.position = None
+        self.speed = 1.0
+        self.playing = False
+
+    def show(self, start: float | None, end: float | None, position: float | None, speed: float,
+             playing: bool) -> None:
+        self.start, self.end, self.position, self.speed, self.playing = start, end, position, speed, playing
+        self.refresh()
+
+    def render(self) -> Text:
+        out = Text()
+        if self.start is None or self.position is None:
+            return Text("empty recording", style="dim")
+        total = max(self.end - self.start, 1e-9)
+        done = self.position - self.start
+        out.append("▶ " if self.playing else "⏸ ", style="bold cyan")
+        label = f" {fmt_duration(done)} / {fmt_duration(total)}  {self.speed:g}×  " \
+                f"{time.strftime('%H:%M:%S', time.localtime(self.position))}"
+        width = max(10, (self.size.width or 80) - len(label) - 3)
+        out.append_text(bar(done / total, width, "cyan"))
+        out.append(label)
+        return out

@@ -1,0 +1,48 @@
+"""The top line: what is being watched (LIVE, DEMO, REPLAY, SIMULATED), where, and when."""
+
+from __future__ import annotations
+
+import time
+
+from rich.text import Text
+from textual.widget import Widget
+
+MODE_STYLE = {"live": "bold black on green", "demo": "bold black on magenta", "replay": "bold black on cyan",
+              "simulated": "bold black on yellow"}
+
+
+class StatusBar(Widget):
+    def __init__(self, **kw) -> None:
+        super().__init__(id="status", **kw)
+        self.mode = "live"
+        self.text = ""
+        self.t: float | None = None
+        self.paused = False
+        self.recording: str | None = None
+        self.problem: str | None = None
+        self.replay: str | None = None
+
+    def show(self, *, mode: str, text: str, t: float | None, paused: bool, recording: str | None,
+             problem: str | None, replay: str | None = None) -> None:
+        self.mode, self.text, self.t, self.paused = mode, text, t, paused
+        self.recording, self.problem, self.replay = recording, problem, replay
+        self.refresh()
+
+    def render(self) -> Text:
+        # Most important first: a narrow pane truncates from the right.
+        out = Text()
+        out.append(f" {self.mode.upper()} ", style=MODE_STYLE.get(self.mode, "reverse"))
+        if self.t is not None:
+            out.append(" " + time.strftime("%H:%M:%S", time.localtime(self.t)), style="bold")
+        if self.replay:
+            out.append("  " + self.replay, style="bold cyan")
+        if self.paused:
+            out.append("  ⏸ PAUSED", style="bold yellow")
+        if self.problem:
+            out.append("  ⚠ " + self.problem, style="bold red")
+        if self.recording:
+            out.append("  ● REC ", style="bold red")
+            out.append(self.recording, style="dim")
+        out.append("  " + self.text, style="dim")
+        out.truncate(max(1, self.size.width), overflow="ellipsis")
+        return out
