@@ -41,23 +41,30 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     from traintop.collectors.simulated import SCENARIO_HELP
 
-    p = _Parser(prog="traintop", description="A terminal dashboard for GPU training jobs that explains what it sees. "
+    # Options shared by every command, accepted before or after it.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--interval", type=_seconds, default=argparse.SUPPRESS,
+                        help="seconds between samples (default 0.5)")
+    common.add_argument("--pid", type=_positive_int, default=argparse.SUPPRESS,
+                        help="attach to this training process (and its workers)")
+    common.add_argument("--record", metavar="FILE", default=argparse.SUPPRESS,
+                        help="also record the session to FILE")
+
+    p = _Parser(prog="traintop", parents=[common],
+                description="A terminal dashboard for GPU training jobs that explains what it sees. "
                 "With no command: watch the GPUs live (the embedded demo where no NVIDIA GPU is visible).")
     p.add_argument("--version", action="version", version=f"traintop {__version__}")
-    p.add_argument("--interval", type=_seconds, default=0.5, help="seconds between samples (default 0.5)")
-    p.add_argument("--pid", type=_positive_int, help="attach to this training process (and its workers)")
-    p.add_argument("--record", metavar="FILE", help="also record the session to FILE")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
-    sub.add_parser("demo", help="play the embedded demo (a recorded H200 session)")
+    sub.add_parser("demo", parents=[common], help="play the embedded demo (a recorded H200 session)")
 
     scen = "; ".join(f"{k}: {v}" for k, v in SCENARIO_HELP.items())
-    s = sub.add_parser("simulate", help="watch a simulated GPU play a pathology")
+    s = sub.add_parser("simulate", parents=[common], help="watch a simulated GPU play a pathology")
     s.add_argument("--scenario", default="starved", help=f"one name, or one per GPU separated by commas ({scen})")
     s.add_argument("--gpus", type=_positive_int, default=1)
     s.add_argument("--seed", type=int, default=0)
 
-    r = sub.add_parser("record", help="record headless (no UI) until Ctrl-C or --duration")
+    r = sub.add_parser("record", parents=[common], help="record headless (no UI) until Ctrl-C or --duration")
     r.add_argument("file")
     r.add_argument("--duration", type=_seconds, help="stop after this many seconds")
     r.add_argument("--simulate", metavar="SCENARIO", help="record the simulator instead of real GPUs")
@@ -66,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--fast", action="store_true", help="with --simulate: generate --duration seconds at once")
     r.add_argument("--quiet", action="store_true")
 
-    rp = sub.add_parser("replay", help="replay a recording in the dashboard")
+    rp = sub.add_parser("replay", parents=[common], help="replay a recording in the dashboard")
     rp.add_argument("file")
     rp.add_argument("--speed", type=_seconds, default=1.0, help="playback speed (default 1)")
     return p
@@ -179,8 +186,15 @@ def _record_until_stopped(feed, duration: float | None) -> None:
 COMMANDS = {None: cmd_live, "demo": cmd_demo, "simulate": cmd_simulate, "record": cmd_record, "replay": cmd_replay}
 
 
+COMMON_DEFAULTS = {"interval": 0.5, "pid": None, "record": None}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # (set_defaults would leak into the shared option objects and override a value given before the command)
+    for key, value in COMMON_DEFAULTS.items():
+        if not hasattr(args, key):
+            setattr(args, key, value)
     try:
         return COMMANDS[args.command](args)
     except TraintopError as e:

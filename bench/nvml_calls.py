@@ -1,0 +1,102 @@
+"""What each NVML query costs on this machine, and what a traintop fast tick costs.
+
+    python bench/nvml_calls.py [--json FILE]
+
+Prints a table (median and p90 µs per call) and checks whether a slow query
+(PCIe throughput) running on another thread delays the fast ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import threading
+import time
+
+
+def timeit(fn, n: int) -> tuple[float, float]:
+    for _ in range(min(5, n)):
+        try:
+            fn()
+        except Exception:
+            return float("nan"), float("nan")
+    xs = []
+    for _ in range(n):
+        t = time.perf_counter_ns()
+        fn()
+        xs.append((time.perf_counter_ns() - t) / 1000)
+    xs.sort()
+    return statistics.median(xs), xs[int(0.9 * (len(xs) - 1))]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    try:
+        import pynvml as nv
+        nv.nvmlInit()
+    except Exception as e:
+        print(f"no NVML here ({e})")
+        return 0
+    h = nv.nvmlDeviceGetHandleByIndex(0)
+    reasons = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", nv.nvmlDeviceGetCurrentClocksThrottleReasons)
+    calls = {
+        "utilization": (lambda: nv.nvmlDeviceGetUtilizationRates(h), 500),
+        "memory_v2": (lambda: nv.nvmlDeviceGetMemoryInfo(h, nv.nvmlMemory_v2), 500),
+        "power": (lambda: nv.nvmlDeviceGetPowerUsage(h), 500),
+        "power_limit": (lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h), 500),
+        "temperature": (lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU), 500),
+        "sm_clock": (lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM), 500),
+        "clock_reasons": (lambda: reasons(h), 500),
+        "processes": (lambda: nv.nvmlDeviceGetComputeRunningProcesses(h), 500),
+        "util_samples": (lambda: nv.nvmlDeviceGetSamples(h, nv.NVML_GPU_UTILIZATION_SAMPLES, 0), 200),
+        "max_clock": (lambda: nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_SM), 100),
+        "energy": (lambda: nv.nvmlDeviceGetTotalEnergyConsumption(h), 50),
+        "pcie_tx": (lambda: nv.nvmlDeviceGetPcieThroughput(h, nv.NVML_PCIE_UTIL_TX_BYTES), 10),
+    }
+    rows = {}
+    for name, (fn, n) in calls.items():
+        rows[name] = timeit(fn, n)
+
+    from traintop.collectors.nvml import NvmlCollector
+
+    col = NvmlCollector(nv)
+    tick_med, tick_p90 = timeit(col.sample, 300)
+    fast_sum = sum(rows[k][0] for k in ("utilization", "memory_v2", "power", "power_limit", "temperature",
+                                          "clock_reasons", "processes", "util_samples")) + 2 * rows["sm_clock"][0]
+    # Does a slow query on another thread delay the fast ones (a shared driver lock)?
+    stop = threading.Event()
+
+    def hammer():
+        while not stop.is_set():
+            nv.nvmlDeviceGetPcieThroughput(h, nv.NVML_PCIE_UTIL_TX_BYTES)
+
+    th = threading.Thread(target=hammer, daemon=True)
+    th.start()
+    time.sleep(0.05)
+    contended = timeit(lambda: nv.nvmlDeviceGetUtilizationRates(h), 200)
+    tick_contended = timeit(col.sample, 50)
+    stop.set()
+    th.join()
+
+    print(f"{'query':<16}{'median µs':>12}{'p90 µs':>12}")
+    for name, (med, p90) in rows.items():
+        print(f"{name:<16}{med:>12.1f}{p90:>12.1f}")
+    print(f"{'traintop tick':<16}{tick_med:>12.1f}{tick_p90:>12.1f}   (raw fast calls it makes: {fast_sum:.1f} µs)")
+    print(f"{'util, PCIe busy':<16}{contended[0]:>12.1f}{contended[1]:>12.1f}   (another thread loops PCIe TX)")
+    print(f"{'tick, PCIe busy':<16}{tick_contended[0]:>12.1f}{tick_contended[1]:>12.1f}")
+    print("unsupported fields:", sorted(f for (_, f) in col._unsupported) or "none")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"calls": rows, "tick": [tick_med, tick_p90], "fast_sum": fast_sum,
+                       "util_contended": contended, "tick_contended": tick_contended,
+                       "device": nv.nvmlDeviceGetName(h)}, fh, indent=1, default=str)
+    col.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

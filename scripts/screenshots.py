@@ -1,0 +1,106 @@
+"""Generate the SVG screenshots in screenshots/ with Textual's screenshot API.
+
+    python scripts/screenshots.py                      # from the embedded demo (a real H200 session)
+    python scripts/screenshots.py --live 40 --pid N --out DIR   # on a machine with a GPU: the live view
+
+The default set is deterministic: the demo recording replayed to fixed moments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+
+os.environ.setdefault("TZ", "UTC")
+
+from traintop import sessions  # noqa: E402
+from traintop.app.factory import build_app  # noqa: E402
+from traintop.widgets.help_screen import HelpScreen  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SHOTS = os.path.join(os.path.dirname(HERE), "screenshots")
+
+
+def _demo_at(offset_s: float | None, mode: str = "demo"):
+    path = sessions.demo_path()
+    if path is None:
+        raise SystemExit("screenshots: the demo recording is missing")
+    monitor, feed = sessions.replay_session(path, kind=mode)
+    feed.playing = False
+    if offset_s is not None:
+        feed.seek(feed.t_start + offset_s)
+    return monitor, feed
+
+
+async def _shot(monitor, feed, mode: str, size, out: str, help_screen: bool = False) -> None:
+    app = build_app(monitor, feed, mode=mode, start_feed=False)
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        if help_screen:
+            app.push_screen(HelpScreen())
+            await pilot.pause()
+        app.save_screenshot(os.path.basename(out), path=os.path.dirname(out))
+    print("wrote", out)
+
+
+def phase_offsets() -> dict[str, float]:
+    """Seconds from the demo's start to the middle of each phase (from its metadata)."""
+    path = sessions.demo_path()
+    from traintop.recording import RecordingReader
+
+    r = RecordingReader(path)
+    phases = r.info.extra.get("phases", {})
+    return {k: float(v) for k, v in phases.items()}
+
+
+async def default_set(out_dir: str) -> None:
+    os.makedirs(out_dir, exist_ok=True)
+    at = phase_offsets()
+    jobs = [
+        ("dashboard-160x48.svg", at.get("healthy", 40), "demo", (160, 48), False),
+        ("dashboard-80x24.svg", at.get("healthy", 40), "demo", (80, 24), False),
+        ("alert-starvation-160x48.svg", at.get("starved", 100), "demo", (160, 48), False),
+        ("alert-starvation-80x24.svg", at.get("starved", 100), "demo", (80, 24), False),
+        ("replay-memory-creep-120x40.svg", at.get("leak", 180), "replay", (120, 40), False),
+        ("help-80x24.svg", at.get("healthy", 40), "demo", (80, 24), True),
+    ]
+    for name, offset, mode, size, help_screen in jobs:
+        monitor, feed = _demo_at(offset, mode)
+        await _shot(monitor, feed, mode, size, os.path.join(out_dir, name), help_screen)
+
+
+async def live_set(seconds: float, pid: int | None, out_dir: str, interval: float) -> None:
+    os.makedirs(out_dir, exist_ok=True)
+    monitor, feed = sessions.live_session(interval, pid=pid, require_gpu=False)
+    app = build_app(monitor, feed, mode="live", start_feed=True)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await asyncio.sleep(seconds)
+        await pilot.pause()
+        app.save_screenshot("live-160x48.svg", path=out_dir)
+        await pilot.resize_terminal(80, 24)
+        await asyncio.sleep(max(1.0, interval * 2))
+        await pilot.pause()
+        app.save_screenshot("live-80x24.svg", path=out_dir)
+    for sl in getattr(feed, "closers", []):
+        sl()
+    print("wrote live screenshots to", out_dir)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=SHOTS)
+    ap.add_argument("--live", type=float, metavar="SECONDS", help="screenshot the live view after SECONDS")
+    ap.add_argument("--pid", type=int)
+    ap.add_argument("--interval", type=float, default=0.5)
+    args = ap.parse_args()
+    if args.live:
+        asyncio.run(live_set(args.live, args.pid, args.out, args.interval))
+    else:
+        asyncio.run(default_set(args.out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

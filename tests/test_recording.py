@@ -1,0 +1,137 @@
+import os
+import sqlite3
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+
+from traintop.codec import roundtrip
+from traintop.collectors.simulated import Simulator
+from traintop.errors import RecordingError
+from traintop.monitor import Monitor
+from traintop.recording import SCHEMA_VERSION, RecordingReader, RecordingWriter
+
+
+def test_round_trip_frames_and_alerts(tmp_rec):
+    sim = Simulator("starved,memory_creep", gpus=2, seed=5, interval=0.5)
+    frames = sim.frames(400)
+    w = RecordingWriter(tmp_rec, sim.info(), chunk_frames=100)
+    mon = Monitor(sim.info(), recorder=w)
+    for f in frames:
+        mon.ingest(f)
+    mon.close()
+    r = RecordingReader(tmp_rec)
+    got = list(r.frames())
+    assert got == roundtrip(frames)
+    assert r.frame_count == 400
+    assert r.info.gpus == sim.info().gpus
+    assert r.info.interval == 0.5
+    rules = {(a.rule, a.subject) for a in r.alerts()}
+    assert ("starvation", "gpu0") in rules and ("memory_creep", "gpu1") in rules
+    assert all(a.end is not None for a in r.alerts())  # closed when the session ended
+
+
+def test_quantisation_is_small(tmp_rec):
+    sim = Simulator("healthy", seed=1)
+    f = sim.frames(1)[0]
+    g, q = f.gpus[0], roundtrip([f])[0].gpus[0]
+    assert abs(q.power_w - g.power_w) <= 0.05
+    assert abs(q.mem_used - g.mem_used) < 1024 * 1024
+    assert q.reasons == g.reasons and q.sm_clock == g.sm_clock
+
+
+def test_seek_reads_only_the_needed_range(tmp_rec):
+    sim = Simulator("healthy", seed=2, interval=1.0)
+    w = RecordingWriter(tmp_rec, sim.info(), chunk_frames=50)
+    for f in sim.frames(500):
+        w.add(f)
+    w.close()
+    r = RecordingReader(tmp_rec)
+    t = sim.t0 + 250
+    got = list(r.frames(t_from=t, t_to=t + 9))
+    assert [f.t for f in got] == [t + k for k in range(10)]
+
+
+def test_file_is_private_and_never_overwritten(tmp_rec):
+    w = RecordingWriter(tmp_rec, Simulator().info())
+    w.close()
+    assert stat.S_IMODE(os.stat(tmp_rec).st_mode) == 0o600
+    with pytest.raises(RecordingError, match="already exists"):
+        RecordingWriter(tmp_rec, Simulator().info())
+
+
+@pytest.mark.parametrize("content,message", [
+    (b"", "empty"),
+    (b"hello, not a database at all" * 10, "not an SQLite file"),
+    (b"SQLite format 3\x00" + b"\x00" * 200, "damaged"),
+])
+def test_bad_files_get_one_line_errors(tmp_path, content, message):
+    p = tmp_path / "bad.ttrec"
+    p.write_bytes(content)
+    with pytest.raises(RecordingError, match=message):
+        RecordingReader(str(p))
+
+
+def test_other_sqlite_file_is_refused(tmp_path):
+    p = str(tmp_path / "other.db")
+    db = sqlite3.connect(p)
+    db.execute("CREATE TABLE meta(key TEXT, value TEXT)")
+    db.commit()
+    db.close()
+    with pytest.raises(RecordingError, match="not a traintop recording"):
+        RecordingReader(p)
+
+
+def test_newer_version_is_refused(tmp_rec):
+    RecordingWriter(tmp_rec, Simulator().info()).close()
+    db = sqlite3.connect(tmp_rec)
+    db.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION + 1),))
+    db.commit()
+    db.close()
+    with pytest.raises(RecordingError, match="newer traintop"):
+        RecordingReader(tmp_rec)
+
+
+def test_damaged_chunk_is_skipped_not_fatal(tmp_rec):
+    sim = Simulator("healthy", interval=1.0)
+    w = RecordingWriter(tmp_rec, sim.info(), chunk_frames=10)
+    for f in sim.frames(30):
+        w.add(f)
+    w.close()
+    db = sqlite3.connect(tmp_rec)
+    db.execute("UPDATE chunks SET data=? WHERE id=2", (b"garbage",))
+    db.commit()
+    db.close()
+    r = RecordingReader(tmp_rec)
+    assert len(list(r.frames())) == 20
+    assert r.skipped_chunks == 1
+
+
+def test_sigkill_mid_write_loses_at_most_about_a_second(tmp_rec):
+    # A real recorder process, killed with SIGKILL while it writes.
+    code = (
+        "import sys, time\n"
+        "from traintop.collectors.simulated import Simulator\n"
+        "from traintop.recording import RecordingWriter\n"
+        "sim = Simulator('healthy', interval=0.05, t0=time.time())\n"
+        "w = RecordingWriter(sys.argv[1], sim.info(), flush_every=1.0)\n"
+        "print('ready', flush=True)\n"
+        "while True:\n"
+        "    f = sim.next_frame()\n"
+        "    w.add(f)\n"
+        "    time.sleep(max(0, f.t - time.time()))\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code, tmp_rec], stdout=subprocess.PIPE)
+    assert proc.stdout.readline().strip() == b"ready"
+    time.sleep(3.2)
+    killed_at = time.time()
+    proc.kill()
+    proc.wait()
+    r = RecordingReader(tmp_rec)
+    frames = list(r.frames())
+    assert frames, "nothing survived the kill"
+    assert killed_at - frames[-1].t <= 1.5
+    ts = [f.t for f in frames]
+    assert ts == sorted(ts) and len(ts) >= 30

@@ -1,0 +1,68 @@
+import math
+
+from traintop.samples import Frame, GpuSample, HostSample
+from traintop.store import Store, linear_fit
+
+
+def frame(t, util=None, mem=None, host=True):
+    return Frame(t=t, gpus=(GpuSample(index=0, util=util, mem_used=mem),),
+                 host=HostSample(cpu_percent=10.0) if host else None)
+
+
+def test_ring_keeps_only_capacity_and_order():
+    s = Store(capacity=5)
+    for k in range(12):
+        s.add(frame(float(k), util=float(k)))
+    assert len(s) == 5
+    assert s.window("gpu0.util") == [7.0, 8.0, 9.0, 10.0, 11.0]
+    assert s.times() == [7.0, 8.0, 9.0, 10.0, 11.0]
+    assert s.last("gpu0.util", 2) == [10.0, 11.0]
+    assert s.latest_value("gpu0.util") == 11.0
+
+
+def test_missing_values_are_none_not_zero():
+    s = Store(capacity=10)
+    s.add(frame(0.0, util=None))
+    s.add(frame(1.0, util=50.0))
+    assert s.window("gpu0.util") == [None, 50.0]
+    assert s.window_pairs("gpu0.util") == [(1.0, 50.0)]
+
+
+def test_series_absent_from_a_frame_reads_none():
+    s = Store(capacity=10)
+    s.add(frame(0.0, util=1.0, host=True))
+    s.add(frame(1.0, util=2.0, host=False))
+    assert s.window("host.cpu") == [10.0, None]
+
+
+def test_time_window_selects_by_sample_time():
+    s = Store(capacity=100)
+    for k in range(50):
+        s.add(frame(k * 0.5, util=float(k)))
+    w = s.window("gpu0.util", seconds=2.0)
+    assert w == [45.0, 46.0, 47.0, 48.0, 49.0]
+
+
+def test_downsampled_history_bounded_and_correct():
+    s = Store(capacity=10, bucket_s=10.0, history_buckets=3)
+    for k in range(100):
+        s.add(frame(float(k), util=float(k % 10)))
+    h = s.history("gpu0.util")
+    assert len(h) <= 4  # 3 closed buckets + the open one
+    last_closed = h[-2]
+    assert (last_closed.min, last_closed.max, last_closed.mean) == (0.0, 9.0, 4.5)
+
+
+def test_memory_is_bounded_over_a_long_run():
+    s = Store(capacity=50, bucket_s=1.0, history_buckets=20)
+    for k in range(20_000):
+        s.add(frame(float(k), util=1.0))
+    assert len(s) == 50
+    assert len(s.history("gpu0.util")) <= 21
+    assert len(s._times) == 50
+
+
+def test_linear_fit():
+    slope, intercept, r2 = linear_fit([(t, 3.0 * t + 2.0) for t in range(10)])
+    assert math.isclose(slope, 3.0) and math.isclose(intercept, 2.0) and math.isclose(r2, 1.0)
+    assert linear_fit([(1.0, 1.0), (1.0, 2.0)]) is None
