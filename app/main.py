@@ -96,11 +96,11 @@ class TraintopApp(App):
         self.monitor.close()
 
     def on_resize(self, event) -> None:
-        self._apply_size()
+        self._apply_size(event.size)
         self.refresh_view()
 
-    def _apply_size(self) -> None:
-        w, h = self.size
+    def _apply_size(self, size=None) -> None:
+        w, h = size or self.size
         compact = w < COMPACT_WIDTH or h < COMPACT_HEIGHT
         if compact != self._compact:
             self._compact = compact

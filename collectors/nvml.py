@@ -2,9 +2,11 @@
 
 NVML is initialised once and device handles are cached. A field that raises
 NotSupported (or NoPermission) is remembered per device and never asked again; it
-reads as ``None``. Fast fields (1-10 µs each) are read every tick; PCIe throughput
-(~20 ms a call) and total energy (~3 ms) are read by a separate slow thread on its
-own cadence, so they never delay a tick. Any other NVML error on one field of one
+reads as ``None``. Fast fields (1-10 µs each on an H200) are read every tick. Slow
+queries run on a separate thread so they never delay a tick: the utilization sample
+buffer (~2.5 ms a call on an H200; refreshed by the driver ~5 times a second) once a
+second, giving the min/max utilization of the last second on the next tick; PCIe
+throughput (~21 ms a call) and total energy (~3 ms) every ``slow_every`` seconds. Any other NVML error on one field of one
 device leaves that field ``None`` for the tick and is counted, never raised.
 """
 
@@ -82,7 +84,10 @@ class NvmlCollector:
 
     def _info(self, i: int) -> GpuInfo:
         nv, h = self.nv, self.handles[i]
-        mem = self._safe(i, "memory", nv.nvmlDeviceGetMemoryInfo, h)
+        mem = self._safe(i, "memory_v2", nv.nvmlDeviceGetMemoryInfo, h, nv.nvmlMemory_v2) \
+            if hasattr(nv, "nvmlMemory_v2") else None
+        if mem is None:  # v1's total includes memory the driver reserves; v2's is what nvidia-smi shows
+            mem = self._safe(i, "memory", nv.nvmlDeviceGetMemoryInfo, h)
         limit = self._safe(i, "power_limit", nv.nvmlDeviceGetEnforcedPowerLimit, h)
         slowdown = self._safe(i, "temp_slowdown", nv.nvmlDeviceGetTemperatureThreshold, h,
                               nv.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN)
@@ -122,9 +127,11 @@ class NvmlCollector:
         reasons_fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) \
             or nv.nvmlDeviceGetCurrentClocksThrottleReasons
         reasons = self._safe(i, "reasons", reasons_fn, h)
-        util_min, util_max = self._util_window(i)
         with self._slow_lock:
             slow = dict(self._slow[i])
+            # windowed utilization belongs to one tick only, or a 10 Hz trace would repeat it
+            util_min = self._slow[i].pop("util_min", None)
+            util_max = self._slow[i].pop("util_max", None)
         return GpuSample(
             index=i,
             util=float(util.gpu) if util is not None else None,
@@ -175,6 +182,13 @@ class NvmlCollector:
             self._slow_thread = threading.Thread(target=self._slow_loop, name="traintop-nvml-slow", daemon=True)
             self._slow_thread.start()
 
+    def poll_util_window(self) -> None:
+        for i in range(len(self.handles)):
+            lo, hi = self._util_window(i)
+            with self._slow_lock:
+                if lo is not None:
+                    self._slow[i]["util_min"], self._slow[i]["util_max"] = lo, hi
+
     def poll_slow(self) -> None:
         nv = self.nv
         for i, h in enumerate(self.handles):
@@ -182,17 +196,21 @@ class NvmlCollector:
             rx = self._safe(i, "pcie_rx", nv.nvmlDeviceGetPcieThroughput, h, nv.NVML_PCIE_UTIL_RX_BYTES)
             energy = self._safe(i, "energy", nv.nvmlDeviceGetTotalEnergyConsumption, h)
             with self._slow_lock:
-                self._slow[i] = {  # NVML gives KB/s and mJ
+                self._slow[i].update({  # NVML gives KB/s and mJ
                     "pcie_tx": tx * 1024.0 if tx is not None else None,
                     "pcie_rx": rx * 1024.0 if rx is not None else None,
                     "energy_j": energy / 1000.0 if energy is not None else None,
-                }
+                })
 
     def _slow_loop(self) -> None:
+        last_slow = -1e9
         while not self._stop.is_set():
             t = time.monotonic()
-            self.poll_slow()
-            self._stop.wait(max(0.05, self.slow_every - (time.monotonic() - t)))
+            self.poll_util_window()
+            if t - last_slow >= self.slow_every:
+                self.poll_slow()
+                last_slow = t
+            self._stop.wait(max(0.05, 1.0 - (time.monotonic() - t)))
 
     def close(self) -> None:
         self._stop.set()

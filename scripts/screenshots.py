@@ -46,13 +46,15 @@ async def _shot(monitor, feed, mode: str, size, out: str, help_screen: bool = Fa
 
 
 def phase_offsets() -> dict[str, float]:
-    """Seconds from the demo's start to the middle of each phase (from its metadata)."""
-    path = sessions.demo_path()
+    """Moments in the demo (seconds from its start) where each phase's finding shows."""
     from traintop.recording import RecordingReader
 
-    r = RecordingReader(path)
-    phases = r.info.extra.get("phases", {})
-    return {k: float(v) for k, v in phases.items()}
+    r = RecordingReader(sessions.demo_path())
+    mids = {k: float(v) for k, v in r.info.extra.get("phases", {}).items()}
+    bounds = r.info.extra.get("phase_bounds", {})
+    if "leak" in bounds:  # memory shows its creep near the end of the leak phase
+        mids["leak"] = float(bounds["leak"][1]) - 2.0
+    return mids
 
 
 async def default_set(out_dir: str) -> None:

@@ -22,7 +22,7 @@ and says what is wrong and what to try.
 [b]Panels[/b]
   GPU      utilization, power vs its limit, memory, temperature vs the
            slowdown threshold; fixed scales (0–100 %, 0–limit W, 0–total).
-           [PWR CAP] at full load is normal; [THERMAL] means clocks are cut.
+           \\[PWR CAP] at full load is normal; \\[THERMAL] means clocks are cut.
   Host     CPU per core (a saturated core is often a data-loader worker),
            iowait, RAM, swap, disk and network rates.
   Process  the attached job (--pid N): its tree, loader workers, and the

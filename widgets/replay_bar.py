@@ -29,7 +29,7 @@ class ReplayBar(Widget):
             return Text("empty recording", style="dim")
         total = max(self.end - self.start, 1e-9)
         done = self.position - self.start
-        out.append("▶ " if self.playing else "⏸ ", style="bold cyan")
+        out.append("▶ " if self.playing else "‖ ", style="bold cyan")
         label = f" {fmt_duration(done)} / {fmt_duration(total)}  {self.speed:g}×  " \
                 f"{time.strftime('%H:%M:%S', time.localtime(self.position))}"
         width = max(10, (self.size.width or 80) - len(label) - 3)

@@ -37,7 +37,7 @@ class StatusBar(Widget):
         if self.replay:
             out.append("  " + self.replay, style="bold cyan")
         if self.paused:
-            out.append("  ⏸ PAUSED", style="bold yellow")
+            out.append("  ‖ PAUSED", style="bold yellow")
         if self.problem:
             out.append("  ⚠ " + self.problem, style="bold red")
         if self.recording:

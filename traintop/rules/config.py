@@ -8,14 +8,14 @@ from dataclasses import dataclass, fields, replace
 @dataclass(frozen=True)
 class Thresholds:
     # data starvation
-    starvation_window_s: float = 30.0
+    starvation_window_s: float = 20.0
     starvation_idle_util: float = 10.0  # a sample below this is "idle"
     starvation_busy_util: float = 50.0  # a sample at or above this is "busy"
     starvation_min_idle_frac: float = 0.20
     starvation_min_busy_frac: float = 0.10
     starvation_busy_worker_cpu: float = 85.0  # % of a core for a loader worker to count as saturated
     # underuse
-    underuse_window_s: float = 60.0
+    underuse_window_s: float = 30.0
     underuse_power_frac: float = 0.35  # mean power below this share of the limit
     underuse_max_util: float = 60.0
     # thermal and power

@@ -64,7 +64,8 @@ class RuleContext:
     store: Store
     now: float
     config: Thresholds
-    is_active: Callable[[str, str], bool]
+    is_active: Callable[[str, str], bool]  # an alert is raised (possibly waiting to clear)
+    is_holding: Callable[[str, str], bool] = lambda rule, subject: False  # its condition holds now
 
     def gpu_indices(self) -> list[int]:
         frame = self.store.latest
@@ -122,10 +123,13 @@ class RulesEngine:
         if not force and self._last_eval is not None and now - self._last_eval < self.eval_every_s:
             return []
         self._last_eval = now
-        ctx = RuleContext(store=store, now=now, config=self.config, is_active=self._is_active)
+        holding_now: set[tuple[str, str]] = set()
+        ctx = RuleContext(store=store, now=now, config=self.config, is_active=self._is_active,
+                          is_holding=lambda rule_id, subject: (rule_id, subject) in holding_now)
         changed: list[Alert] = []
-        for rule in self.rules:
+        for rule in self.rules:  # in order: a later rule may defer to an earlier one's verdict
             holding = {f.subject: f for f in rule.evaluate(ctx)}
+            holding_now.update((rule.id, subj) for subj in holding)
             for subject, finding in holding.items():
                 tr = self._tracks.setdefault((rule.id, subject), _Track())
                 if tr.first_true is None:

@@ -11,7 +11,7 @@ class MemoryCreep:
     id = "memory_creep"
     title = "Creeping GPU memory"
     severity = Severity.WARNING
-    raise_after = 15.0
+    raise_after = 10.0
     clear_after = 60.0
     remedies = (
         "Look for tensors kept across steps: losses or outputs appended to lists without .item() or .detach().",
@@ -23,26 +23,34 @@ class MemoryCreep:
 
     def evaluate(self, ctx: RuleContext):
         c = ctx.config
-        w = c.creep_window_s
-        store = ctx.store
-        frame = store.latest
+        frame = ctx.store.latest
         for g in frame.gpus if frame else ():
-            i = g.index
-            pairs = store.window_pairs(f"gpu{i}.mem_used", w)
-            if len(pairs) < 10 or pairs[-1][0] - pairs[0][0] < min(w * 0.25, 30.0):
+            found = self._fit(ctx, g)
+            if found is not None:
+                yield found
+
+    def _fit(self, ctx: RuleContext, g):
+        """The shortest recent window (30 s, half the window, the window) with a steady rise:
+        the most recent rate is the one that predicts when memory runs out."""
+        c = ctx.config
+        i = g.index
+        total = g.mem_total or 0
+        min_rise = max(512 * MiB, c.creep_min_rise_frac * total)
+        windows = sorted({min(30.0, c.creep_window_s), c.creep_window_s / 2, c.creep_window_s})
+        for w in windows:
+            pairs = ctx.store.window_pairs(f"gpu{i}.mem_used", w)
+            if len(pairs) < 10 or pairs[-1][0] - pairs[0][0] < 0.8 * w:
                 continue
             fit = linear_fit(pairs)
             if fit is None:
                 continue
             slope, _, r2 = fit
-            span = pairs[-1][0] - pairs[0][0]
             rise = pairs[-1][1] - min(v for _, v in pairs)
-            total = g.mem_total or 0
-            min_rise = max(512 * MiB, c.creep_min_rise_frac * total)
             if slope < c.creep_min_rate_mib_s * MiB or r2 < c.creep_min_r2 or rise < min_rise:
                 continue
+            span = pairs[-1][0] - pairs[0][0]
             used = pairs[-1][1]
-            text = (f"GPU {i} memory rising {slope / GiB:.2f} GiB/s for {span:.0f} s "
+            text = (f"GPU {i} memory rising {slope / GiB:.2f} GiB/s over the last {span:.0f} s "
                     f"({fmt_bytes(pairs[0][1], 'GiB')} → {fmt_bytes(used, 'GiB')}"
                     + (f" of {fmt_bytes(total, 'GiB')})" if total else ")"))
             sev = None
@@ -51,4 +59,5 @@ class MemoryCreep:
                 text += f"; at this rate it is full in {fmt_duration(tto)}"
                 if tto <= c.creep_critical_tto_s:
                     sev = Severity.CRITICAL
-            yield Finding(f"gpu{i}", text, sev)
+            return Finding(f"gpu{i}", text, sev)
+        return None

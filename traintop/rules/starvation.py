@@ -28,6 +28,19 @@ def _idle_gaps(pairs: list[tuple[float, float]], idle: float) -> list[float]:
     return gaps
 
 
+def _idle_to_busy(utils: list[float], idle: float, busy: float) -> int:
+    """Idle-to-busy switches, passing through intermediate readings (0 -> 24 -> 100 counts once)."""
+    state, n = None, 0
+    for v in utils:
+        if v < idle:
+            state = "idle"
+        elif v >= busy:
+            if state == "idle":
+                n += 1
+            state = "busy"
+    return n
+
+
 def _quartiles(xs: list[float]) -> tuple[float, float]:
     s = sorted(xs)
     return s[len(s) // 4], s[(3 * len(s)) // 4]
@@ -37,8 +50,8 @@ class Starvation:
     id = "starvation"
     title = "Data starvation"
     severity = Severity.WARNING
-    raise_after = 10.0
-    clear_after = 20.0
+    raise_after = 8.0
+    clear_after = 15.0
     remedies = (
         "Raise DataLoader num_workers (try the number of free CPU cores per GPU).",
         "Set pin_memory=True and persistent_workers=True; raise prefetch_factor.",
@@ -62,10 +75,7 @@ class Starvation:
             mu = sum(utils) / n
             idle_frac = sum(1 for v in utils if v < c.starvation_idle_util) / n
             busy_frac = sum(1 for v in utils if v >= c.starvation_busy_util) / n
-            transitions = sum(
-                1 for a, b in zip(utils, utils[1:])
-                if a < c.starvation_idle_util and b >= c.starvation_busy_util
-            )
+            transitions = _idle_to_busy(utils, c.starvation_idle_util, c.starvation_busy_util)
             lows = store.window(f"gpu{i}.util_min", w)
             highs = store.window(f"gpu{i}.util_max", w)
             windowed = [(lo, hi) for lo, hi in zip(lows, highs) if lo is not None and hi is not None]
@@ -110,8 +120,6 @@ class Starvation:
             if workers and len(hot) >= max(1, len(workers) // 2):
                 cpu = mean([wk.cpu_percent or 0 for wk in hot])
                 return f"{len(hot)} of {len(workers)} loader workers sit at {cpu:.0f} % CPU"
-            if not workers and (proc.cpu_percent or 0) >= 95:
-                return f"the training process uses {proc.cpu_percent:.0f} % of a core (no loader workers)"
         w = c.starvation_window_s
         iowait = present(ctx.store.window("host.iowait", w))
         if iowait and (m := sum(iowait) / len(iowait)) >= 20:

@@ -11,8 +11,8 @@ class Underuse:
     id = "underuse"
     title = "GPU underused"
     severity = Severity.WARNING
-    raise_after = 30.0
-    clear_after = 30.0
+    raise_after = 15.0
+    clear_after = 20.0
     remedies = (
         "Raise the batch size while memory allows (scale the learning rate with it).",
         "Give each step more work: a larger model per GPU, longer sequences, or several jobs on one GPU (MPS/MIG).",
@@ -27,7 +27,7 @@ class Underuse:
         frame = store.latest
         for g in frame.gpus if frame else ():
             i = g.index
-            if ctx.is_active("starvation", f"gpu{i}"):
+            if ctx.is_holding("starvation", f"gpu{i}"):
                 continue  # starvation explains the low draw better
             power = present(store.window(f"gpu{i}.power", w))
             util = present(store.window(f"gpu{i}.util", w))
@@ -39,7 +39,8 @@ class Underuse:
                 continue
             p_mean = sum(power) / len(power)
             u_mean = sum(util) / len(util)
-            in_use = bool(g.processes) or u_mean >= 3.0
+            # Something must be running: 0 % with a live job is an idle GPU, not an underused one.
+            in_use = u_mean >= 2.0 and (bool(g.processes) or u_mean >= 3.0)
             frac = p_mean / limit
             threshold = c.underuse_power_frac * (1.1 if ctx.is_active(self.id, f"gpu{i}") else 1.0)
             if not in_use or frac >= threshold or u_mean > c.underuse_max_util:
@@ -48,4 +49,10 @@ class Underuse:
                     f"over the last {w:.0f} s at {u_mean:.0f} % utilization")
             if g.mem_total and g.mem_used is not None:
                 text += f"; {fmt_bytes(g.mem_total - g.mem_used)} of memory is free for larger batches"
+            proc = frame.process
+            if proc is not None and proc.alive and proc.members:
+                main = proc.members[0].cpu_percent or 0
+                if main >= 85:
+                    text += (f"; the training process's main thread is CPU-bound ({main:.0f} % of a core):"
+                             " the GPU waits for kernel launches")
             yield Finding(f"gpu{i}", text)

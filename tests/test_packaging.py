@@ -1,0 +1,74 @@
+"""Installed, traintop is one import package; nothing lands top-level as app/widgets/collectors."""
+
+import ast
+import pathlib
+import subprocess
+import sys
+import zipfile
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def test_wheel_has_only_the_traintop_package(tmp_path):
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                    "-w", str(tmp_path), str(REPO)], check=True, capture_output=True)
+    wheel = next(tmp_path.glob("traintop-*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {n.split("/")[0] for n in names}
+    assert {t for t in top if not t.endswith(".dist-info")} == {"traintop"}
+    for must in ("traintop/app/main.py", "traintop/app/traintop.tcss", "traintop/widgets/gpu_panel.py",
+                 "traintop/collectors/nvml.py", "traintop/demo/h200-demo.ttrec"):
+        assert must in names
+
+
+def test_installed_layout_maps_the_users_folders(tmp_path):
+    # A clean interpreter outside the checkout sees only what the install provides.
+    code = (
+        "import importlib.util, pathlib\n"
+        "import traintop.app, traintop.collectors, traintop.widgets\n"
+        "assert pathlib.Path(traintop.app.__file__).parent.name == 'app'\n"
+        "assert pathlib.Path(traintop.collectors.__file__).parent.name == 'collectors'\n"
+        "assert pathlib.Path(traintop.widgets.__file__).parent.name == 'widgets'\n"
+        "clash = [n for n in ('app', 'widgets', 'collectors') if importlib.util.find_spec(n)]\n"
+        "assert not clash, clash\n"
+    )
+    subprocess.run([sys.executable, "-I", "-c", code], check=True, cwd=tmp_path)
+
+
+CORE_DIRS = [REPO / "traintop", REPO / "collectors"]
+
+
+def _imports(path: pathlib.Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out.add(node.module.split(".")[0])
+            if node.module.startswith("traintop.app") or node.module.startswith("traintop.widgets"):
+                out.add("traintop-ui")
+    return out
+
+
+def test_core_never_imports_textual_statically():
+    offenders = []
+    for d in CORE_DIRS:
+        for f in d.rglob("*.py"):
+            imports = _imports(f)
+            if {"textual", "rich", "traintop-ui"} & imports and f.name != "cli.py":
+                offenders.append(str(f.relative_to(REPO)))
+    assert offenders == []
+
+
+def test_core_never_imports_textual_at_run_time():
+    code = (
+        "import sys\n"
+        "import traintop.store, traintop.rules, traintop.recording, traintop.codec, traintop.monitor\n"
+        "import traintop.feeds, traintop.sessions, traintop.view, traintop.live\n"
+        "import traintop.collectors.nvml, traintop.collectors.host, traintop.collectors.process\n"
+        "import traintop.collectors.simulated\n"
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('textual', 'rich')]\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
