@@ -16,15 +16,14 @@ pick_python() {
     return 1
 }
 
-ensure_venv() {  # $1: "runtime" or "test"
-    local extras="" stamp want
+ensure_venv() {  # $1: "runtime" or "test" (a test install also serves runtime)
+    local extras="" want
     [ "$1" = "test" ] && extras="[test]"
-    want="$(cat "$REPO/pyproject.toml" | sha256sum | cut -c1-16)$extras"
-    stamp="$VENV/.traintop-installed"
-    if [ -x "$VENV/bin/python" ] && [ -f "$stamp" ] && grep -qxF -- "$want" "$stamp"; then
-        return 0
-    fi
-    if [ ! -x "$VENV/bin/python" ]; then
+    want="$(sha256sum < "$REPO/pyproject.toml" | cut -c1-16)"
+    if [ -x "$VENV/bin/python" ]; then
+        grep -qxF -- "$want" "$VENV/.traintop-$1" 2>/dev/null && return 0
+        [ "$1" = "runtime" ] && grep -qxF -- "$want" "$VENV/.traintop-test" 2>/dev/null && return 0
+    else
         local py; py="$(pick_python)" || return 1
         echo "traintop: creating $VENV with $py" >&2
         "$py" -m venv "$VENV" || { echo "traintop: could not create a virtual environment (install python3-venv)" >&2; return 1; }
@@ -33,7 +32,5 @@ ensure_venv() {  # $1: "runtime" or "test"
     "$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null 2>&1 || true
     "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "$REPO$extras" \
         || { echo "traintop: installing dependencies failed (see pip's message above)" >&2; return 1; }
-    # A runtime-only install must not erase the record of a test install, and vice versa.
-    { [ -f "$stamp" ] && grep -vF -- "${want%\[test\]}" "$stamp"; echo "$want"; } > "$stamp.new" 2>/dev/null || echo "$want" > "$stamp.new"
-    mv "$stamp.new" "$stamp"
+    echo "$want" > "$VENV/.traintop-$1"
 }
