@@ -115,6 +115,7 @@ class ReplayFeed(Feed):
         self._wall: float | None = None
         if self.t_start is not None:
             self._open_at(self.t_start)
+            self._emit_until(self.t_start)  # something to show before the clock starts
 
     # -- iteration -----------------------------------------------------------
     def _open_at(self, t: float) -> None:
