@@ -28,7 +28,7 @@ class GpuPanel(Widget):
         self.compact = compact
         info, s = view.info, view.sample
         self.border_title = f"GPU {self.index} · {info.name}"
-        self.border_subtitle = " ".join(f"[{b}]" for b in view.badges)
+        self.border_subtitle = " ".join(f"\\[{b}]" for b in view.badges)  # escaped: not a markup tag
         self.set_class(view.alert_level == 2, "-warning")
         self.set_class(view.alert_level >= 3, "-critical")
         self.refresh()
