@@ -69,6 +69,8 @@ class TraintopApp(App):
         self._pending = False
         self._compact: bool | None = None
         self.last_view: View | None = None
+        self._status: StatusBar | None = None  # set on mount
+        self._panels: list[GpuPanel] = []
 
     # -- layout -----------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -84,6 +86,14 @@ class TraintopApp(App):
         yield Footer()
 
     def on_mount(self) -> None:
+        # References, not queries: app.query_one searches the active screen, which is the
+        # help screen while it is open.
+        self._status = self.query_one(StatusBar)
+        self._gpus = self.query_one("#gpus", VerticalScroll)
+        self._host = self.query_one(HostPanel)
+        self._process = self.query_one(ProcessPanel)
+        self._alerts = self.query_one(AlertsPanel)
+        self._replay_bar = self.query_one(ReplayBar) if isinstance(self.feed, ReplayFeed) else None
         self._apply_size()
         self.refresh_view()
         if self.banner:
@@ -119,30 +129,30 @@ class TraintopApp(App):
 
     def on_frame_ready(self, _: FrameReady) -> None:
         self._pending = False
-        if not self.paused:
+        if not self.paused and self.is_running:
             self.refresh_view()
 
     def refresh_view(self) -> None:
+        if self._status is None:  # not mounted yet (a resize comes first)
+            return
         view = build_view(self.monitor)
         self.last_view = view
         compact = self.compact
         with self.batch_update():
             self._show_status(view)
-            gpus = self.query_one("#gpus", VerticalScroll)
-            panels = list(gpus.query(GpuPanel))
-            if len(panels) != len(view.gpus):
-                for p in panels:
+            if [p.index for p in self._panels] != [g.sample.index for g in view.gpus]:
+                for p in self._panels:
                     p.remove()
-                panels = [GpuPanel(g.sample.index) for g in view.gpus]
-                gpus.mount_all(panels)
-            for panel, gv in zip(panels, view.gpus):
+                self._panels = [GpuPanel(g.sample.index) for g in view.gpus]
+                self._gpus.mount_all(self._panels)
+            for panel, gv in zip(self._panels, view.gpus):
                 panel.show(gv, compact)
-            self.query_one(HostPanel).show(view.host, compact)
-            self.query_one(ProcessPanel).show(view.process, compact)
-            self._show_alerts(view, compact)
-            if isinstance(self.feed, ReplayFeed):
+            self._host.show(view.host, compact)
+            self._process.show(view.process, compact)
+            self._alerts.show(view.active, view.recent, view.t, compact)
+            if self._replay_bar is not None:
                 f = self.feed
-                self.query_one(ReplayBar).show(f.t_start, f.t_end, f.position, f.speed, f.playing)
+                self._replay_bar.show(f.t_start, f.t_end, f.position, f.speed, f.playing)
 
     def _show_status(self, view: View) -> None:
         names = {}
@@ -159,13 +169,10 @@ class TraintopApp(App):
         replay = None
         if isinstance(self.feed, ReplayFeed) and self.feed.at_end:
             replay = "end of recording"
-        self.query_one(StatusBar).show(
+        self._status.show(
             mode=self.mode, text=" · ".join(b for b in bits if b), t=view.t, paused=self.paused,
             recording=rec.path if rec is not None and not view.recording_error else None,
             problem=problem, replay=replay)
-
-    def _show_alerts(self, view: View, compact: bool) -> None:
-        self.query_one(AlertsPanel).show(view.active, view.recent, view.t, compact)
 
     # -- actions --------------------------------------------------------------------
     def action_help(self) -> None:

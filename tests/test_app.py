@@ -198,3 +198,18 @@ def test_recording_failure_is_shown_and_live_view_goes_on():
             feed.step()
             assert monitor.store.frames_seen == n + 1
     run(go())
+
+
+def test_updates_continue_while_help_is_open():
+    async def go():
+        app, monitor, feed = sim_app(start_feed=True, interval=0.05, history_s=5)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await pilot.press("question_mark")
+            assert isinstance(app.screen, HelpScreen)
+            shown = app.last_view.t
+            await asyncio.sleep(0.5)
+            await pilot.pause()
+            assert app.last_view.t > shown  # the main screen kept updating underneath
+            await pilot.press("escape")
+            assert not isinstance(app.screen, HelpScreen)
+    run(go())

@@ -1,8 +1,9 @@
 """One self-describing SQLite file per session: metadata, compressed frame chunks, alerts.
 
-Written incrementally: every ``flush_every`` seconds the open chunk (which grows up to
-``chunk_frames`` frames) is rewritten and committed, so a process killed with SIGKILL
-loses at most about a second, while chunks stay large enough to compress well.
+Written incrementally: every ``flush_every`` seconds the new samples are committed as a
+small chunk, so a process killed with SIGKILL loses at most about a second. Once the small
+chunks hold ``chunk_frames`` samples they are replaced, in one transaction, by a single
+large chunk that compresses well. Each sample is encoded at most twice.
 Nothing is ever unpickled or evaluated: a recording is untrusted input.
 """
 
@@ -75,6 +76,8 @@ class RecordingWriter:
             fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
             os.close(fd)
             self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+            # Merged-away small chunks leave free pages; reclaim them on close.
+            self._db.execute("PRAGMA auto_vacuum=INCREMENTAL")
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(_SCHEMA)
@@ -87,8 +90,9 @@ class RecordingWriter:
             raise RecordingError(f"cannot create {path}: {e.strerror or e}") from None
         except sqlite3.Error as e:
             raise RecordingError(f"cannot create {path}: {e}") from None
-        self._chunk_id: int | None = None
-        self._buf: list[Frame] = []
+        self._small_ids: list[int] = []  # committed small chunks not yet merged
+        self._small_frames: list[Frame] = []
+        self._buf: list[Frame] = []  # not yet committed
         self._dirty_alerts: dict[int, Alert] = {}
         self._last_flush = clock()
         self.frames_written = 0
@@ -117,21 +121,26 @@ class RecordingWriter:
         if self._clock() - self._last_flush >= self.flush_every:
             self.flush()
 
+    @staticmethod
+    def _row(frames: list[Frame]) -> tuple:
+        return (frames[0].t, frames[-1].t, len(frames), CODEC, encode(frames))
+
     def flush(self) -> None:
-        """Commit the open chunk and changed alerts. Raises RecordingError (disk full, ...)."""
+        """Commit new samples and changed alerts. Raises RecordingError (disk full, ...)."""
         if self.closed:
             return
+        merge = len(self._small_frames) + len(self._buf) >= self.chunk_frames
         try:
             with self._tx():
-                if self._buf:
-                    blob = encode(self._buf)
-                    row = (self._buf[0].t, self._buf[-1].t, len(self._buf), CODEC, blob)
-                    if self._chunk_id is None:
-                        cur = self._db.execute("INSERT INTO chunks(t0, t1, n, codec, data) VALUES (?,?,?,?,?)", row)
-                        self._chunk_id = cur.lastrowid
-                    else:
-                        self._db.execute("UPDATE chunks SET t0=?, t1=?, n=?, codec=?, data=? WHERE id=?",
-                                         row + (self._chunk_id,))
+                if merge:
+                    frames = self._small_frames + self._buf
+                    self._db.execute("INSERT INTO chunks(t0, t1, n, codec, data) VALUES (?,?,?,?,?)",
+                                     self._row(frames))
+                    self._db.executemany("DELETE FROM chunks WHERE id=?", [(i,) for i in self._small_ids])
+                elif self._buf:
+                    cur = self._db.execute("INSERT INTO chunks(t0, t1, n, codec, data) VALUES (?,?,?,?,?)",
+                                           self._row(self._buf))
+                    new_id = cur.lastrowid
                 for a in self._dirty_alerts.values():
                     self._db.execute(
                         "INSERT OR REPLACE INTO alerts VALUES (?,?,?,?,?,?,?,?,?)",
@@ -139,11 +148,14 @@ class RecordingWriter:
                          json.dumps(list(a.remedies))))
         except sqlite3.Error as e:
             raise RecordingError(f"writing {self.path} failed: {e}") from None
+        self.frames_written += len(self._buf)
+        if merge:
+            self._small_ids, self._small_frames = [], []
+        elif self._buf:
+            self._small_ids.append(new_id)
+            self._small_frames.extend(self._buf)
+        self._buf = []
         self._dirty_alerts.clear()
-        if len(self._buf) >= self.chunk_frames:
-            self.frames_written += len(self._buf)
-            self._buf = []
-            self._chunk_id = None
         self._last_flush = self._clock()
 
     def close(self) -> None:
@@ -151,8 +163,7 @@ class RecordingWriter:
             return
         try:
             self.flush()
-            self.frames_written += len(self._buf)
-            self._buf = []
+            self._db.execute("PRAGMA incremental_vacuum")
             # Leave one self-contained file behind (no -wal/-shm beside it).
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             self._db.execute("PRAGMA journal_mode=DELETE")

@@ -160,6 +160,17 @@ class Store:
     def _phys(self, i: int) -> int:
         return (self._head - self._n + i) % self.capacity
 
+    def _slice(self, arr: array, start: int) -> list[float]:
+        """Logical items start..n-1 of a ring array, in order (one or two slices)."""
+        a = self._phys(start)
+        count = self._n - start
+        if count <= 0:
+            return []
+        end = a + count
+        if end <= self.capacity:
+            return arr[a:end].tolist()
+        return arr[a:].tolist() + arr[: end - self.capacity].tolist()
+
     def _first_index_at_or_after(self, t0: float) -> int:
         lo, hi = 0, self._n
         times = self._times
@@ -183,8 +194,7 @@ class Store:
         return (self.t_last - self.t_first) if self._n > 1 else 0.0
 
     def times(self, seconds: float | None = None) -> list[float]:
-        start = self._start_index(seconds)
-        return [self._times[self._phys(i)] for i in range(start, self._n)]
+        return self._slice(self._times, self._start_index(seconds))
 
     def _start_index(self, seconds: float | None) -> int:
         if seconds is None or not self._n:
@@ -196,12 +206,7 @@ class Store:
         col = self._values.get(key)
         if col is None:
             return []
-        start = self._start_index(seconds)
-        out = []
-        for i in range(start, self._n):
-            v = col[self._phys(i)]
-            out.append(None if v != v else v)
-        return out
+        return [None if v != v else v for v in self._slice(col, self._start_index(seconds))]
 
     def window_pairs(self, key: str, seconds: float | None = None) -> list[tuple[float, float]]:
         """(t, value) pairs over the window, missing values left out."""
@@ -209,13 +214,7 @@ class Store:
         if col is None:
             return []
         start = self._start_index(seconds)
-        out = []
-        for i in range(start, self._n):
-            p = self._phys(i)
-            v = col[p]
-            if v == v:
-                out.append((self._times[p], v))
-        return out
+        return [(t, v) for t, v in zip(self._slice(self._times, start), self._slice(col, start)) if v == v]
 
     def last(self, key: str, n: int) -> list[float | None]:
         """The last ``n`` values of ``key`` (fewer if not held), oldest first."""
@@ -223,11 +222,7 @@ class Store:
         if col is None:
             return []
         n = min(n, self._n)
-        out = []
-        for i in range(self._n - n, self._n):
-            v = col[self._phys(i)]
-            out.append(None if v != v else v)
-        return out
+        return [None if v != v else v for v in self._slice(col, self._n - n)]
 
     def latest_value(self, key: str) -> float | None:
         col = self._values.get(key)

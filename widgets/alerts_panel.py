@@ -28,8 +28,15 @@ class AlertsPanel(VerticalScroll):
     def compose(self) -> ComposeResult:
         yield Static(id="alerts-body")
 
+    _shown: tuple | None = None
+
     def show(self, active: list[Alert], recent: list[Alert], now: float | None, compact: bool) -> None:
-        self.query_one("#alerts-body", Static).update(self.render_alerts(active, recent, now, compact))
+        text = self.render_alerts(active, recent, now, compact)
+        key = (text.plain, compact)
+        if key == self._shown:
+            return  # Static.update() re-lays out the whole screen: only when the words change
+        self._shown = key
+        self.query_one("#alerts-body", Static).update(text)
         n = len(active)
         self.border_title = f"Alerts ({n} active)" if n else "Alerts"
         self.set_class(any(a.severity >= 2 for a in active), "-firing")

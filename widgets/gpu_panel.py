@@ -27,8 +27,12 @@ class GpuPanel(Widget):
         self.view = view
         self.compact = compact
         info, s = view.info, view.sample
-        self.border_title = f"GPU {self.index} · {info.name}"
-        self.border_subtitle = " ".join(f"\\[{b}]" for b in view.badges)  # escaped: not a markup tag
+        title = f"GPU {self.index} · {info.name}"
+        subtitle = " ".join(f"\\[{b}]" for b in view.badges)  # escaped: not a markup tag
+        if title != self.border_title:
+            self.border_title = title
+        if subtitle != self.border_subtitle:
+            self.border_subtitle = subtitle
         self.set_class(view.alert_level == 2, "-warning")
         self.set_class(view.alert_level >= 3, "-critical")
         self.refresh()
@@ -71,7 +75,7 @@ class GpuPanel(Widget):
         width = self.content_size.width or self.size.width
         if self.compact:
             return self._render_compact(width)
-        out = Text()
+        out = Text(no_wrap=True, overflow="ellipsis")
         label_w, value_w = 5, 16
         sw = max(4, width - label_w - value_w - 1)
         for label, series, lo, hi, style, value in self._rows():
@@ -83,7 +87,7 @@ class GpuPanel(Widget):
 
     def _render_compact(self, width: int) -> Text:
         v, s = self.view, self.view.sample
-        out = Text()
+        out = Text(no_wrap=True, overflow="ellipsis")
         out.append(f"GPU {self.index} ", style="bold")
         out.append(v.info.name.replace("NVIDIA ", ""), style="bold")
         for b in v.badges:

@@ -27,7 +27,7 @@ class HostPanel(Widget):
             return Text("no host data", style="dim")
         width = self.content_size.width or self.size.width
         ram_frac = h.mem_used / h.mem_total if h.mem_used is not None and h.mem_total else None
-        out = Text()
+        out = Text(no_wrap=True, overflow="ellipsis")
         if self.compact:
             out.append("CPU ", style="bold")
             out.append(f"{h.cpu_percent or 0:3.0f} %", style=level_style((h.cpu_percent or 0) / 100, 0.85, 0.95))

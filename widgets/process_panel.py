@@ -28,7 +28,7 @@ class ProcessPanel(Widget):
     def render(self) -> Text:
         v = self.view
         p = v.sample if v else None
-        out = Text()
+        out = Text(no_wrap=True, overflow="ellipsis")
         if p is None:
             out.append("No process attached. ", style="dim")
             out.append("traintop --pid N", style="bold")

@@ -24,7 +24,7 @@ class ReplayBar(Widget):
         self.refresh()
 
     def render(self) -> Text:
-        out = Text()
+        out = Text(no_wrap=True, overflow="ellipsis")
         if self.start is None or self.position is None:
             return Text("empty recording", style="dim")
         total = max(self.end - self.start, 1e-9)

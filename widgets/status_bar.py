@@ -30,7 +30,7 @@ class StatusBar(Widget):
 
     def render(self) -> Text:
         # Most important first: a narrow pane truncates from the right.
-        out = Text()
+        out = Text(no_wrap=True, overflow="ellipsis")
         out.append(f" {self.mode.upper()} ", style=MODE_STYLE.get(self.mode, "reverse"))
         if self.t is not None:
             out.append(" " + time.strftime("%H:%M:%S", time.localtime(self.t)), style="bold")
