@@ -125,11 +125,12 @@ class RecordingWriter:
     def _row(frames: list[Frame]) -> tuple:
         return (frames[0].t, frames[-1].t, len(frames), CODEC, encode(frames))
 
-    def flush(self) -> None:
+    def flush(self, final: bool = False) -> None:
         """Commit new samples and changed alerts. Raises RecordingError (disk full, ...)."""
         if self.closed:
             return
-        merge = len(self._small_frames) + len(self._buf) >= self.chunk_frames
+        pending = len(self._small_frames) + len(self._buf)
+        merge = pending >= self.chunk_frames or (final and len(self._small_ids) + bool(self._buf) > 1)
         try:
             with self._tx():
                 if merge:
@@ -162,8 +163,8 @@ class RecordingWriter:
         if self.closed:
             return
         try:
-            self.flush()
-            self._db.execute("PRAGMA incremental_vacuum")
+            self.flush(final=True)
+            self._db.execute("PRAGMA incremental_vacuum").fetchall()  # one page per step
             # Leave one self-contained file behind (no -wal/-shm beside it).
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             self._db.execute("PRAGMA journal_mode=DELETE")
