@@ -164,7 +164,7 @@ class RecordingWriter:
             return
         try:
             self.flush(final=True)
-            self._db.execute("PRAGMA incremental_vacuum").fetchall()  # one page per step
+            self._db.executescript("PRAGMA incremental_vacuum;")  # runs to completion (execute frees one page)
             # Leave one self-contained file behind (no -wal/-shm beside it).
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             self._db.execute("PRAGMA journal_mode=DELETE")
