@@ -20,6 +20,18 @@ def _is_loader_worker(name: str, cmdline: list[str]) -> bool:
     return "multiprocessing" in joined and ("spawn_main" in joined or "forkserver" in joined)
 
 
+def ns_pids(pid: int) -> tuple[int, ...]:
+    """This PID as seen from nested PID namespaces (NSpid), e.g. inside a container."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("NSpid:"):
+                    return tuple(int(x) for x in line.split()[1:])
+    except (OSError, ValueError):
+        pass
+    return (pid,)
+
+
 def check_attachable(pid: int) -> psutil.Process:
     """The process for ``pid``, or a TraintopError that says in one line why not."""
     if pid <= 0:
@@ -45,6 +57,7 @@ class ProcessCollector:
         self._root = check_attachable(pid)
         self._clock = clock
         self._known: dict[int, psutil.Process] = {}
+        self._ns: dict[int, tuple[int, ...]] = {}
         self._last_io: tuple[float, int, int] | None = None
         self.name = self._root.name()
         try:
@@ -65,8 +78,16 @@ class ProcessCollector:
         for pid in list(self._known):
             if pid not in alive:
                 del self._known[pid]
+                self._ns.pop(pid, None)
         self._known.update(alive)
         return list(alive.values())
+
+    def channel_pids(self) -> set[int]:
+        """Every PID under which a probe of this job may have named its socket."""
+        out = {self.pid}
+        for pids in self._ns.values():
+            out.update(pids)
+        return out
 
     def sample(self) -> ProcessSample:
         if self.ended_at is not None or not self._root.is_running():
@@ -94,6 +115,8 @@ class ProcessCollector:
                         io_ok = False
             except psutil.Error:
                 continue
+            if p.pid not in self._ns:
+                self._ns[p.pid] = ns_pids(p.pid)
             members.append(ProcInfo(p.pid, name, cpu, rss, threads, _is_loader_worker(name, cmd)))
         if not members:
             self.ended_at = time.time()

@@ -23,6 +23,7 @@ from traintop.samples import (
     HostSample,
     ProcessSample,
     ProcInfo,
+    RankSample,
     SessionInfo,
 )
 from traintop.units import GiB, MiB
@@ -52,7 +53,8 @@ class Simulator:
     """Produces frames for ``scenario`` (one name, or a comma list: one per GPU, cycled)."""
 
     def __init__(self, scenario: str = "healthy", gpus: int = 1, seed: int = 0,
-                 interval: float = 0.5, t0: float = 1_790_000_000.0) -> None:
+                 interval: float = 0.5, t0: float = 1_790_000_000.0, probe: bool = True) -> None:
+        self.probe = probe
         names = [s.strip() for s in scenario.split(",") if s.strip()]
         bad = [s for s in names if s not in SCENARIOS]
         if not names or bad:
@@ -90,7 +92,33 @@ class Simulator:
 
     def frame_at(self, t: float) -> Frame:
         gpus = tuple(self._gpu(i, s, t) for i, s in enumerate(self.scenarios))
-        return Frame(t=t, gpus=gpus, host=self._host(t), process=self._process(t))
+        return Frame(t=t, gpus=gpus, host=self._host(t), process=self._process(t), ranks=self._ranks(t, gpus))
+
+    def _ranks(self, t: float, gpus) -> tuple[RankSample, ...]:
+        """What a probe in each rank (one per GPU with a job) would report."""
+        if not self.probe:
+            return ()
+        out = []
+        for g, scenario in zip(gpus, self.scenarios):
+            if scenario == "idle" or not g.processes:
+                continue
+            r = _rng(self.seed, "rank", g.index, round(t * 1000))
+            nvml = g.processes[0].used_bytes
+            reserved = int(nvml - 520 * MiB)
+            allocated = int(reserved * (0.62 + 0.05 * r.random()))
+            if scenario == "memory_creep":
+                allocated = int(reserved - 300 * MiB * r.random())
+            step = {"healthy": 0.081, "starved": 0.80, "underused": 0.004, "thermal": 0.11,
+                    "memory_creep": 0.125}[scenario] * (0.95 + 0.1 * r.random())
+            wait = {"starved": 0.62, "underused": 0.01}.get(scenario, 0.02) * (0.9 + 0.2 * r.random())
+            steps = int((t - self.t0) / step)
+            out.append(RankSample(
+                pid=TRAIN_PID + g.index, rank=g.index, world_size=len(gpus), device=g.index, cuda=True,
+                allocated=allocated, reserved=reserved, peak=max(allocated, int(reserved * 0.9)),
+                active=allocated, inactive_split=int((reserved - allocated) * 0.1), alloc_retries=0, ooms=0,
+                steps=steps, step_time=step, steps_per_s=1 / step, input_wait=min(1.0, wait), age=0.1,
+            ))
+        return tuple(out)
 
     # -- starvation timing: busy for part of each ~1.6 s cycle -----------
     def _busy(self, gpu: int, t: float) -> bool:

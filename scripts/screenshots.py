@@ -85,8 +85,6 @@ async def live_set(seconds: float, pid: int | None, out_dir: str, interval: floa
         await asyncio.sleep(max(1.0, interval * 2))
         await pilot.pause()
         app.save_screenshot("live-80x24.svg", path=out_dir)
-    for sl in getattr(feed, "closers", []):
-        sl()
     print("wrote live screenshots to", out_dir)
 
 

@@ -73,6 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--fast", action="store_true", help="with --simulate: generate --duration seconds at once")
     r.add_argument("--quiet", action="store_true")
 
+    run = sub.add_parser("run", parents=[common], help="start a training command with the probe and attach to it",
+                         usage="traintop run [--record FILE] [--no-ui] [--log FILE] -- COMMAND ...")
+    run.add_argument("--no-ui", action="store_true", help="no dashboard: wait for the job (with --record)")
+    run.add_argument("--log", metavar="FILE", help="the job's output (default: a file in traintop's private directory)")
+    run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="COMMAND")
+
     rp = sub.add_parser("replay", parents=[common], help="replay a recording in the dashboard")
     rp.add_argument("file")
     rp.add_argument("--speed", type=_seconds, default=1.0, help="playback speed (default 1)")
@@ -121,6 +127,35 @@ def cmd_simulate(args) -> int:
     return _run_app(monitor, feed, "simulated")
 
 
+def cmd_run(args) -> int:
+    from traintop import sessions
+    from traintop.launch import launch
+
+    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    proc, log = launch(cmd, args.log)
+    print(f"traintop: started PID {proc.pid} with the probe: {' '.join(cmd)}; its output goes to {log}",
+          file=sys.stderr)
+    monitor, feed = sessions.live_session(args.interval, pid=proc.pid, record=args.record, require_gpu=False)
+    if args.no_ui:
+        try:
+            feed.start()
+            rc = proc.wait()
+        except KeyboardInterrupt:
+            proc.terminate()
+            rc = proc.wait()
+        finally:
+            time.sleep(args.interval * 2)  # a last sample shows the end
+            feed.stop()
+            monitor.close()
+        print(f"traintop: the job exited with {rc}" + (f"; recorded to {args.record}" if args.record else ""),
+              file=sys.stderr)
+        return rc
+    _run_app(monitor, feed, "live")
+    if proc.poll() is None:
+        print(f"traintop: the job (PID {proc.pid}) goes on; its output: {log}", file=sys.stderr)
+    return 0
+
+
 def cmd_replay(args) -> int:
     from traintop import sessions
 
@@ -153,8 +188,6 @@ def cmd_record(args) -> int:
             _record_until_stopped(feed, args.duration)
     finally:
         feed.stop()
-        for close in getattr(feed, "closers", []):
-            close()
         monitor.close()
     if monitor.recording_error:
         raise TraintopError(f"{monitor.recording_error} (samples up to the error are kept)")
@@ -183,7 +216,8 @@ def _record_until_stopped(feed, duration: float | None) -> None:
         signal.signal(signal.SIGTERM, old)
 
 
-COMMANDS = {None: cmd_live, "demo": cmd_demo, "simulate": cmd_simulate, "record": cmd_record, "replay": cmd_replay}
+COMMANDS = {None: cmd_live, "demo": cmd_demo, "simulate": cmd_simulate, "record": cmd_record, "replay": cmd_replay,
+            "run": cmd_run}
 
 
 COMMON_DEFAULTS = {"interval": 0.5, "pid": None, "record": None}

@@ -12,7 +12,7 @@ import zlib
 from typing import Any
 
 from traintop.errors import RecordingError
-from traintop.samples import Frame, GpuProcess, GpuSample, HostSample, ProcessSample, ProcInfo
+from traintop.samples import Frame, GpuProcess, GpuSample, HostSample, ProcessSample, ProcInfo, RankSample
 from traintop.units import MiB
 
 CODEC = "cols1+zlib"
@@ -34,6 +34,12 @@ HOST_FIELDS = {
     "net_rx": 1e-3, "net_tx": 1e-3,
 }
 PROC_FIELDS = {"cpu_percent": 10, "rss": _BYTES, "threads": 1, "read_rate": 1e-3, "write_rate": 1e-3}
+RANK_FIELDS = {
+    "pid": 1, "rank": 1, "world_size": 1, "device": 1, "allocated": _BYTES, "reserved": _BYTES, "peak": _BYTES,
+    "active": _BYTES, "inactive_split": _BYTES, "alloc_retries": 1, "ooms": 1, "steps": 1,
+    "step_time": 1e5, "steps_per_s": 100, "input_wait": 1000, "age": 100,
+}
+RANK_INT_FIELDS = {"pid", "rank", "world_size", "device", "alloc_retries", "ooms", "steps"}
 
 
 def _q(v: Any, scale) -> int | None:
@@ -79,6 +85,11 @@ def _row(frame: Frame) -> dict[str, Any]:
             [m.pid, m.name, _q(m.cpu_percent, 10), _q(m.rss, _BYTES), m.threads, 1 if m.is_loader_worker else 0]
             for m in pr.members
         ]
+    for j, r in enumerate(frame.ranks):
+        p = f"r{j}."
+        for name, scale in RANK_FIELDS.items():
+            row[p + name] = _q(getattr(r, name), scale)
+        row[p + "cuda"] = 1 if r.cuda else 0
     return row
 
 
@@ -170,7 +181,14 @@ def _frame(t: float, row: dict[str, Any]) -> Frame:
         )
         proc = ProcessSample(pid=int(row["p.pid"]), alive=bool(row.get("p.alive")), name=str(row.get("p.name") or ""),
                              cmdline=str(row.get("p.cmd") or ""), members=members, **kw)
-    return Frame(t=t, gpus=tuple(gpus), host=host, process=proc)
+    ranks = []
+    for j in sorted({int(k[1:k.index(".")]) for k in row if k.startswith("r") and "." in k}):
+        p = f"r{j}."
+        if row.get(p + "pid") is None:
+            continue
+        kw = {name: _dq(row.get(p + name), scale, name in RANK_INT_FIELDS) for name, scale in RANK_FIELDS.items()}
+        ranks.append(RankSample(cuda=bool(row.get(p + "cuda")), **kw))
+    return Frame(t=t, gpus=tuple(gpus), host=host, process=proc, ranks=tuple(ranks))
 
 
 def roundtrip(frames: list[Frame]) -> list[Frame]:

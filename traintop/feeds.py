@@ -34,6 +34,7 @@ class Feed:
         self._notify: Notify = lambda: None
         self.ticks = 0
         self.late_ticks = 0
+        self.closers: list[Callable[[], None]] = []  # run once the thread has stopped
 
     def start(self, notify: Notify | None = None) -> None:
         if notify is not None:
@@ -46,6 +47,12 @@ class Feed:
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=2.0)
+        closers, self.closers = self.closers, []
+        for close in closers:
+            try:
+                close()
+            except Exception:  # shutting down: nothing useful to report
+                pass
 
     def _run(self) -> None:
         start = time.monotonic()

@@ -8,10 +8,11 @@ from traintop.samples import Frame
 
 
 class LiveSampler:
-    def __init__(self, gpu=None, host=None, process=None, clock=time.time) -> None:
+    def __init__(self, gpu=None, host=None, process=None, probes=None, clock=time.time) -> None:
         self.gpu = gpu
         self.host = host
         self.process = process
+        self.probes = probes
         self._clock = clock
 
     def next_frame(self) -> Frame:
@@ -19,8 +20,13 @@ class LiveSampler:
         gpus = self.gpu.sample() if self.gpu is not None else ()
         host = self.host.sample() if self.host is not None else None
         proc = self.process.sample() if self.process is not None else None
-        return Frame(t=t, gpus=gpus, host=host, process=proc)
+        ranks = ()
+        if self.probes is not None and proc is not None and proc.alive:
+            ranks = self.probes.sample(self.process.channel_pids())
+        return Frame(t=t, gpus=gpus, host=host, process=proc, ranks=ranks)
 
     def close(self) -> None:
         if self.gpu is not None:
             self.gpu.close()
+        if self.probes is not None:
+            self.probes.close()

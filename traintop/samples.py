@@ -139,6 +139,7 @@ class Frame:
     gpus: tuple[GpuSample, ...] = ()
     host: HostSample | None = None
     process: ProcessSample | None = None
+    ranks: tuple["RankSample", ...] = ()  # from probes inside the attached job
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,3 +154,30 @@ class SessionInfo:
     interval: float = 0.5
     label: str = ""
     extra: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class RankSample:
+    """What the probe inside one training process (one rank) reports."""
+
+    pid: int
+    rank: int | None = None
+    world_size: int | None = None
+    device: int | None = None
+    cuda: bool = False
+    allocated: int | None = None
+    reserved: int | None = None
+    peak: int | None = None
+    active: int | None = None
+    inactive_split: int | None = None
+    alloc_retries: int | None = None
+    ooms: int | None = None
+    steps: int | None = None
+    step_time: float | None = None  # median seconds per optimizer step since the last sample
+    steps_per_s: float | None = None
+    input_wait: float | None = None  # share (0..1) of wall time spent in DataLoader.__next__
+    age: float | None = None  # seconds since the probe's last message
+
+    @property
+    def label(self) -> str:
+        return f"rank {self.rank}" if self.rank is not None else f"PID {self.pid}"

@@ -40,6 +40,7 @@ def live_session(interval: float = 0.5, pid: int | None = None, record: str | No
     """Live collectors. Raises NoGpuError when NVML sees no GPU and ``require_gpu``."""
     from traintop.collectors.host import HostCollector
     from traintop.collectors.nvml import NvmlCollector
+    from traintop.collectors.probe_client import ProbeClient
     from traintop.collectors.process import ProcessCollector
 
     check_interval(interval)
@@ -56,7 +57,8 @@ def live_session(interval: float = 0.5, pid: int | None = None, record: str | No
     else:
         import socket
         info = SessionInfo(kind="live", hostname=socket.gethostname(), interval=interval, label="no GPU")
-    sampler = LiveSampler(gpu=gpu, host=HostCollector(), process=proc)
+    sampler = LiveSampler(gpu=gpu, host=HostCollector(), process=proc,
+                          probes=ProbeClient() if proc is not None else None)
     engine = default_engine(config) if config else None
     monitor = Monitor(info, store=_store_for(interval), engine=engine, recorder=_open_recorder(record, info))
     feed = SourceFeed(monitor, sampler, interval, kind="live")

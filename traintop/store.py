@@ -61,6 +61,17 @@ def frame_metrics(frame: Frame) -> Iterator[tuple[str, float | None]]:
         busy = [w.cpu_percent for w in workers if w.cpu_percent is not None]
         yield "proc.worker_cpu_max", max(busy) if busy else None
         yield "proc.worker_cpu_mean", sum(busy) / len(busy) if busy else None
+    for k, r in enumerate(frame.ranks):
+        p = f"rank{r.rank if r.rank is not None else k}."
+        yield p + "allocated", r.allocated
+        yield p + "reserved", r.reserved
+        yield p + "peak", r.peak
+        yield p + "inactive_split", r.inactive_split
+        yield p + "alloc_retries", r.alloc_retries
+        yield p + "ooms", r.ooms
+        yield p + "step_time", r.step_time
+        yield p + "steps_per_s", r.steps_per_s
+        yield p + "input_wait", r.input_wait
 
 
 @dataclass(frozen=True, slots=True)

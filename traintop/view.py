@@ -18,6 +18,7 @@ from traintop.samples import (
     GpuSample,
     HostSample,
     ProcessSample,
+    RankSample,
 )
 
 SERIES_POINTS = 240
@@ -42,11 +43,23 @@ class HostView:
 
 
 @dataclass(frozen=True)
+class RankView:
+    sample: "RankSample"
+    gpu: int | None  # NVML index of the GPU holding this rank's memory
+    nvml_used: int | None  # what NVML attributes to this rank's process there
+    allocated: list
+    reserved: list
+    nvml: list
+    step_time: list
+
+
+@dataclass(frozen=True)
 class ProcessView:
     sample: ProcessSample | None
     cpu: list
     ended_at: float | None
     gpu_mem: dict  # GPU index -> bytes NVML attributes to this process tree
+    ranks: list = field(default_factory=list)  # RankView per probed process
 
 
 @dataclass(frozen=True)
@@ -111,7 +124,21 @@ def build_view(monitor: Monitor, points: int = SERIES_POINTS) -> View:
                 used = [gp.used_bytes or 0 for gp in g.processes if gp.pid in pids]
                 if used:
                     gpu_mem[g.index] = sum(used)
-        pview = ProcessView(proc, store.last("proc.cpu", points), monitor.ended_at, gpu_mem)
+        ranks = []
+        for k, r in enumerate(frame.ranks if frame else ()):
+            key = f"rank{r.rank if r.rank is not None else k}."
+            gpu = nvml_used = None
+            for g in frame.gpus:
+                for gp in g.processes:
+                    if gp.pid == r.pid:
+                        gpu, nvml_used = g.index, gp.used_bytes
+            nvml_series = []
+            if gpu is not None:  # NVML per-process memory isn't in the store; approximate with the GPU's used
+                nvml_series = store.last(f"gpu{gpu}.mem_used", points)
+            ranks.append(RankView(r, gpu, nvml_used, store.last(key + "allocated", points),
+                                  store.last(key + "reserved", points), nvml_series,
+                                  store.last(key + "step_time", points)))
+        pview = ProcessView(proc, store.last("proc.cpu", points), monitor.ended_at, gpu_mem, ranks)
         return View(
             t=frame.t if frame else None, kind=info.kind, label=info.label, driver=info.driver,
             cuda_driver=info.cuda_driver, hostname=info.hostname, interval=info.interval,

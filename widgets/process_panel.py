@@ -8,8 +8,45 @@ from rich.text import Text
 from textual.widget import Widget
 
 from traintop.units import fmt_bytes, fmt_rate
-from traintop.view import ProcessView
-from traintop.widgets.render import level_style
+from traintop.view import ProcessView, RankView
+from traintop.widgets.memory_chart import memory_chart
+from traintop.widgets.render import level_style, spark
+
+NO_PROBE = ("No probe in this job: NVML's per-process figure is an upper bound (reserved + CUDA context "
+            "+ other allocations). For allocated vs reserved, step time and input wait, start it with "
+            "`traintop run -- python train.py` or add `import traintop.probe`.")
+
+
+def rank_line(rv: RankView) -> Text:
+    r = rv.sample
+    out = Text()
+    where = f" · GPU {rv.gpu}" if rv.gpu is not None else ""
+    out.append(f"{r.label}{where}: ", style="bold")
+    if not r.cuda:
+        out.append("no CUDA in this process", style="yellow")
+    else:
+        gib = lambda b: "–" if b is None else f"{b / 2**30:.1f}"  # noqa: E731
+        out.append(f"alloc {gib(r.allocated)}", style="green")
+        out.append(f" / res {gib(r.reserved)}", style="yellow")
+        if rv.nvml_used is not None:
+            out.append(f" / NVML {gib(rv.nvml_used)}", style="red")
+        out.append(" GiB")
+        if r.reserved and r.allocated is not None:
+            frag = (r.reserved - r.allocated) / r.reserved
+            out.append(f" · cached {frag * 100:.0f} %", style="dim")
+        out.append(f" · peak {gib(r.peak)}", style="dim")
+        if r.alloc_retries:
+            out.append(f"  retries {r.alloc_retries}", style="bold yellow")
+        if r.ooms:
+            out.append(f"  OOM {r.ooms}", style="bold red")
+    if r.steps:
+        out.append(f" · {r.steps_per_s or 0:.1f} steps/s", style="")
+        if r.step_time:
+            out.append(f" ({r.step_time * 1000:.0f} ms)", style="dim")
+    if r.input_wait is not None:
+        out.append(f" · input wait {r.input_wait * 100:.0f} %",
+                   style="bold yellow" if r.input_wait >= 0.3 else "dim")
+    return out
 
 
 class ProcessPanel(Widget):
@@ -28,7 +65,7 @@ class ProcessPanel(Widget):
     def render(self) -> Text:
         v = self.view
         p = v.sample if v else None
-        out = Text(no_wrap=True, overflow="ellipsis")
+        out = Text(no_wrap=self.compact, overflow="ellipsis")
         if p is None:
             out.append("No process attached. ", style="dim")
             out.append("traintop --pid N", style="bold")
@@ -40,6 +77,8 @@ class ProcessPanel(Widget):
             return out
         workers = p.loader_workers
         gpu_mem = ", ".join(f"GPU {i} {fmt_bytes(b)}" for i, b in sorted(v.gpu_mem.items())) or "no GPU memory"
+        if self.compact and v.ranks:
+            return rank_line(v.ranks[0]).append(f"  (+{len(v.ranks) - 1} ranks)" if len(v.ranks) > 1 else "")
         if self.compact:
             out.append(f"PID {p.pid} ", style="bold")
             out.append(f"CPU {p.cpu_percent or 0:.0f} %  RSS {fmt_bytes(p.rss)}  {gpu_mem}", style="")
@@ -60,4 +99,23 @@ class ProcessPanel(Widget):
                 out.append(f"{c:.0f}% ", style=level_style(c / 100, 0.85, 0.95))
         else:
             out.append("no data-loader workers seen", style="dim")
+        width = self.content_size.width or 60
+        if not v.ranks:
+            out.append("\n")
+            out.append(NO_PROBE, style="dim")
+            return out
+        for rv in v.ranks[:8]:
+            out.append("\n")
+            out.append_text(rank_line(rv))
+        first = v.ranks[0]
+        if first.step_time and any(x is not None for x in first.step_time):
+            times = [x for x in first.step_time if x is not None]
+            hi = max(times) * 1.2 or 1.0
+            out.append("\nstep  ", style="bold")
+            out.append_text(spark(first.step_time, 0, hi, max(4, width - 20), "cyan"))
+            out.append(f" {times[-1] * 1000:.0f} ms")
+        room = (self.content_size.height or 0) - len(out.plain.splitlines()) - 1
+        if room >= 6 and first.sample.cuda:
+            out.append("\n")
+            out.append_text(memory_chart(first.allocated, first.reserved, first.nvml, width, room))
         return out

@@ -82,7 +82,18 @@ def main() -> int:
     ap.add_argument("--small", action="store_true", help="tiny sizes, for a dry run on a CPU")
     ap.add_argument("--seconds", type=float, default=None, help="every phase this long (default: per phase)")
     ap.add_argument("--only", default="healthy,starved,underused,leak,idle")
+    ap.add_argument("--log-memory", help="append {t, step, allocated, reserved} JSON lines (to check the probe)")
+    ap.add_argument("--probe", action="store_true", help="import traintop.probe (attach by PID finds it)")
     args = ap.parse_args()
+    if args.probe:
+        import traintop.probe  # noqa: F401
+    memlog = open(args.log_memory, "a") if args.log_memory else None
+
+    def log_memory(step: int) -> None:
+        if memlog and dev.type == "cuda":
+            memlog.write(json.dumps({"t": time.time(), "step": step, "allocated": torch.cuda.memory_allocated(),
+                                     "reserved": torch.cuda.memory_reserved()}) + "\n")
+            memlog.flush()
     dev = torch.device(args.device)
     dtype = torch.bfloat16
     width, depth, batch = (256, 2, 64) if args.small else (8192, 8, 4096)
@@ -104,6 +115,7 @@ def main() -> int:
             steps += 10
             if dev.type == "cuda":
                 torch.cuda.synchronize()
+            log_memory(steps)
         ph.mark("healthy", "end", steps=steps)
 
     if "starved" in wanted:
@@ -151,6 +163,7 @@ def main() -> int:
                 with torch.autocast(device_type=dev.type, dtype=dtype):
                     kept.append(model[0](x))  # bf16 out: 64 MiB per step at full size
                 steps += 1
+                log_memory(steps)
                 time.sleep(max(0.0, 0.125 - (time.time() - t0)))  # ~8 steps/s -> ~0.5 GiB/s
         ph.mark("leak", "end", steps=steps, kept=len(kept))
         del kept

@@ -2,16 +2,20 @@
 
 from traintop.rules.config import DEFAULT, Thresholds
 from traintop.rules.engine import Alert, Finding, RuleContext, RulesEngine, Severity
+from traintop.rules.cpu_training import TrainingOnCpu
+from traintop.rules.fragmentation import Fragmentation
 from traintop.rules.memory_creep import MemoryCreep
 from traintop.rules.power_cap import PowerCapAtFullLoad
 from traintop.rules.starvation import Starvation
+from traintop.rules.step_regression import StepTimeRegression
 from traintop.rules.thermal import ThermalThrottle
 from traintop.rules.underuse import Underuse
 
 
 def default_rules() -> list:
     # Starvation first: underuse defers to it on the same GPU.
-    return [Starvation(), Underuse(), ThermalThrottle(), PowerCapAtFullLoad(), MemoryCreep()]
+    return [Starvation(), Underuse(), ThermalThrottle(), PowerCapAtFullLoad(), MemoryCreep(),
+            Fragmentation(), TrainingOnCpu(), StepTimeRegression()]
 
 
 def default_engine(config: Thresholds = DEFAULT) -> RulesEngine:

@@ -14,6 +14,7 @@ class Thresholds:
     starvation_min_idle_frac: float = 0.20
     starvation_min_busy_frac: float = 0.10
     starvation_busy_worker_cpu: float = 85.0  # % of a core for a loader worker to count as saturated
+    starvation_input_wait: float = 0.30  # share of wall time in DataLoader.__next__ (probe)
     # underuse
     underuse_window_s: float = 30.0
     underuse_power_frac: float = 0.35  # mean power below this share of the limit
@@ -30,6 +31,15 @@ class Thresholds:
     creep_min_rise_frac: float = 0.02
     creep_min_r2: float = 0.8
     creep_critical_tto_s: float = 600.0
+    # fragmentation (probe)
+    frag_min_unused_frac: float = 0.30  # reserved but unallocated share of reserved
+    frag_min_unused_gib: float = 2.0
+    # training on the CPU
+    cpu_training_min_cpu: float = 90.0  # % of a core, the whole process tree
+    cpu_training_window_s: float = 30.0
+    # step-time regression (probe)
+    step_regression_ratio: float = 1.3
+    step_regression_window_s: float = 30.0
 
     def with_overrides(self, **overrides: float) -> "Thresholds":
         names = {f.name for f in fields(self)}

@@ -29,16 +29,27 @@ class MemoryCreep:
             if found is not None:
                 yield found
 
+    @staticmethod
+    def _series(ctx: RuleContext, g) -> tuple[str, str]:
+        """The probe's allocated bytes for a rank on this GPU (ground truth), else NVML's used."""
+        frame = ctx.store.latest
+        pids = {p.pid for p in g.processes}
+        for k, r in enumerate(frame.ranks):
+            if r.pid in pids and r.allocated is not None:
+                return f"rank{r.rank if r.rank is not None else k}.allocated", f"{r.label}'s allocated memory"
+        return f"gpu{g.index}.mem_used", "memory"
+
     def _fit(self, ctx: RuleContext, g):
         """The shortest recent window (30 s, half the window, the window) with a steady rise:
         the most recent rate is the one that predicts when memory runs out."""
         c = ctx.config
         i = g.index
+        key, what = self._series(ctx, g)
         total = g.mem_total or 0
         min_rise = max(512 * MiB, c.creep_min_rise_frac * total)
         windows = sorted({min(30.0, c.creep_window_s), c.creep_window_s / 2, c.creep_window_s})
         for w in windows:
-            pairs = ctx.store.window_pairs(f"gpu{i}.mem_used", w)
+            pairs = ctx.store.window_pairs(key, w)
             if len(pairs) < 10 or pairs[-1][0] - pairs[0][0] < 0.8 * w:
                 continue
             fit = linear_fit(pairs)
@@ -50,7 +61,7 @@ class MemoryCreep:
                 continue
             span = pairs[-1][0] - pairs[0][0]
             used = pairs[-1][1]
-            text = (f"GPU {i} memory rising {slope / GiB:.2f} GiB/s over the last {span:.0f} s "
+            text = (f"GPU {i} {what} rising {slope / GiB:.2f} GiB/s over the last {span:.0f} s "
                     f"({fmt_bytes(pairs[0][1], 'GiB')} → {fmt_bytes(used, 'GiB')}"
                     + (f" of {fmt_bytes(total, 'GiB')})" if total else ")"))
             sev = None

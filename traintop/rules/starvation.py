@@ -41,6 +41,18 @@ def _idle_to_busy(utils: list[float], idle: float, busy: float) -> int:
     return n
 
 
+def _input_wait(ctx: RuleContext, gpu: int) -> float | None:
+    """Mean input-wait share over the window of the probed ranks on this GPU."""
+    frame = ctx.store.latest
+    if frame is None or not frame.ranks:
+        return None
+    pids = {p.pid for g in frame.gpus if g.index == gpu for p in g.processes}
+    keys = [f"rank{r.rank if r.rank is not None else k}.input_wait" for k, r in enumerate(frame.ranks)
+            if r.pid in pids or (len(frame.gpus) == 1 and r.cuda)]
+    vals = [v for key in keys for v in present(ctx.store.window(key, ctx.config.starvation_window_s))]
+    return sum(vals) / len(vals) if len(vals) >= 3 else None
+
+
 def _quartiles(xs: list[float]) -> tuple[float, float]:
     s = sorted(xs)
     return s[len(s) // 4], s[(3 * len(s)) // 4]
@@ -88,8 +100,10 @@ class Starvation:
                      and transitions >= 3) or spiky_tick_frac >= (0.15 if active else 0.3)
 
             cpu_note = self._cpu_evidence(ctx)
+            wait = _input_wait(ctx, i)
+            waits = wait is not None and wait >= c.starvation_input_wait
             low_util_cpu_bound = mu < 60.0 and cpu_note is not None and mu >= 1.0
-            if mu > 90.0 or not (spiky or low_util_cpu_bound):
+            if mu > 90.0 and not waits or not (spiky or low_util_cpu_bound or waits):
                 continue
 
             if spiky:
@@ -107,6 +121,8 @@ class Starvation:
                 text = f"GPU {i} averages only {mu:.0f} % utilization over the last {w:.0f} s"
             if cpu_note:
                 text += f" while {cpu_note}"
+            if wait is not None:
+                text += f"; the job waits for its next batch {wait * 100:.0f} % of the time (measured in the job)"
             yield Finding(f"gpu{i}", text)
 
     @staticmethod

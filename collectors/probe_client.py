@@ -1,0 +1,137 @@
+"""traintop's side of the probe channel: find the probes of the attached job, read them.
+
+Connects to ``probe-<pid>.sock`` for every PID of the process tree (and each PID's
+namespaced NSpid, for jobs in containers), checks that the peer runs as our user (or
+root), and reads JSON lines without ever blocking. Survives probes appearing, vanishing
+and restarting, and traintop itself restarting.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import statistics
+import time
+
+from traintop.probe_agent import peer_uid, probe_dir
+from traintop.samples import RankSample
+
+MAX_LINE = 1 << 20
+STALE_S = 3.0
+
+
+class _Conn:
+    def __init__(self, pid: int, sock: socket.socket) -> None:
+        self.pid = pid
+        self.sock = sock
+        self.buf = b""
+        self.last: dict | None = None
+        self.last_seen = 0.0
+        self.step_times: list[float] = []
+        self.wait = 0.0
+        self.window = 0.0
+
+
+class ProbeClient:
+    def __init__(self, directory: str | None = None, clock=time.monotonic) -> None:
+        self.directory = directory or probe_dir()
+        self._conns: dict[int, _Conn] = {}
+        self._clock = clock
+        self.rejected: set[int] = set()
+        self.bad_lines = 0
+
+    def _connect(self, pid: int) -> None:
+        path = os.path.join(self.directory, f"probe-{pid}.sock")
+        if not os.path.exists(path):
+            return
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.settimeout(0.2)
+            s.connect(path)
+            uid = peer_uid(s)
+            if uid not in (os.getuid(), 0):
+                self.rejected.add(pid)
+                s.close()
+                return
+            s.setblocking(False)
+        except OSError:
+            s.close()
+            return
+        self._conns[pid] = _Conn(pid, s)
+
+    def _read(self, c: _Conn) -> bool:
+        """Drain what is available; False when the probe is gone."""
+        while True:
+            try:
+                chunk = c.sock.recv(65536)
+            except (BlockingIOError, InterruptedError):
+                return True
+            except OSError:
+                return False
+            if not chunk:
+                return False
+            c.buf += chunk
+            if len(c.buf) > MAX_LINE and b"\n" not in c.buf:
+                return False  # not a probe speaking our protocol
+            *lines, c.buf = c.buf.split(b"\n")
+            for line in lines:
+                self._accept_line(c, line)
+
+    def _accept_line(self, c: _Conn, line: bytes) -> None:
+        try:
+            msg = json.loads(line)
+            if not isinstance(msg, dict) or msg.get("v") != 1:
+                raise ValueError
+            times = [float(x) for x in msg.get("step_times") or [] if isinstance(x, (int, float))]
+            c.step_times.extend(times)
+            c.wait += float(msg.get("input_wait") or 0.0)
+            c.window += float(msg.get("window") or 0.0)
+        except (ValueError, TypeError):
+            self.bad_lines += 1
+            return
+        c.last = msg
+        c.last_seen = self._clock()
+
+    def sample(self, pids: set[int]) -> tuple[RankSample, ...]:
+        for pid in pids:
+            if pid not in self._conns and pid not in self.rejected:
+                self._connect(pid)
+        out = []
+        now = self._clock()
+        for pid, c in list(self._conns.items()):
+            if not self._read(c) or pid not in pids:
+                c.sock.close()
+                del self._conns[pid]
+                continue
+            if c.last is None:
+                continue
+            out.append(self._rank(c, now))
+            c.step_times, c.wait, c.window = [], 0.0, 0.0
+        return tuple(sorted(out, key=lambda r: (r.rank if r.rank is not None else 1 << 30, r.pid)))
+
+    @staticmethod
+    def _int(v):
+        return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    def _rank(self, c: _Conn, now: float) -> RankSample:
+        m = c.last
+        mem = [d for d in (m.get("memory") or []) if isinstance(d, dict)]
+        main = max(mem, key=lambda d: d.get("reserved") or 0) if mem else {}
+        i = self._int
+        step_time = statistics.median(c.step_times) if c.step_times else None
+        steps_per_s = len(c.step_times) / c.window if c.window > 0 and c.step_times else (0.0 if c.window else None)
+        return RankSample(
+            pid=c.pid, rank=i(m.get("rank")), world_size=i(m.get("world_size")), device=i(main.get("device")),
+            cuda=bool(m.get("cuda")), allocated=i(main.get("allocated")), reserved=i(main.get("reserved")),
+            peak=i(main.get("peak")), active=i(main.get("active")), inactive_split=i(main.get("inactive_split")),
+            alloc_retries=i(main.get("alloc_retries")), ooms=i(main.get("ooms")), steps=i(m.get("steps")),
+            step_time=step_time, steps_per_s=steps_per_s,
+            input_wait=min(1.0, c.wait / c.window) if c.window > 0 else None,
+            age=now - c.last_seen,
+        )
+
+    def close(self) -> None:
+        for c in self._conns.values():
+            c.sock.close()
+        self._conns.clear()

@@ -1,0 +1,225 @@
+"""The probe: protocol, hooks, permissions, a stuck reader, traintop restarting, `traintop run`."""
+
+import json
+import os
+import socket
+import stat
+import subprocess
+import sys
+import time
+import types
+
+import pytest
+
+from traintop import probe_agent
+from traintop.collectors.probe_client import ProbeClient
+from traintop.probe_agent import Probe, ensure_private_dir, peer_uid
+
+
+class FakeIter:
+    def __init__(self, delay):
+        self.delay = delay
+
+    def __next__(self):
+        time.sleep(self.delay)
+        return 1
+
+
+@pytest.fixture
+def fake_torch(monkeypatch):
+    hooks = []
+    stats = {"allocated_bytes.all.current": 3 << 30, "reserved_bytes.all.current": 5 << 30,
+             "allocated_bytes.all.peak": 4 << 30, "active_bytes.all.current": 3 << 30,
+             "inactive_split_bytes.all.current": 1 << 28, "num_alloc_retries": 2, "num_ooms": 0}
+    cuda = types.SimpleNamespace(is_initialized=lambda: True, device_count=lambda: 2, current_device=lambda: 1,
+                                 memory_stats=lambda d: stats if d == 1 else {"reserved_bytes.all.current": 0})
+    optimizer_mod = types.SimpleNamespace(register_optimizer_step_post_hook=hooks.append)
+    torch = types.ModuleType("torch")
+    torch.cuda = cuda
+    torch.optim = types.SimpleNamespace(optimizer=optimizer_mod)
+    dl = types.ModuleType("torch.utils.data.dataloader")
+    dl._BaseDataLoaderIter = type("_BaseDataLoaderIter", (FakeIter,), {})
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setitem(sys.modules, "torch.optim.optimizer", optimizer_mod)
+    monkeypatch.setitem(sys.modules, "torch.utils.data.dataloader", dl)
+    torch.hooks, torch.stats, torch.dl = hooks, stats, dl
+    return torch
+
+
+@pytest.fixture
+def probe_dir(tmp_path, monkeypatch):
+    d = tmp_path / "probes"
+    monkeypatch.setenv("TRAINTOP_PROBE_DIR", str(d))
+    return d
+
+
+def test_message_carries_memory_steps_and_input_wait(fake_torch, probe_dir):
+    p = Probe()
+    p._install_hooks()
+    assert fake_torch.hooks == [p._on_step]
+    it = fake_torch.dl._BaseDataLoaderIter(0.02)
+    for _ in range(3):
+        next(it)
+        fake_torch.hooks[0](None, (), {})
+    msg = json.loads(p.message())
+    assert msg["v"] == 1 and msg["cuda"] is True and msg["steps"] == 3
+    assert len(msg["step_times"]) == 2 and all(t >= 0.015 for t in msg["step_times"])
+    assert msg["input_wait"] >= 0.05
+    (mem,) = msg["memory"]  # device 0 holds nothing and is not the current one
+    assert mem["device"] == 1 and mem["allocated"] == 3 << 30 and mem["reserved"] == 5 << 30
+    assert mem["alloc_retries"] == 2
+    assert json.loads(p.message())["step_times"] == []  # per window
+
+
+def test_cpu_job_is_never_pushed_onto_cuda(fake_torch, probe_dir):
+    fake_torch.cuda.is_initialized = lambda: False
+    fake_torch.cuda.memory_stats = lambda d: pytest.fail("memory_stats would initialise CUDA")
+    msg = json.loads(Probe().message())
+    assert msg["cuda"] is False and msg["memory"] == []
+
+
+def test_private_directory_and_socket(fake_torch, probe_dir):
+    p = Probe(interval=0.05)
+    assert p.start()
+    try:
+        assert stat.S_IMODE(os.stat(probe_dir).st_mode) == 0o700
+        assert stat.S_IMODE(os.stat(p.path).st_mode) == 0o600
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(p.path)
+        assert peer_uid(s) == os.getuid()
+        s.close()
+    finally:
+        p.stop()
+    assert not os.path.exists(p.path)
+
+
+def test_refuses_a_directory_others_can_read(probe_dir):
+    probe_dir.mkdir(mode=0o755)
+    os.chmod(probe_dir, 0o755)
+    with pytest.raises(PermissionError, match="readable by others"):
+        ensure_private_dir(str(probe_dir))
+    assert Probe().start() is False  # says so on stderr, the job goes on
+
+
+def test_client_reads_ranks_and_survives_traintop_restarting(fake_torch, probe_dir):
+    p = Probe(interval=0.05)
+    assert p.start()
+    try:
+        pid = os.getpid()
+        for attempt in range(2):  # a second traintop after the first went away
+            client = ProbeClient()
+            ranks = ()
+            for _ in range(40):
+                fake_torch.hooks and fake_torch.hooks[0](None, (), {})
+                time.sleep(0.03)
+                ranks = client.sample({pid})
+                if ranks and ranks[0].steps:
+                    break
+            assert ranks, f"no data on attempt {attempt}"
+            r = ranks[0]
+            assert r.pid == pid and r.cuda and r.allocated == 3 << 30 and r.reserved == 5 << 30
+            assert r.device == 1 and r.alloc_retries == 2
+            client.close()
+    finally:
+        p.stop()
+
+
+def test_a_stuck_reader_never_blocks_the_publisher(fake_torch, probe_dir):
+    p = Probe(interval=10)  # we drive publishing by hand
+    assert p.start()
+    try:
+        stuck = socket.socket(socket.AF_UNIX)
+        stuck.connect(p.path)
+        stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        good = ProbeClient()
+        good.sample({os.getpid()})
+        deadline = time.time() + 2
+        while len(p._clients) < 2 and time.time() < deadline:
+            p._accept()
+            time.sleep(0.01)
+        big = p.message() + b" " * 0
+        worst = 0.0
+        for _ in range(3000):  # far more than a socket buffer holds
+            t = time.perf_counter()
+            p._publish(big)
+            worst = max(worst, time.perf_counter() - t)
+            good.sample({os.getpid()})
+        assert worst < 0.05  # never waited on the reader
+        assert p.drops >= 1  # the stuck reader lost messages and was let go
+        assert len(p._clients) == 1
+        stuck.close()
+    finally:
+        p.stop()
+
+
+def test_a_probe_of_another_user_is_refused(probe_dir, monkeypatch):
+    probe_dir.mkdir(mode=0o700)
+    path = probe_dir / "probe-4242.sock"
+    srv = socket.socket(socket.AF_UNIX)
+    srv.bind(str(path))
+    srv.listen(1)
+    monkeypatch.setattr("traintop.collectors.probe_client.peer_uid", lambda s: 12345)
+    client = ProbeClient()
+    assert client.sample({4242}) == ()
+    assert 4242 in client.rejected
+    srv.close()
+
+
+def test_garbage_on_the_channel_is_ignored(probe_dir):
+    probe_dir.mkdir(mode=0o700)
+    path = probe_dir / "probe-777.sock"
+    srv = socket.socket(socket.AF_UNIX)
+    srv.bind(str(path))
+    srv.listen(1)
+    client = ProbeClient()
+    client.sample({777})
+    conn, _ = srv.accept()
+    conn.sendall(b"not json\n[1,2]\n" + json.dumps({"v": 1, "pid": 777, "steps": "x"}).encode() + b"\n")
+    time.sleep(0.05)
+    ranks = client.sample({777})
+    assert client.bad_lines == 2 and len(ranks) == 1 and ranks[0].steps is None
+    conn.close()
+    srv.close()
+
+
+
+TRAIN = r"""
+import time, torch
+from torch.utils.data import DataLoader, Dataset
+class Slow(Dataset):
+    def __len__(self): return 10_000
+    def __getitem__(self, i):
+        time.sleep(0.01)
+        return torch.randn(8)
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+end = time.time() + 4
+for x in DataLoader(Slow(), batch_size=8, num_workers=2):
+    loss = model(x).pow(2).mean()
+    opt.zero_grad(); loss.backward(); opt.step()
+    if time.time() > end:
+        break
+"""
+
+
+def test_traintop_run_injects_the_probe_into_a_real_torch_job(tmp_path):
+    pytest.importorskip("torch")
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN)
+    rec = tmp_path / "run.ttrec"
+    env = dict(os.environ, TRAINTOP_PROBE_DIR=str(tmp_path / "probes"))
+    r = subprocess.run([sys.executable, "-m", "traintop", "run", "--no-ui", "--interval", "0.25",
+                        "--record", str(rec), "--log", str(tmp_path / "job.log"), "--",
+                        sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr + (tmp_path / "job.log").read_text()
+    from traintop.recording import RecordingReader
+
+    frames = list(RecordingReader(str(rec)).frames())
+    ranks = [rk for f in frames for rk in f.ranks]
+    assert ranks, "no probe data recorded"
+    last = max(ranks, key=lambda rk: rk.steps or 0)
+    assert last.steps > 10 and last.cuda is False
+    assert any((rk.input_wait or 0) > 0.3 for rk in ranks)  # 2 workers x 10 ms per sample: data-bound
+    assert any(rk.step_time for rk in ranks)
+    workers = [m for f in frames if f.process for m in f.process.members if m.is_loader_worker]
+    assert workers

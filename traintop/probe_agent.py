@@ -1,0 +1,320 @@
+"""traintop's in-process probe agent: what only the training process itself knows.
+
+Standalone on purpose (stdlib and torch only, no other traintop module), so that
+``traintop run`` can copy it into a training job running in any Python environment.
+``import traintop.probe`` starts it; importing this module does not. A daemon thread publishes, a few times a
+second, one JSON line per message to every connected traintop:
+
+- ``torch.cuda.memory_stats()`` figures for the devices this process uses (host-side
+  counters of the caching allocator: no device synchronisation);
+- optimizer steps and their durations (a global optimizer step hook);
+- the time spent waiting inside the DataLoader iterator's ``__next__`` (the input wait).
+
+It never blocks or raises into the job: sends are non-blocking and a slow reader just
+misses messages; every hook is wrapped. It listens on a Unix socket
+``probe-<pid>.sock`` in a per-user directory (mode 0700, socket 0600) and serves only
+peers of the same uid (or root).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import select
+import socket
+import stat
+import struct
+import sys
+import threading
+import time
+
+PROTOCOL = 1
+DEFAULT_INTERVAL = 0.33
+MAX_CLIENTS = 8
+_SO_PEERCRED = getattr(socket, "SO_PEERCRED", 17)
+
+
+def probe_dir() -> str:
+    base = os.environ.get("TRAINTOP_PROBE_DIR")
+    if base:
+        return base
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isdir(runtime):
+        return os.path.join(runtime, "traintop")
+    return os.path.join("/tmp", f"traintop-{os.getuid()}")
+
+
+def ensure_private_dir(path: str) -> str:
+    """Create ``path`` 0700, or check that an existing one is ours and private."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise PermissionError(f"{path} is not a directory")
+    if st.st_uid != os.getuid():
+        raise PermissionError(f"{path} belongs to another user")
+    if st.st_mode & 0o077:
+        raise PermissionError(f"{path} is readable by others (mode {oct(st.st_mode & 0o777)})")
+    return path
+
+
+def peer_uid(sock: socket.socket) -> int | None:
+    try:
+        creds = sock.getsockopt(socket.SOL_SOCKET, _SO_PEERCRED, struct.calcsize("3i"))
+        return struct.unpack("3i", creds)[1]
+    except OSError:
+        return None
+
+
+def socket_path(pid: int | None = None, directory: str | None = None) -> str:
+    return os.path.join(directory or probe_dir(), f"probe-{pid or os.getpid()}.sock")
+
+
+def _env_int(name: str) -> int | None:
+    try:
+        return int(os.environ[name])
+    except (KeyError, ValueError):
+        return None
+
+
+class Probe:
+    def __init__(self, interval: float = DEFAULT_INTERVAL) -> None:
+        self.interval = interval
+        self.pid = os.getpid()
+        self.path: str | None = None
+        self._server: socket.socket | None = None
+        self._clients: list[socket.socket] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._steps = 0
+        self._step_times: list[float] = []
+        self._last_step: float | None = None
+        self._input_wait = 0.0
+        self._hooks_installed = False
+        self._undo: list = []
+        self._window_start = time.perf_counter()
+        self.drops = 0
+        self.errors = 0
+        self.sent = 0
+
+    # -- lifecycle -----------------------------------------------------------
+    def start(self) -> bool:
+        if self._thread is not None:
+            return True
+        try:
+            directory = ensure_private_dir(probe_dir())
+            self.path = socket_path(self.pid, directory)
+            if os.path.exists(self.path):
+                os.unlink(self.path)  # a stale socket of an earlier process with this PID
+            srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            old_umask = os.umask(0o177)
+            try:
+                srv.bind(self.path)
+            finally:
+                os.umask(old_umask)
+            os.chmod(self.path, 0o600)
+            srv.listen(MAX_CLIENTS)
+            srv.setblocking(False)
+            self._server = srv
+        except OSError as e:
+            print(f"traintop probe: not started ({e})", file=sys.stderr)
+            return False
+        self._thread = threading.Thread(target=self._run, name="traintop-probe", daemon=True)
+        self._thread.start()
+        atexit.register(self.stop)
+        return True
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=1.0)
+        for undo in reversed(self._undo):  # leave the job as it was
+            try:
+                undo()
+            except Exception:
+                pass
+        self._undo = []
+        for c in self._clients:
+            c.close()
+        self._clients = []
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        if self.path and os.getpid() == self.pid:  # a forked child must not remove the parent's socket
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
+
+    def _after_fork_in_child(self) -> None:
+        # DataLoader workers are forks: they inherit the socket but must not serve it.
+        self._server = None
+        self._clients = []
+        self._thread = None
+        self._stop.set()
+
+    # -- hooks (run on the training thread: keep them tiny) ------------------
+    def _on_step(self, *args, **kwargs) -> None:
+        try:
+            now = time.perf_counter()
+            with self._lock:
+                if self._last_step is not None:
+                    self._step_times.append(now - self._last_step)
+                    if len(self._step_times) > 10_000:
+                        del self._step_times[:5_000]
+                self._last_step = now
+                self._steps += 1
+        except Exception:
+            self.errors += 1
+
+    def _install_hooks(self) -> None:
+        # Read the submodules from sys.modules: torch does not always expose them as attributes.
+        optimizer = getattr(sys.modules.get("torch.optim.optimizer"), "register_optimizer_step_post_hook", None)
+        dl = sys.modules.get("torch.utils.data.dataloader")
+        base = getattr(dl, "_BaseDataLoaderIter", None) if dl else None
+        if optimizer is None or base is None:
+            return  # torch is still importing: try again next tick
+        handle = optimizer(self._on_step)
+        if handle is not None and hasattr(handle, "remove"):
+            self._undo.append(handle.remove)
+        original = base.__next__
+        probe = self
+
+        def __next__(it):
+            t = time.perf_counter()
+            try:
+                return original(it)
+            finally:
+                try:
+                    probe._input_wait += time.perf_counter() - t
+                except Exception:
+                    pass
+
+        __next__.__traintop_probe__ = True
+        if not getattr(original, "__traintop_probe__", False):
+            base.__next__ = __next__
+            self._undo.append(lambda: setattr(base, "__next__", original))
+        self._hooks_installed = True
+
+    # -- publishing --------------------------------------------------------------
+    def _memory(self) -> list[dict]:
+        torch = sys.modules.get("torch")
+        cuda = getattr(torch, "cuda", None) if torch else None
+        if cuda is None or not cuda.is_initialized():
+            return []  # never initialise CUDA ourselves: a CPU job must stay CPU-only
+        out = []
+        for d in range(cuda.device_count()):
+            s = cuda.memory_stats(d)
+            reserved = s.get("reserved_bytes.all.current", 0)
+            if not reserved and d != cuda.current_device():
+                continue
+            out.append({
+                "device": d,
+                "allocated": s.get("allocated_bytes.all.current"),
+                "reserved": reserved,
+                "peak": s.get("allocated_bytes.all.peak"),
+                "active": s.get("active_bytes.all.current"),
+                "inactive_split": s.get("inactive_split_bytes.all.current"),
+                "alloc_retries": s.get("num_alloc_retries"),
+                "ooms": s.get("num_ooms"),
+            })
+        return out
+
+    def message(self) -> bytes:
+        now = time.perf_counter()
+        with self._lock:
+            step_times, self._step_times = self._step_times, []
+            steps = self._steps
+        wait, self._input_wait = self._input_wait, 0.0
+        window = now - self._window_start
+        self._window_start = now
+        torch = sys.modules.get("torch")
+        cuda = getattr(torch, "cuda", None) if torch else None
+        msg = {
+            "v": PROTOCOL, "pid": self.pid, "t": time.time(), "window": window,
+            "rank": _env_int("RANK"), "local_rank": _env_int("LOCAL_RANK"), "world_size": _env_int("WORLD_SIZE"),
+            "cuda": bool(cuda is not None and cuda.is_initialized()),
+            "memory": self._memory(), "steps": steps, "step_times": step_times,
+            "input_wait": wait, "hooks": self._hooks_installed, "drops": self.drops,
+        }
+        return (json.dumps(msg, separators=(",", ":")) + "\n").encode()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._server.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            uid = peer_uid(conn)
+            if (uid not in (os.getuid(), 0)) or len(self._clients) >= MAX_CLIENTS:
+                conn.close()
+                continue
+            conn.setblocking(False)
+            self._clients.append(conn)
+
+    def _publish(self, data: bytes) -> None:
+        for c in list(self._clients):
+            try:
+                n = c.send(data)
+                if n < len(data):  # a partial line would corrupt the stream: drop this reader
+                    raise BlockingIOError
+                self.sent += 1
+            except BlockingIOError:
+                self.drops += 1
+                # A reader that cannot keep up loses this message, never stalls the job; one
+                # whose buffer stays full is dropped and can reconnect.
+                self._clients.remove(c)
+                c.close()
+            except OSError:
+                self._clients.remove(c)
+                c.close()
+
+    def _run(self) -> None:
+        next_t = time.monotonic()
+        while not self._stop.is_set():
+            try:
+                if not self._hooks_installed:
+                    self._install_hooks()
+                timeout = max(0.0, next_t - time.monotonic())
+                srv = self._server
+                if srv is None:
+                    return
+                readable, _, _ = select.select([srv], [], [], timeout)
+                if readable:
+                    self._accept()
+                if time.monotonic() >= next_t:
+                    next_t += self.interval
+                    if time.monotonic() > next_t:
+                        next_t = time.monotonic() + self.interval
+                    data = self.message()
+                    if self._clients:
+                        self._publish(data)
+            except Exception:
+                self.errors += 1
+                self._stop.wait(self.interval)
+
+
+_probe: Probe | None = None
+
+
+def start(interval: float | None = None) -> Probe | None:
+    """Start the probe once per process; returns it (None if it could not start)."""
+    global _probe
+    if _probe is not None and _probe.pid == os.getpid() and _probe._thread is not None:
+        return _probe
+    env = os.environ.get("TRAINTOP_PROBE_INTERVAL")
+    try:
+        iv = interval or (float(env) if env else DEFAULT_INTERVAL)
+    except ValueError:
+        iv = DEFAULT_INTERVAL
+    p = Probe(min(max(iv, 0.05), 5.0))
+    if p.start():
+        _probe = p
+        os.register_at_fork(after_in_child=p._after_fork_in_child)
+        return p
+    return None
+

@@ -1,0 +1,42 @@
+"""Step-time regression: the job's steps became markedly slower than they were."""
+
+from __future__ import annotations
+
+import statistics
+
+from traintop.rules.engine import Finding, RuleContext, Severity
+
+
+class StepTimeRegression:
+    id = "step_regression"
+    title = "Steps slowed down"
+    severity = Severity.WARNING
+    raise_after = 10.0
+    clear_after = 30.0
+    remedies = (
+        "Look at what changed at that moment: throttling (clock-event reasons), another process on the GPU, "
+        "a data-loading phase, evaluation or checkpointing inside the loop.",
+        "Compare GPU utilization before and after: lower means the step now waits for something else.",
+        "With several GPUs, one slow rank holds back every all-reduce: check each GPU.",
+    )
+
+    def evaluate(self, ctx: RuleContext):
+        c = ctx.config
+        frame = ctx.store.latest
+        w = c.step_regression_window_s
+        for k, r in enumerate(frame.ranks if frame else ()):
+            key = f"rank{r.rank if r.rank is not None else k}.step_time"
+            pairs = ctx.store.window_pairs(key, w * 11)
+            if len(pairs) < 12:
+                continue
+            t_end = pairs[-1][0]
+            recent = [v for t, v in pairs if t > t_end - w]
+            before = [v for t, v in pairs if t <= t_end - w]
+            if len(recent) < 5 or len(before) < 10:
+                continue
+            now, base = statistics.median(recent), statistics.median(before)
+            if base <= 0 or now / base < c.step_regression_ratio:
+                continue
+            yield Finding(f"rank{r.rank if r.rank is not None else k}",
+                          f"{r.label}'s steps take {now * 1000:.0f} ms over the last {w:.0f} s, "
+                          f"{now / base:.1f}× the {base * 1000:.0f} ms before")

@@ -1,0 +1,34 @@
+"""Allocated vs reserved vs NVML-used memory over time, drawn with plotext."""
+
+from __future__ import annotations
+
+import plotext as plt
+from rich.text import Text
+
+from traintop.units import GiB
+
+
+def memory_chart(allocated: list, reserved: list, nvml: list, width: int, height: int) -> Text:
+    """A plotext line chart as rich Text (GiB on the y axis, samples on the x axis)."""
+    plt.clf()
+    plt.plotsize(max(20, width - 1), max(5, height))
+    plt.theme("clear")
+    plt.xticks([])
+    series = [("NVML used", nvml, "red"), ("reserved", reserved, "orange"), ("allocated", allocated, "green")]
+    drawn = False
+    for label, values, color in series:
+        pts = [(i, v / GiB) for i, v in enumerate(values) if v is not None]
+        if len(pts) >= 2:
+            xs, ys = zip(*pts)
+            plt.plot(xs, ys, label=label, color=color, marker="braille")
+            drawn = True
+    if not drawn:
+        return Text("collecting memory figures…", style="dim")
+    out = Text(no_wrap=True, overflow="crop")
+    for k, line in enumerate(plt.build().splitlines()):
+        row = Text.from_ansi(line)
+        row.truncate(width)  # never wider than the panel
+        if k:
+            out.append("\n")
+        out.append_text(row)
+    return out
