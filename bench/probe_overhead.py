@@ -63,8 +63,12 @@ def main() -> int:
                 p.start()
                 client = ProbeClient()
                 stop = threading.Event()
-                reader = threading.Thread(target=lambda: [client.sample({os.getpid()}) or stop.wait(0.5)
-                                                          for _ in iter(lambda: stop.is_set(), True)], daemon=True)
+
+                def read(client=client, stop=stop):  # as traintop does: one read per sampling tick
+                    while not stop.wait(0.25):
+                        client.sample({os.getpid()})
+
+                reader = threading.Thread(target=read, daemon=True)
                 reader.start()
                 res[mode] = block()
                 stop.set()

@@ -8,6 +8,7 @@ and restarting, and traintop itself restarting.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -31,6 +32,8 @@ class _Conn:
         self.step_times: list[float] = []
         self.wait = 0.0
         self.window = 0.0
+        self.fresh = False  # a message arrived since the last sample
+        self.prev: RankSample | None = None
 
 
 class ProbeClient:
@@ -92,6 +95,7 @@ class ProbeClient:
             return
         c.last = msg
         c.last_seen = self._clock()
+        c.fresh = True
 
     def sample(self, pids: set[int]) -> tuple[RankSample, ...]:
         for pid in pids:
@@ -106,8 +110,12 @@ class ProbeClient:
                 continue
             if c.last is None:
                 continue
-            out.append(self._rank(c, now))
-            c.step_times, c.wait, c.window = [], 0.0, 0.0
+            if c.fresh or c.prev is None:
+                c.prev = self._rank(c, now)
+                c.step_times, c.wait, c.window, c.fresh = [], 0.0, 0.0, False
+                out.append(c.prev)
+            else:  # the probe publishes less often than we sample: its last rates still hold
+                out.append(dataclasses.replace(c.prev, age=now - c.last_seen))
         return tuple(sorted(out, key=lambda r: (r.rank if r.rank is not None else 1 << 30, r.pid)))
 
     @staticmethod

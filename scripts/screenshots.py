@@ -71,6 +71,15 @@ async def default_set(out_dir: str) -> None:
     for name, offset, mode, size, help_screen in jobs:
         monitor, feed = _demo_at(offset, mode)
         await _shot(monitor, feed, mode, size, os.path.join(out_dir, name), help_screen)
+    # The attached view: real H200 recordings of probed jobs (attach by PID; two-rank DDP).
+    fixtures = os.path.join(os.path.dirname(HERE), "tests", "fixtures", "h200")
+    for name, rec, offset, size in (("attached-starved-160x48.svg", "attach-starved-probe.ttrec", 30, (160, 48)),
+                                    ("attached-starved-80x24.svg", "attach-starved-probe.ttrec", 30, (80, 24)),
+                                    ("attached-ddp-160x48.svg", "ddp-2rank.ttrec", 40, (160, 48))):
+        monitor, feed = sessions.replay_session(os.path.join(fixtures, rec))
+        feed.playing = False
+        feed.seek(feed.t_start + offset)
+        await _shot(monitor, feed, "replay", size, os.path.join(out_dir, name))
 
 
 async def live_set(seconds: float, pid: int | None, out_dir: str, interval: float) -> None:

@@ -37,3 +37,26 @@ def test_replay_memory_creep(snap_compare, size):
 def test_help_screen(snap_compare):
     app, _, _ = demo_app(HEALTHY)
     assert snap_compare(app, press=["question_mark"], terminal_size=(80, 24))
+
+
+def attached_app(name, offset):
+    import pathlib
+
+    from traintop import sessions
+    from traintop.app.factory import build_app
+
+    path = pathlib.Path(__file__).parent / "fixtures" / "h200" / name
+    monitor, feed = sessions.replay_session(str(path))
+    feed.playing = False
+    feed.seek(feed.t_start + offset)
+    return build_app(monitor, feed, mode="replay", start_feed=False)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=["80x24", "160x48"])
+def test_attached_job_with_probe(snap_compare, size):
+    """A real H200 job attached by PID, its probe found: allocated vs reserved, input wait, workers."""
+    assert snap_compare(attached_app("attach-starved-probe.ttrec", 30), terminal_size=size)
+
+
+def test_attached_ddp_two_ranks(snap_compare):
+    assert snap_compare(attached_app("ddp-2rank.ttrec", 40), terminal_size=(160, 48))

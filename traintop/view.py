@@ -125,7 +125,10 @@ def build_view(monitor: Monitor, points: int = SERIES_POINTS) -> View:
                 if used:
                     gpu_mem[g.index] = sum(used)
         ranks = []
-        for k, r in enumerate(frame.ranks if frame else ()):
+        probed = list(frame.ranks if frame else ())
+        if any(r.cuda for r in probed):  # launchers (torchrun) carry a probe too: show the ranks
+            probed = [r for r in probed if r.cuda or r.steps]
+        for k, r in enumerate(probed):
             key = f"rank{r.rank if r.rank is not None else k}."
             gpu = nvml_used = None
             for g in frame.gpus:
