@@ -94,6 +94,7 @@ class Probe:
         self._step_times: list[float] = []
         self._last_step: float | None = None
         self._input_wait = 0.0
+        self._waiting_since: float | None = None  # inside DataLoader.__next__ since then
         self._hooks_installed = False
         self._undo: list = []
         self._window_start = time.perf_counter()
@@ -186,13 +187,14 @@ class Probe:
 
         def __next__(it):
             t = time.perf_counter()
+            probe._waiting_since = t
             try:
                 return original(it)
             finally:
-                try:
-                    probe._input_wait += time.perf_counter() - t
-                except Exception:
-                    pass
+                # Only the part of this wait inside the current window: message() has already
+                # counted what fell in earlier windows (a 1.5 s wait spans several).
+                probe._input_wait += time.perf_counter() - max(t, probe._window_start)
+                probe._waiting_since = None
 
         __next__.__traintop_probe__ = True
         if not getattr(original, "__traintop_probe__", False):
@@ -230,6 +232,9 @@ class Probe:
             step_times, self._step_times = self._step_times, []
             steps = self._steps
         wait, self._input_wait = self._input_wait, 0.0
+        since = self._waiting_since
+        if since is not None:  # a wait in progress counts up to now
+            wait += now - max(since, self._window_start)
         window = now - self._window_start
         self._window_start = now
         torch = sys.modules.get("torch")
