@@ -18,7 +18,7 @@ import os
 from traintop.recording import RecordingReader, RecordingWriter
 from traintop.samples import SessionInfo
 
-LABEL = "recorded on an H200: bf16 MLP training, healthy → data-starved → tiny batches → leak → idle"
+LABEL = "recorded on an H200 with the probe: bf16 MLP training, healthy → data-starved → tiny batches → leak → idle"
 
 
 def main() -> int:

@@ -21,10 +21,17 @@ FIX = pathlib.Path(__file__).parent / "fixtures" / "h200"
 EXPECTED = {"healthy": "power_cap", "starved": "starvation", "underused": "underuse", "leak": "memory_creep"}
 
 
-def load():
-    r = RecordingReader(str(FIX / "training-phases-10hz.ttrec"))
+RUNS = {  # two runs of the same job on an H200: traintop attached by PID; launched with the probe
+    "attached": ("training-phases-10hz.ttrec", "phases.jsonl"),
+    "probe": ("training-phases-probe-10hz.ttrec", "phases-probe.jsonl"),
+}
+
+
+def load(run="attached"):
+    rec, phases = RUNS[run]
+    r = RecordingReader(str(FIX / rec))
     frames = list(r.frames())
-    marks = [json.loads(x) for x in (FIX / "phases.jsonl").read_text().splitlines() if x.strip()]
+    marks = [json.loads(x) for x in (FIX / phases).read_text().splitlines() if x.strip()]
     bounds = {}
     for m in marks:
         bounds.setdefault(m["phase"], [None, None])[0 if m["event"] == "start" else 1] = m["t"]
@@ -44,9 +51,10 @@ def alerts_for(info, frames):
     return mon.engine.alerts
 
 
+@pytest.mark.parametrize("run", sorted(RUNS))
 @pytest.mark.parametrize("rate", ["10Hz", "1Hz"])
-def test_each_phase_yields_its_finding(rate):
-    info, frames, bounds = load()
+def test_each_phase_yields_its_finding(rate, run):
+    info, frames, bounds = load(run)
     if rate == "1Hz":
         frames = point_sampled_1hz(frames)
     alerts = alerts_for(info, frames)
@@ -56,9 +64,10 @@ def test_each_phase_yields_its_finding(rate):
         assert hits, f"{rule} not raised during the {phase} phase at {rate}"
 
 
+@pytest.mark.parametrize("run", sorted(RUNS))
 @pytest.mark.parametrize("rate", ["10Hz", "1Hz"])
-def test_healthy_training_raises_no_warning(rate):
-    info, frames, bounds = load()
+def test_healthy_training_raises_no_warning(rate, run):
+    info, frames, bounds = load(run)
     lo, hi = bounds["healthy"]
     frames = [f for f in frames if f.t <= hi]
     if rate == "1Hz":
@@ -76,3 +85,15 @@ def test_collector_agreed_with_nvidia_smi_on_the_h200():
         tol = {"utilization.gpu": 2, "memory.used": 1, "memory.total": 1, "power.draw": 5,
                "power.limit": 0.5, "temperature.gpu": 1, "clocks.sm": 150, "clocks.mem": 1}[field]
         assert abs(ours - smi) <= tol, (field, ours, smi)
+
+
+def test_measured_input_wait_matches_the_idle_gpu():
+    """In the starved phase the job's own wait for data mirrors the GPU's idle share."""
+    info, frames, bounds = load("probe")
+    lo, hi = bounds["starved"]
+    seg = [f for f in frames if lo + 5 <= f.t <= hi]
+    waits = [r.input_wait for f in seg for r in f.ranks if r.input_wait is not None]
+    util = sum(f.gpus[0].util for f in seg) / len(seg)
+    wait = sum(waits) / len(waits)
+    assert 0.2 < wait < 0.6
+    assert abs(wait - (1 - util / 100)) < 0.1

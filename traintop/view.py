@@ -51,6 +51,7 @@ class RankView:
     reserved: list
     nvml: list
     step_time: list
+    input_wait_10s: float | None = None  # mean over the last 10 s (one sample is noisy)
 
 
 @dataclass(frozen=True)
@@ -138,9 +139,11 @@ def build_view(monitor: Monitor, points: int = SERIES_POINTS) -> View:
             nvml_series = []
             if gpu is not None:  # NVML per-process memory isn't in the store; approximate with the GPU's used
                 nvml_series = store.last(f"gpu{gpu}.mem_used", points)
+            waits = [v for v in store.window(key + "input_wait", 10.0) if v is not None]
             ranks.append(RankView(r, gpu, nvml_used, store.last(key + "allocated", points),
                                   store.last(key + "reserved", points), nvml_series,
-                                  store.last(key + "step_time", points)))
+                                  store.last(key + "step_time", points),
+                                  sum(waits) / len(waits) if waits else None))
         pview = ProcessView(proc, store.last("proc.cpu", points), monitor.ended_at, gpu_mem, ranks)
         return View(
             t=frame.t if frame else None, kind=info.kind, label=info.label, driver=info.driver,

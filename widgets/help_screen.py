@@ -25,8 +25,9 @@ and says what is wrong and what to try.
            \\[PWR CAP] at full load is normal; \\[THERMAL] means clocks are cut.
   Host     CPU per core (a saturated core is often a data-loader worker),
            iowait, RAM, swap, disk and network rates.
-  Process  the attached job (--pid N): its tree, loader workers, and the
-           GPU memory NVML attributes to it (an upper bound).
+  Process  the attached job (--pid N, or traintop run -- CMD): its tree,
+           loader workers, NVML's per-process memory (an upper bound) and,
+           with the probe, allocated vs reserved, steps/s and input wait.
   Alerts   evidence in numbers, then remedies (→) to try in order.
 
 [b]Patterns[/b]

@@ -43,9 +43,9 @@ def rank_line(rv: RankView) -> Text:
         out.append(f" · {r.steps_per_s or 0:.1f} steps/s", style="")
         if r.step_time:
             out.append(f" ({r.step_time * 1000:.0f} ms)", style="dim")
-    if r.input_wait is not None:
-        out.append(f" · input wait {r.input_wait * 100:.0f} %",
-                   style="bold yellow" if r.input_wait >= 0.3 else "dim")
+    wait = rv.input_wait_10s if rv.input_wait_10s is not None else r.input_wait
+    if wait is not None:
+        out.append(f" · input wait {wait * 100:.0f} %", style="bold yellow" if wait >= 0.3 else "dim")
     return out
 
 

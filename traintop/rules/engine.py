@@ -40,6 +40,9 @@ class Finding:
     subject: str
     evidence: str
     severity: Severity | None = None  # None: the rule's default
+    # False when the condition holds only by the relaxed thresholds of an alert waiting to
+    # clear: such a finding keeps the alert alive but does not rewrite its evidence.
+    strong: bool = True
 
 
 @dataclass
@@ -137,7 +140,7 @@ class RulesEngine:
                 tr.last_true = now
                 severity = finding.severity or rule.severity
                 if tr.alert is not None and tr.alert.active:
-                    if tr.alert.evidence != finding.evidence or tr.alert.severity != severity:
+                    if finding.strong and (tr.alert.evidence != finding.evidence or tr.alert.severity != severity):
                         tr.alert.evidence = finding.evidence
                         tr.alert.severity = max(tr.alert.severity, severity)
                         changed.append(tr.alert)

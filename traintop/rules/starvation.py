@@ -95,9 +95,12 @@ class Starvation:
                               if lo < c.starvation_idle_util and hi >= c.starvation_busy_util)
             spiky_tick_frac = spiky_ticks / len(windowed) if windowed else 0.0
 
-            min_idle = c.starvation_min_idle_frac * (0.5 if active else 1.0)
-            spiky = (idle_frac >= min_idle and busy_frac >= c.starvation_min_busy_frac
-                     and transitions >= 3) or spiky_tick_frac >= (0.15 if active else 0.3)
+            def is_spiky(relax: float) -> bool:
+                return (idle_frac >= c.starvation_min_idle_frac * relax and busy_frac >= c.starvation_min_busy_frac
+                        and transitions >= 3) or spiky_tick_frac >= 0.3 * relax
+
+            spiky = is_spiky(0.5 if active else 1.0)
+            strong_spiky = is_spiky(1.0)
 
             cpu_note = self._cpu_evidence(ctx)
             wait = _input_wait(ctx, i)
@@ -123,7 +126,7 @@ class Starvation:
                 text += f" while {cpu_note}"
             if wait is not None:
                 text += f"; the job waits for its next batch {wait * 100:.0f} % of the time (measured in the job)"
-            yield Finding(f"gpu{i}", text)
+            yield Finding(f"gpu{i}", text, strong=strong_spiky or waits or low_util_cpu_bound)
 
     @staticmethod
     def _cpu_evidence(ctx: RuleContext) -> str | None:
