@@ -213,3 +213,24 @@ def test_updates_continue_while_help_is_open():
             await pilot.press("escape")
             assert not isinstance(app.screen, HelpScreen)
     run(go())
+
+
+def test_process_exit_keeps_history_and_says_when():
+    import dataclasses
+
+    from traintop.widgets.process_panel import ProcessPanel
+
+    async def go():
+        app, monitor, feed = sim_app()
+        async with app.run_test(size=(160, 48)) as pilot:
+            n = len(monitor.store)
+            last = monitor.store.latest
+            ended = dataclasses.replace(last, t=last.t + 0.5,
+                                        process=dataclasses.replace(last.process, alive=False, members=()))
+            monitor.ingest(ended)
+            app.refresh_view()
+            await pilot.pause()
+            text = str(app.query_one(ProcessPanel).render())
+            assert "ended at" in text and "history stays" in text
+            assert len(monitor.store) == n + 1 and monitor.ended_at == ended.t
+    run(go())

@@ -109,7 +109,25 @@ def cmd_live(args) -> int:
         monitor, feed = sessions.demo_session()
         return _run_app(monitor, feed, "demo", banner="No NVIDIA GPU here: this is a recorded H200 session.")
     banner = None if monitor.info.gpus else "No NVIDIA GPU visible: showing the host and the process only."
+    if args.pid is not None and monitor.info.gpus:
+        note = _gpu_use_note(feed, args.pid)
+        if note:
+            print(f"traintop: {note}", file=sys.stderr)
+            banner = note
     return _run_app(monitor, feed, "live", banner=banner)
+
+
+def _gpu_use_note(feed, pid: int) -> str | None:
+    """One line when the attached process holds no GPU memory (it may not have started yet)."""
+    try:
+        frame = feed.source.next_frame()
+    except Exception:
+        return None
+    pids = {m.pid for m in frame.process.members} | {pid} if frame.process else {pid}
+    if any(p.pid in pids for g in frame.gpus for p in g.processes):
+        return None
+    return (f"PID {pid} uses no GPU yet (NVML lists no memory for it or its children); "
+            "watching it anyway — a job that stays so is training on the CPU")
 
 
 def cmd_demo(args) -> int:

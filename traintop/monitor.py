@@ -38,6 +38,9 @@ class Monitor:
 
     def ingest(self, frame: Frame) -> list[Alert]:
         with self.lock:
+            p = frame.process
+            if p is not None and not p.alive and self.ended_at is None:
+                self.ended_at = frame.t  # the history stays; the panel says when it ended
             self.store.add(frame)
             changed = self.engine.evaluate(self.store, frame.t)
         self._record(frame, changed)
@@ -60,6 +63,7 @@ class Monitor:
         with self.lock:
             self.store = Store(self.store.capacity, self.store.bucket_s, self.store.history_buckets)
             self.engine.reset()
+            self.ended_at = None
 
     def close(self) -> None:
         with self.lock:
