@@ -70,9 +70,13 @@ class RuleContext:
     is_active: Callable[[str, str], bool]  # an alert is raised (possibly waiting to clear)
     is_holding: Callable[[str, str], bool] = lambda rule, subject: False  # its condition holds now
 
-    def gpu_indices(self) -> list[int]:
+    def gpus(self) -> tuple:
+        """The latest sample of every GPU."""
         frame = self.store.latest
-        return [g.index for g in frame.gpus] if frame else []
+        return frame.gpus if frame else ()
+
+    def gpu_indices(self) -> list[int]:
+        return [g.index for g in self.gpus()]
 
 
 class Rule(Protocol):

@@ -23,8 +23,7 @@ class MemoryCreep:
 
     def evaluate(self, ctx: RuleContext):
         c = ctx.config
-        frame = ctx.store.latest
-        for g in frame.gpus if frame else ():
+        for g in ctx.gpus():
             found = self._fit(ctx, g)
             if found is not None:
                 yield found

@@ -19,8 +19,7 @@ class PowerCapAtFullLoad:
         c = ctx.config
         w = c.power_cap_window_s
         store = ctx.store
-        frame = store.latest
-        for g in frame.gpus if frame else ():
+        for g in ctx.gpus():
             i = g.index
             reasons = [int(r) for r in present(store.window(f"gpu{i}.reasons", w))]
             util = present(store.window(f"gpu{i}.util", w))

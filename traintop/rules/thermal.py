@@ -24,8 +24,7 @@ class ThermalThrottle:
         c = ctx.config
         w = c.thermal_window_s
         store = ctx.store
-        frame = store.latest
-        for g in frame.gpus if frame else ():
+        for g in ctx.gpus():
             i = g.index
             reasons = [int(r) for r in present(store.window(f"gpu{i}.reasons", w))]
             temps = present(store.window(f"gpu{i}.temp", w))

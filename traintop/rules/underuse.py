@@ -24,8 +24,7 @@ class Underuse:
         c = ctx.config
         w = c.underuse_window_s
         store = ctx.store
-        frame = store.latest
-        for g in frame.gpus if frame else ():
+        for g in ctx.gpus():
             i = g.index
             if ctx.is_holding("starvation", f"gpu{i}"):
                 continue  # starvation explains the low draw better
@@ -49,7 +48,7 @@ class Underuse:
                     f"over the last {w:.0f} s at {u_mean:.0f} % utilization")
             if g.mem_total and g.mem_used is not None:
                 text += f"; {fmt_bytes(g.mem_total - g.mem_used)} of memory is free for larger batches"
-            proc = frame.process
+            proc = store.latest.process
             if proc is not None and proc.alive and proc.members:
                 main = proc.members[0].cpu_percent or 0
                 if main >= 85:
