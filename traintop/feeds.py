@@ -104,6 +104,7 @@ class ReplayFeed(Feed):
     kind = "replay"
     SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
     WARM_S = 300.0  # history rebuilt before a seek target, so sparklines and rules have context
+    RULES_WARM_S = 150.0  # rules need their longest window (120 s) plus hysteresis before the target
 
     def __init__(self, monitor: Monitor, reader, *, loop: bool = False, tick: float = 0.1) -> None:
         super().__init__(monitor, tick)
@@ -135,10 +136,11 @@ class ReplayFeed(Feed):
             self._peek = next(self._it, None)
         return f
 
-    def _emit_until(self, t: float) -> int:
+    def _emit_until(self, t: float, rules_from: float | None = None) -> int:
         n = 0
         while self._peek is not None and self._peek.t <= t:
-            self.monitor.ingest(self._take())
+            f = self._take()
+            self.monitor.ingest(f, evaluate=rules_from is None or f.t >= rules_from)
             n += 1
         return n
 
@@ -183,7 +185,7 @@ class ReplayFeed(Feed):
             t = min(max(t, self.t_start), self.t_end)
             self.monitor.reset()
             self._open_at(max(self.t_start, t - self.WARM_S))
-            self._emit_until(t)
+            self._emit_until(t, rules_from=t - self.RULES_WARM_S)
             self.position = t
             self.at_end = self._peek is None
             self._wall = None
