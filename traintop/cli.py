@@ -79,8 +79,17 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--log", metavar="FILE", help="the job's output (default: a file in traintop's private directory)")
     run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="COMMAND")
 
-    rp = sub.add_parser("replay", parents=[common], help="replay a recording in the dashboard")
+    an = sub.add_parser("analyze", parents=[common],
+                        help="report the findings of a recording or an nvidia-smi log (no UI)")
+    an.add_argument("file")
+    an.add_argument("--json", action="store_true", help="JSON instead of text")
+    an.add_argument("--fail-on", choices=["info", "warning", "critical"],
+                    help="exit 1 if a finding is at least this severe (for CI)")
+    an.add_argument("--fields", help="field names, in order, of a header-less nvidia-smi CSV")
+
+    rp = sub.add_parser("replay", parents=[common], help="replay a recording or an nvidia-smi log in the dashboard")
     rp.add_argument("file")
+    rp.add_argument("--fields", help="field names, in order, of a header-less nvidia-smi CSV")
     rp.add_argument("--speed", type=_seconds, default=1.0, help="playback speed (default 1)")
     return p
 
@@ -174,10 +183,28 @@ def cmd_run(args) -> int:
     return 0
 
 
+def _fields(args) -> list[str] | None:
+    return [f.strip() for f in args.fields.split(",") if f.strip()] if getattr(args, "fields", None) else None
+
+
+def cmd_analyze(args) -> int:
+    from traintop import sessions
+    from traintop.analyze import analyze, render_json, render_text
+    from traintop.rules import Severity
+
+    source = sessions.open_source(args.file, _fields(args))
+    report = analyze(source, name=os.path.basename(args.file))
+    print(render_json(report) if args.json else render_text(report))
+    worst = report.worst()
+    if args.fail_on and worst is not None and worst >= Severity.parse(args.fail_on):
+        return 1
+    return 0
+
+
 def cmd_replay(args) -> int:
     from traintop import sessions
 
-    monitor, feed = sessions.replay_session(args.file, speed=args.speed)
+    monitor, feed = sessions.replay_session(args.file, speed=args.speed, fields=_fields(args))
     note = f" ({feed.reader.skipped_chunks} damaged chunk(s) skipped)" if feed.reader.skipped_chunks else ""
     return _run_app(monitor, feed, "replay", banner=f"Replaying {os.path.basename(args.file)}{note}. "
                     "space: pause  ← →: seek  [ ]: speed  ?: help")
@@ -235,7 +262,7 @@ def _record_until_stopped(feed, duration: float | None) -> None:
 
 
 COMMANDS = {None: cmd_live, "demo": cmd_demo, "simulate": cmd_simulate, "record": cmd_record, "replay": cmd_replay,
-            "run": cmd_run}
+            "run": cmd_run, "analyze": cmd_analyze}
 
 
 COMMON_DEFAULTS = {"interval": 0.5, "pid": None, "record": None}

@@ -85,8 +85,23 @@ def simulated_session(scenario: str = "healthy", gpus: int = 1, seed: int = 0, i
     return monitor, feed
 
 
-def replay_session(path: str, *, loop: bool = False, kind: str = "replay", speed: float = 1.0):
-    reader = RecordingReader(path)
+def open_source(path: str, fields: list[str] | None = None):
+    """A traintop recording, or an nvidia-smi query/dmon log (imported)."""
+    from traintop import importers
+
+    try:
+        with open(path, "rb") as fh:
+            is_sqlite = fh.read(16) == b"SQLite format 3\x00"
+    except OSError:
+        is_sqlite = False
+    if is_sqlite or path.endswith(".ttrec"):
+        return RecordingReader(path)
+    return importers.load(path, fields)
+
+
+def replay_session(path: str, *, loop: bool = False, kind: str = "replay", speed: float = 1.0,
+                   fields: list[str] | None = None):
+    reader = open_source(path, fields)
     if reader.t_start is None:
         raise TraintopError(f"{path} holds no samples")
     info = reader.info
