@@ -79,6 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--log", metavar="FILE", help="the job's output (default: a file in traintop's private directory)")
     run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="COMMAND")
 
+    dr = sub.add_parser("doctor", parents=[common], help="preflight: GPU visible, driver vs torch, a step on cuda")
+    dr.add_argument("--python", help="the training environment's python (default: this one)")
+    dr.add_argument("--json", action="store_true")
+
     an = sub.add_parser("analyze", parents=[common],
                         help="report the findings of a recording or an nvidia-smi log (no UI)")
     an.add_argument("file")
@@ -187,6 +191,14 @@ def _fields(args) -> list[str] | None:
     return [f.strip() for f in args.fields.split(",") if f.strip()] if getattr(args, "fields", None) else None
 
 
+def cmd_doctor(args) -> int:
+    from traintop import doctor
+
+    checks = doctor.run(args.python)
+    print(doctor.to_json(checks) if args.json else doctor.render(checks))
+    return 1 if any(c.status == doctor.FAIL for c in checks) else 0
+
+
 def cmd_analyze(args) -> int:
     from traintop import sessions
     from traintop.analyze import analyze, render_json, render_text
@@ -262,7 +274,7 @@ def _record_until_stopped(feed, duration: float | None) -> None:
 
 
 COMMANDS = {None: cmd_live, "demo": cmd_demo, "simulate": cmd_simulate, "record": cmd_record, "replay": cmd_replay,
-            "run": cmd_run, "analyze": cmd_analyze}
+            "run": cmd_run, "analyze": cmd_analyze, "doctor": cmd_doctor}
 
 
 COMMON_DEFAULTS = {"interval": 0.5, "pid": None, "record": None}

@@ -1,0 +1,70 @@
+"""traintop doctor: each check's verdict and fix, with a fake NVML and real subprocesses."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from test_nvml_collector import fake_nvml  # noqa: E402
+
+from traintop import doctor  # noqa: E402
+
+
+def statuses(checks):
+    return {c.name: c.status for c in checks}
+
+
+def test_visible_gpu_other_processes_and_persistence():
+    nv, _ = fake_nvml(n=2)
+    nv.nvmlDeviceGetPersistenceMode = lambda h: 0
+    checks, cuda = doctor.nvml_checks(nv)
+    s = statuses(checks)
+    assert s["GPU visible to NVML"] == "pass" and cuda == "13.0"
+    assert s["Other processes on the GPUs"] == "warn"  # PID 42 holds 1 GiB on each
+    assert s["Persistence mode"] == "warn"
+    assert "NVIDIA H200" in checks[0].detail and "580.159.04" in checks[0].detail
+
+
+def test_no_gpu_is_one_fail_with_the_fix():
+    nv, _ = fake_nvml(init_error=9)
+    checks, cuda = doctor.nvml_checks(nv)
+    assert [c.status for c in checks] == ["fail"] and cuda is None and "driver" in checks[0].fix
+
+
+@pytest.mark.parametrize("runtime,driver,verdict", [("13.0", "13.0", "pass"), ("12.8", "13.0", "pass"),
+                                                    ("13.2", "13.0", "warn"), ("13.0", "12.4", "fail")])
+def test_cuda_build_vs_driver(runtime, driver, verdict):
+    info = {"torch": "2.11.0", "cuda_runtime": runtime, "available": True, "devices": ["NVIDIA H200"],
+            "bf16": True, "step_ms": 800.0, "param_device": "cuda:0"}
+    s = statuses(doctor.interpret_torch(info, driver))
+    assert s["CUDA build vs driver"] == verdict
+    assert s["Forward and backward on cuda"] == "pass"
+
+
+def test_step_failure_and_missing_torch():
+    info = {"torch": "2.11.0", "cuda_runtime": "13.0", "available": True, "devices": ["x"],
+            "step_error": "RuntimeError: CUDA error: no kernel image is available"}
+    s = statuses(doctor.interpret_torch(info, "13.0"))
+    assert s["Forward and backward on cuda"] == "fail"
+    s = statuses(doctor.interpret_torch({"error": "ModuleNotFoundError: No module named 'torch'"}, None))
+    assert s == {"PyTorch": "fail"}
+
+
+def test_real_torch_probe_in_a_subprocess():
+    pytest.importorskip("torch")
+    checks = doctor.torch_checks(sys.executable, None)
+    s = statuses(checks)
+    assert s["PyTorch"] == "pass"
+    import torch
+    if not torch.cuda.is_available():
+        assert s["torch.cuda.is_available()"] == "fail"
+
+
+def test_cli_exit_code_and_json():
+    r = subprocess.run([sys.executable, "-m", "traintop", "doctor", "--json", "--python", "/nonexistent/python"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1
+    assert '"status": "fail"' in r.stdout and "Traceback" not in r.stderr

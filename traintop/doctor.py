@@ -1,0 +1,186 @@
+"""`traintop doctor`: the practitioner's preflight, each line pass / warn / fail with the fix.
+
+1. Visibility: does NVML see the GPUs (names, driver, memory in use, processes)?
+2. Stack: does the torch build's CUDA runtime suit the driver?
+3. A small win: is torch.cuda.is_available(), and does a tiny model's forward and
+   backward pass run on cuda?
+Plus other processes holding GPU memory, and persistence mode. torch is probed in a
+subprocess (``--python`` picks the training environment's interpreter), so a broken
+install cannot take traintop down, and traintop itself never needs torch.
+Nothing here changes the GPU's settings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+
+from traintop.units import fmt_bytes
+
+PASS, WARN, FAIL, INFO = "pass", "warn", "fail", "info"
+
+TORCH_PROBE = r"""
+import json, time
+out = {}
+try:
+    import torch
+except Exception as e:
+    print(json.dumps({"error": f"{type(e).__name__}: {e}"})); raise SystemExit
+out["torch"] = torch.__version__
+out["cuda_runtime"] = torch.version.cuda
+out["available"] = bool(torch.cuda.is_available())
+if out["available"]:
+    out["devices"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    out["bf16"] = bool(torch.cuda.is_bf16_supported())
+    try:
+        t = time.perf_counter()
+        model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1)).cuda()
+        x = torch.randn(32, 64, device="cuda")
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        torch.cuda.synchronize()
+        out["step_ms"] = (time.perf_counter() - t) * 1000
+        out["param_device"] = str(next(model.parameters()).device)
+    except Exception as e:
+        out["step_error"] = f"{type(e).__name__}: {e}".splitlines()[0]
+print(json.dumps(out))
+"""
+
+
+@dataclass
+class Check:
+    name: str
+    status: str
+    detail: str
+    fix: str = ""
+
+
+def _ver(text: str | None) -> tuple[int, ...] | None:
+    try:
+        return tuple(int(x) for x in str(text).split(".")[:2])
+    except (TypeError, ValueError):
+        return None
+
+
+def nvml_checks(nvml=None) -> tuple[list[Check], str | None]:
+    """Visibility, other processes, persistence. Returns the checks and the driver's CUDA version."""
+    from traintop.collectors.nvml import NvmlCollector
+    from traintop.errors import NoGpuError
+
+    try:
+        col = NvmlCollector(nvml)
+    except NoGpuError as e:
+        return [Check("GPU visible to NVML", FAIL, str(e),
+                      "Check `nvidia-smi`; install or load the NVIDIA driver; in a container, start it with "
+                      "GPU access (--gpus all / the NVIDIA container toolkit).")], None
+    checks = []
+    try:
+        samples = col.sample()
+        names = ", ".join(f"{i.index}: {i.name}" for i in col.infos)
+        mem = "; ".join(f"GPU {s.index} {fmt_bytes(s.mem_used)} of {fmt_bytes(s.mem_total)} in use"
+                        for s in samples)
+        checks.append(Check("GPU visible to NVML", PASS,
+                            f"{len(col.infos)} GPU(s) [{names}], driver {col.driver}, CUDA {col.cuda_driver}; {mem}"))
+        procs = [(s.index, p) for s in samples for p in s.processes]
+        if procs:
+            listed = "; ".join(f"GPU {i}: PID {p.pid} holds {fmt_bytes(p.used_bytes)}" for i, p in procs)
+            checks.append(Check("Other processes on the GPUs", WARN, listed,
+                                "Make sure these are yours and meant to run: they take memory and time from the job."))
+        else:
+            checks.append(Check("Other processes on the GPUs", PASS, "none"))
+        nv = col.nv
+        modes = []
+        for i, h in enumerate(col.handles):
+            mode = col._safe(i, "persistence", nv.nvmlDeviceGetPersistenceMode, h) \
+                if hasattr(nv, "nvmlDeviceGetPersistenceMode") else None
+            modes.append(mode)
+        if any(m == 0 for m in modes):
+            off = [str(i) for i, m in enumerate(modes) if m == 0]
+            checks.append(Check("Persistence mode", WARN, f"off on GPU {', '.join(off)}",
+                                "An administrator can enable it (nvidia-smi -pm 1) so the driver stays loaded "
+                                "between jobs; traintop never changes it."))
+        elif any(m == 1 for m in modes):
+            checks.append(Check("Persistence mode", PASS, "on"))
+        return checks, col.cuda_driver
+    finally:
+        col.close()
+
+
+def torch_checks(python: str, driver_cuda: str | None, timeout: float = 180.0) -> list[Check]:
+    try:
+        r = subprocess.run([python, "-c", TORCH_PROBE], capture_output=True, text=True, timeout=timeout,
+                           env=dict(os.environ, TRAINTOP_PROBE_DISABLE="1"))
+    except FileNotFoundError:
+        return [Check("PyTorch", FAIL, f"no Python at {python}", "Give --python the training environment's python.")]
+    except subprocess.TimeoutExpired:
+        return [Check("PyTorch", FAIL, f"importing torch and one step took over {timeout:.0f} s",
+                      "A hung CUDA initialisation often means a driver problem: check `nvidia-smi` and dmesg.")]
+    line = (r.stdout.strip().splitlines() or [""])[-1]
+    try:
+        info = json.loads(line)
+    except json.JSONDecodeError:
+        err = (r.stderr.strip().splitlines() or ["no output"])[-1]
+        return [Check("PyTorch", FAIL, f"the probe crashed: {err}", "Reinstall torch in that environment.")]
+    return interpret_torch(info, driver_cuda, python)
+
+
+def interpret_torch(info: dict, driver_cuda: str | None, python: str = "python") -> list[Check]:
+    if "error" in info:
+        return [Check("PyTorch", FAIL, f"{python}: {info['error']}",
+                      "Install torch in the training environment, or point --python at it.")]
+    checks = [Check("PyTorch", PASS, f"torch {info['torch']} (CUDA runtime {info.get('cuda_runtime') or 'none'})")]
+    rt = _ver(info.get("cuda_runtime"))
+    drv = _ver(driver_cuda)
+    if rt is None:
+        checks.append(Check("CUDA build", FAIL, "this torch is a CPU-only build",
+                            "Install a CUDA build of torch (pip install torch from the CUDA index matching your driver)."))
+    elif drv is not None and rt[0] > drv[0]:
+        checks.append(Check("CUDA build vs driver", FAIL,
+                            f"torch needs CUDA {info['cuda_runtime']}, the driver supports up to {driver_cuda}",
+                            f"Upgrade the driver, or install torch built for CUDA {drv[0]}.x or older."))
+    elif drv is not None and rt > drv:
+        checks.append(Check("CUDA build vs driver", WARN,
+                            f"torch built for CUDA {info['cuda_runtime']}, driver supports {driver_cuda}",
+                            "Minor-version compatibility usually holds; if kernels fail to load, upgrade the driver."))
+    elif drv is not None:
+        checks.append(Check("CUDA build vs driver", PASS,
+                            f"torch's CUDA {info['cuda_runtime']} ≤ the driver's {driver_cuda}"))
+    if not info.get("available"):
+        checks.append(Check("torch.cuda.is_available()", FAIL, "False: the job would train on the CPU",
+                            "Check the driver (nvidia-smi), CUDA_VISIBLE_DEVICES, and that torch is a CUDA build."))
+        return checks
+    checks.append(Check("torch.cuda.is_available()", PASS, f"True: {', '.join(info.get('devices', []))}"))
+    if "step_error" in info:
+        checks.append(Check("Forward and backward on cuda", FAIL, info["step_error"],
+                            "An 'illegal memory access' or 'no kernel image' points at a driver/torch mismatch."))
+    else:
+        checks.append(Check("Forward and backward on cuda", PASS,
+                            f"a small model ran on {info.get('param_device')} in {info.get('step_ms', 0):.0f} ms "
+                            "(first call: includes CUDA start-up)"))
+    if info.get("bf16") is not None:
+        checks.append(Check("bf16", PASS if info["bf16"] else INFO,
+                            "supported: mixed precision in bf16 saves memory and time" if info["bf16"]
+                            else "not supported on this GPU: use fp16 with a gradient scaler"))
+    return checks
+
+
+def run(python: str | None = None, nvml=None) -> list[Check]:
+    checks, driver_cuda = nvml_checks(nvml)
+    return checks + torch_checks(python or sys.executable, driver_cuda)
+
+
+def render(checks: list[Check]) -> str:
+    mark = {PASS: "PASS", WARN: "WARN", FAIL: "FAIL", INFO: "INFO"}
+    out = []
+    for c in checks:
+        out.append(f"{mark[c.status]:<5} {c.name}: {c.detail}")
+        if c.fix and c.status in (WARN, FAIL):
+            out.append(f"      fix: {c.fix}")
+    return "\n".join(out)
+
+
+def to_json(checks: list[Check]) -> str:
+    return json.dumps([asdict(c) for c in checks], indent=1)
