@@ -94,7 +94,7 @@ def test_dmon_without_timestamps(tmp_path):
 @pytest.mark.parametrize("content,needle", [
     (b"", "empty"),
     (b"\x00\x01\x02binary" * 100, "binary"),
-    (b"hello world\nthis is not a log\n", "not an nvidia-smi"),
+    (b"hello world\nthis is not a log\n", "not a traintop recording"),
     (b"timestamp, index, utilization.gpu [%]\n" + b"garbage, x, y\n" * 50, "unreadable"),
     (b"index, utilization.gpu [%]\n0, 5 %\n", "no timestamp field"),
 ])

@@ -49,6 +49,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="attach to this training process (and its workers)")
     common.add_argument("--record", metavar="FILE", default=argparse.SUPPRESS,
                         help="also record the session to FILE")
+    common.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS,
+                        help="rule thresholds (default: ~/.config/traintop/config.toml if it exists)")
+    common.add_argument("--set", metavar="NAME=NUMBER", action="append", default=argparse.SUPPRESS,
+                        help="override one threshold (repeatable)")
 
     p = _Parser(prog="traintop", parents=[common],
                 description="A terminal dashboard for GPU training jobs that explains what it sees. "
@@ -116,7 +120,7 @@ def cmd_live(args) -> int:
     explicit = args.pid is not None or args.record is not None
     try:
         monitor, feed = sessions.live_session(args.interval, pid=args.pid, record=args.record,
-                                              require_gpu=not explicit)
+                                              require_gpu=not explicit, config=args.thresholds)
     except NoGpuError as e:
         print(f"traintop: {e}; playing the embedded demo (a recorded H200 session) instead.", file=sys.stderr)
         monitor, feed = sessions.demo_session()
@@ -154,7 +158,7 @@ def cmd_simulate(args) -> int:
     from traintop import sessions
 
     monitor, feed = sessions.simulated_session(args.scenario, gpus=args.gpus, seed=args.seed,
-                                               interval=args.interval, record=args.record)
+                                               interval=args.interval, record=args.record, config=args.thresholds)
     return _run_app(monitor, feed, "simulated")
 
 
@@ -166,7 +170,8 @@ def cmd_run(args) -> int:
     proc, log = launch(cmd, args.log)
     print(f"traintop: started PID {proc.pid} with the probe: {' '.join(cmd)}; its output goes to {log}",
           file=sys.stderr)
-    monitor, feed = sessions.live_session(args.interval, pid=proc.pid, record=args.record, require_gpu=False)
+    monitor, feed = sessions.live_session(args.interval, pid=proc.pid, record=args.record, require_gpu=False,
+                                          config=args.thresholds)
     if args.no_ui:
         try:
             feed.start()
@@ -205,7 +210,7 @@ def cmd_analyze(args) -> int:
     from traintop.rules import Severity
 
     source = sessions.open_source(args.file, _fields(args))
-    report = analyze(source, name=os.path.basename(args.file))
+    report = analyze(source, config=args.thresholds, name=os.path.basename(args.file))
     print(render_json(report) if args.json else render_text(report))
     worst = report.worst()
     if args.fail_on and worst is not None and worst >= Severity.parse(args.fail_on):
@@ -216,7 +221,8 @@ def cmd_analyze(args) -> int:
 def cmd_replay(args) -> int:
     from traintop import sessions
 
-    monitor, feed = sessions.replay_session(args.file, speed=args.speed, fields=_fields(args))
+    monitor, feed = sessions.replay_session(args.file, speed=args.speed, fields=_fields(args),
+                                            config=args.thresholds)
     note = f" ({feed.reader.skipped_chunks} damaged chunk(s) skipped)" if feed.reader.skipped_chunks else ""
     return _run_app(monitor, feed, "replay", banner=f"Replaying {os.path.basename(args.file)}{note}. "
                     "space: pause  ← →: seek  [ ]: speed  ?: help")
@@ -230,9 +236,10 @@ def cmd_record(args) -> int:
     if args.simulate:
         monitor, feed = sessions.simulated_session(args.simulate, gpus=args.gpus, seed=args.seed,
                                                    interval=args.interval, history_s=0, record=args.file,
-                                                   realtime=not args.fast)
+                                                   realtime=not args.fast, config=args.thresholds)
     else:
-        monitor, feed = sessions.live_session(args.interval, pid=args.pid, record=args.file, require_gpu=False)
+        monitor, feed = sessions.live_session(args.interval, pid=args.pid, record=args.file, require_gpu=False,
+                                              config=args.thresholds)
     say = (lambda *a: None) if args.quiet else (lambda msg: print(f"traintop: {msg}", file=sys.stderr))
     n_gpus = len(monitor.info.gpus)
     say(f"recording {n_gpus} GPU{'s' if n_gpus != 1 else ''} every {args.interval:g} s to {args.file}"
@@ -277,7 +284,7 @@ COMMANDS = {None: cmd_live, "demo": cmd_demo, "simulate": cmd_simulate, "record"
             "run": cmd_run, "analyze": cmd_analyze, "doctor": cmd_doctor}
 
 
-COMMON_DEFAULTS = {"interval": 0.5, "pid": None, "record": None}
+COMMON_DEFAULTS = {"interval": 0.5, "pid": None, "record": None, "config": None, "set": None}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -287,6 +294,9 @@ def main(argv: list[str] | None = None) -> int:
         if not hasattr(args, key):
             setattr(args, key, value)
     try:
+        from traintop.config import load_thresholds
+
+        args.thresholds = load_thresholds(args.config, args.set)
         return COMMANDS[args.command](args)
     except TraintopError as e:
         print(f"traintop: {e}", file=sys.stderr)

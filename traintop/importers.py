@@ -165,7 +165,7 @@ def load(path: str, fields: list[str] | None = None) -> ImportedLog:
             raise ImportFailed(
                 f"{path} has no header line: log with --format=csv (not csv,noheader), or name the fields "
                 "in order with --fields, e.g. --fields timestamp,index,utilization.gpu,memory.used,power.draw")
-        raise ImportFailed(f"{path} is not an nvidia-smi --query-gpu CSV or dmon log")
+        raise ImportFailed(f"{path} is not a traintop recording, an nvidia-smi --query-gpu CSV or a dmon log")
     return _load_query(path, lines)
 
 

@@ -68,7 +68,7 @@ def live_session(interval: float = 0.5, pid: int | None = None, record: str | No
 
 def simulated_session(scenario: str = "healthy", gpus: int = 1, seed: int = 0, interval: float = 0.5,
                       history_s: float = 120.0, record: str | None = None, realtime: bool = True,
-                      t0: float | None = None):
+                      t0: float | None = None, config: Thresholds | None = None):
     from traintop.collectors.simulated import Simulator
 
     check_interval(interval)
@@ -79,7 +79,8 @@ def simulated_session(scenario: str = "healthy", gpus: int = 1, seed: int = 0, i
     except ValueError as e:
         raise TraintopError(str(e)) from None
     info = sim.info()
-    monitor = Monitor(info, store=_store_for(interval), recorder=_open_recorder(record, info))
+    monitor = Monitor(info, store=_store_for(interval), recorder=_open_recorder(record, info),
+                      engine=default_engine(config) if config else None)
     feed = SourceFeed(monitor, sim, interval, kind="simulated")
     feed.prefill(n_hist)
     return monitor, feed
@@ -100,7 +101,7 @@ def open_source(path: str, fields: list[str] | None = None):
 
 
 def replay_session(path: str, *, loop: bool = False, kind: str = "replay", speed: float = 1.0,
-                   fields: list[str] | None = None):
+                   fields: list[str] | None = None, config: Thresholds | None = None):
     reader = open_source(path, fields)
     if reader.t_start is None:
         raise TraintopError(f"{path} holds no samples")
@@ -108,7 +109,7 @@ def replay_session(path: str, *, loop: bool = False, kind: str = "replay", speed
     info = SessionInfo(kind=kind, gpus=info.gpus, driver=info.driver, cuda_driver=info.cuda_driver,
                        hostname=info.hostname, interval=info.interval, label=info.label or "replay",
                        extra=info.extra)
-    monitor = Monitor(info, store=_store_for(info.interval))
+    monitor = Monitor(info, store=_store_for(info.interval), engine=default_engine(config) if config else None)
     feed = ReplayFeed(monitor, reader, loop=loop)
     feed.speed = speed
     return monitor, feed
