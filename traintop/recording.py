@@ -46,17 +46,29 @@ def info_from_json(text: str) -> SessionInfo:
     d = json.loads(text)
     if not isinstance(d, dict):
         raise ValueError("session is not an object")
+    def num(v):
+        return v if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v else None
+
+    def text(v):
+        return v if isinstance(v, str) else None
+
     gpus = []
-    for g in d.get("gpus") or []:
-        if not isinstance(g, dict):
+    raw_gpus = d.get("gpus") or []
+    if not isinstance(raw_gpus, list):
+        raise ValueError("bad gpu list")
+    for g in raw_gpus:
+        if not isinstance(g, dict) or not isinstance(g.get("index"), int):
             raise ValueError("bad gpu entry")
-        gpus.append(GpuInfo(**{k: g.get(k) for k in GpuInfo.__slots__ if k in g}))
+        gpus.append(GpuInfo(index=g["index"], name=text(g.get("name")) or "GPU", uuid=text(g.get("uuid")),
+                            mem_total=num(g.get("mem_total")), power_limit_w=num(g.get("power_limit_w")),
+                            temp_slowdown_c=num(g.get("temp_slowdown_c")), sm_clock_max=num(g.get("sm_clock_max")),
+                            mem_clock_max=num(g.get("mem_clock_max"))))
     interval = d.get("interval", 0.5)
     if not isinstance(interval, (int, float)) or not 0 < interval < 3600:
         raise ValueError("bad interval")
     extra = d.get("extra") or {}
-    return SessionInfo(kind=str(d.get("kind", "replay")), gpus=tuple(gpus), driver=d.get("driver"),
-                       cuda_driver=d.get("cuda_driver"), hostname=d.get("hostname"),
+    return SessionInfo(kind=str(d.get("kind", "replay")), gpus=tuple(gpus), driver=text(d.get("driver")),
+                       cuda_driver=text(d.get("cuda_driver")), hostname=text(d.get("hostname")),
                        interval=float(interval), label=str(d.get("label", "")),
                        extra=extra if isinstance(extra, dict) else {})
 
@@ -191,10 +203,12 @@ class RecordingReader:
                 raise RecordingError(f"{path} is not a traintop recording (not an SQLite file)")
         try:
             self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+            # Text in a hostile file may not be UTF-8: never let decoding raise.
+            self._db.text_factory = lambda b: b.decode("utf-8", "replace")
             self._db.execute("PRAGMA trusted_schema=OFF")
             self._db.execute("PRAGMA query_only=ON")
-            meta = dict(self._db.execute("SELECT key, value FROM meta").fetchall())
-        except sqlite3.Error as e:
+            meta = {str(k): str(v) for k, v in self._db.execute("SELECT key, value FROM meta").fetchall()}
+        except (sqlite3.Error, ValueError, TypeError) as e:
             raise RecordingError(f"{path} is damaged or not a traintop recording ({e})") from None
         if meta.get("format") != FORMAT:
             raise RecordingError(f"{path} is an SQLite file but not a traintop recording")
@@ -216,7 +230,9 @@ class RecordingReader:
             rows = self._db.execute("SELECT id, t0, t1, n, codec FROM chunks ORDER BY t0, id").fetchall()
         except sqlite3.Error as e:
             raise RecordingError(f"{path} is damaged ({e})") from None
-        self._chunks = [r for r in rows if isinstance(r[1], (int, float)) and isinstance(r[2], (int, float))]
+        self._chunks = [r for r in rows if isinstance(r[0], int) and isinstance(r[1], (int, float))
+                        and isinstance(r[2], (int, float)) and isinstance(r[3], int) and r[3] >= 0
+                        and r[1] == r[1] and r[2] == r[2]]
         self._t0s = [r[1] for r in self._chunks]
         self.skipped_chunks = 0
         self._cache: dict[int, list[Frame]] = {}
@@ -242,7 +258,7 @@ class RecordingReader:
             if codec != CODEC or row is None or not isinstance(row[0], bytes):
                 raise RecordingError("unknown codec")
             frames = decode(row[0])
-        except (RecordingError, sqlite3.Error):
+        except (RecordingError, sqlite3.Error, ValueError):
             self.skipped_chunks += 1  # one damaged chunk must not lose the rest of the session
         if len(self._cache) > 8:
             self._cache.pop(next(iter(self._cache)))
@@ -274,7 +290,7 @@ class RecordingReader:
                 rem = tuple(str(r) for r in json.loads(remedies))
                 out.append(Alert(str(rule), str(title), str(subject), Severity.parse(str(sev)), float(start),
                                  str(evidence), rem, None if end is None else float(end), id=int(aid)))
-            except (ValueError, TypeError):
+            except (ValueError, TypeError, OverflowError):
                 continue
         return out
 
