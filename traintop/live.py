@@ -1,32 +1,67 @@
-"""Assembles one Frame per tick from the live collectors."""
+"""Assembles one Frame per tick from the live collectors.
+
+The GPU read runs on a helper thread with a time limit: a driver call that hangs makes
+the tick report those GPUs as stale (fields None) instead of stopping the sampler, and
+no second call is started until the hung one returns.
+"""
 
 from __future__ import annotations
 
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 
-from traintop.samples import Frame
+from traintop.samples import Frame, GpuSample
 
 
 class LiveSampler:
-    def __init__(self, gpu=None, host=None, process=None, probes=None, clock=time.time) -> None:
+    def __init__(self, gpu=None, host=None, process=None, probes=None, clock=time.time,
+                 gpu_timeout: float = 1.0) -> None:
         self.gpu = gpu
         self.host = host
         self.process = process
         self.probes = probes
         self._clock = clock
+        self.gpu_timeout = gpu_timeout
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="traintop-nvml") if gpu else None
+        self._pending: Future | None = None
+        self.stale_since: float | None = None
+        self.timeouts = 0
+
+    def _gpus(self) -> tuple[tuple[GpuSample, ...], tuple[int, ...]]:
+        if self.gpu is None:
+            return (), ()
+        if self._pending is None:
+            self._pending = self._pool.submit(self.gpu.sample)
+        try:
+            gpus = self._pending.result(timeout=self.gpu_timeout)
+        except FutureTimeout:
+            self.timeouts += 1
+            self.stale_since = self.stale_since or self._clock()
+            indices = tuple(i.index for i in self.gpu.infos)
+            return tuple(GpuSample(index=i) for i in indices), indices
+        except Exception:  # a collector bug must not stop sampling; the fields read as None
+            self._pending = None
+            indices = tuple(i.index for i in self.gpu.infos)
+            return tuple(GpuSample(index=i) for i in indices), indices
+        self._pending = None
+        self.stale_since = None
+        return gpus, ()
 
     def next_frame(self) -> Frame:
         t = self._clock()
-        gpus = self.gpu.sample() if self.gpu is not None else ()
+        gpus, stale = self._gpus()
         host = self.host.sample() if self.host is not None else None
         proc = self.process.sample() if self.process is not None else None
         ranks = ()
         if self.probes is not None and proc is not None and proc.alive:
             ranks = self.probes.sample(self.process.channel_pids())
-        return Frame(t=t, gpus=gpus, host=host, process=proc, ranks=ranks)
+        return Frame(t=t, gpus=gpus, host=host, process=proc, ranks=ranks, stale_gpus=stale)
 
     def close(self) -> None:
-        if self.gpu is not None:
-            self.gpu.close()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        if self.gpu is not None and self._pending is None:
+            self.gpu.close()  # with a call still hung, leave NVML alone
         if self.probes is not None:
             self.probes.close()

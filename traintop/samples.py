@@ -140,6 +140,7 @@ class Frame:
     host: HostSample | None = None
     process: ProcessSample | None = None
     ranks: tuple["RankSample", ...] = ()  # from probes inside the attached job
+    stale_gpus: tuple[int, ...] = ()  # GPUs whose driver did not answer in time (their fields are None)
 
 
 @dataclass(frozen=True, slots=True)

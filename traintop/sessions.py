@@ -58,7 +58,8 @@ def live_session(interval: float = 0.5, pid: int | None = None, record: str | No
         import socket
         info = SessionInfo(kind="live", hostname=socket.gethostname(), interval=interval, label="no GPU")
     sampler = LiveSampler(gpu=gpu, host=HostCollector(), process=proc,
-                          probes=ProbeClient() if proc is not None else None)
+                          probes=ProbeClient() if proc is not None else None,
+                          gpu_timeout=max(1.0, 2 * interval))
     engine = default_engine(config) if config else None
     monitor = Monitor(info, store=_store_for(interval), engine=engine, recorder=_open_recorder(record, info))
     feed = SourceFeed(monitor, sampler, interval, kind="live")

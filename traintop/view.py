@@ -113,7 +113,7 @@ def build_view(monitor: Monitor, points: int = SERIES_POINTS) -> View:
                 power=store.last(p + "power", points),
                 mem=store.last(p + "mem_used", points),
                 temp=store.last(p + "temp", points),
-                badges=badges_for(g),
+                badges=("STALE",) + badges_for(g) if g.index in frame.stale_gpus else badges_for(g),
                 alert_level=int(level),
             ))
         host = HostView(frame.host if frame else None, store.last("host.cpu", points))
@@ -145,9 +145,13 @@ def build_view(monitor: Monitor, points: int = SERIES_POINTS) -> View:
                                   store.last(key + "step_time", points),
                                   sum(waits) / len(waits) if waits else None))
         pview = ProcessView(proc, store.last("proc.cpu", points), monitor.ended_at, gpu_mem, ranks)
+        if frame is not None and frame.stale_gpus and not monitor.source_error:
+            stale = f"GPU {', '.join(map(str, frame.stale_gpus))}: the driver did not answer in time (data stale)"
+        else:
+            stale = None
         return View(
             t=frame.t if frame else None, kind=info.kind, label=info.label, driver=info.driver,
             cuda_driver=info.cuda_driver, hostname=info.hostname, interval=info.interval,
             gpus=gpus, host=host, process=pview, active=active, recent=recent,
-            recording_error=monitor.recording_error, source_error=monitor.source_error,
+            recording_error=monitor.recording_error, source_error=monitor.source_error or stale,
         )

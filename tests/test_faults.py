@@ -1,0 +1,83 @@
+"""Faults survived: a hanging NVML call, NVML errors mid-run, a vanished process."""
+
+import asyncio
+import os
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from test_nvml_collector import NVMLError, fake_nvml  # noqa: E402
+
+from traintop.collectors.nvml import NvmlCollector  # noqa: E402
+from traintop.collectors.process import ProcessCollector  # noqa: E402
+from traintop.live import LiveSampler  # noqa: E402
+from traintop.monitor import Monitor  # noqa: E402
+from traintop.view import build_view  # noqa: E402
+
+
+def test_a_hanging_nvml_call_marks_the_gpu_stale_and_sampling_goes_on():
+    nv, _ = fake_nvml(n=2)
+    release = threading.Event()
+    real = nv.nvmlDeviceGetUtilizationRates
+    nv.nvmlDeviceGetUtilizationRates = lambda h: (release.wait(), real(h))[1]
+    col = NvmlCollector(nv)
+    sampler = LiveSampler(gpu=col, gpu_timeout=0.2)
+    t = time.monotonic()
+    frames = [sampler.next_frame() for _ in range(3)]
+    assert time.monotonic() - t < 1.5  # each tick gave up after its time limit
+    assert all(f.stale_gpus == (0, 1) for f in frames)
+    assert frames[0].gpus[0].util is None and frames[0].gpus[0].index == 0
+    assert sampler.timeouts == 3
+    mon = Monitor(col.session_info(0.5))
+    mon.ingest(frames[-1])
+    view = build_view(mon)
+    assert "STALE" in view.gpus[0].badges and "did not answer" in view.source_error
+    release.set()
+    for _ in range(20):  # the hung call returns; fresh readings follow
+        f = sampler.next_frame()
+        if not f.stale_gpus and f.gpus[0].util is not None:
+            break
+    assert f.gpus[0].util == 97
+    sampler.close()
+
+
+def test_any_nvml_error_mid_run_leaves_fields_none():
+    nv, _ = fake_nvml(n=1)
+    col = NvmlCollector(nv)
+    assert col.sample()[0].power_w == 612.5
+    for code in (15, 999, 10, 2):  # GPU lost, unknown, timeout, invalid argument
+        def boom(*a, code=code):
+            raise NVMLError(code)
+        nv.nvmlDeviceGetPowerUsage = boom
+        nv.nvmlDeviceGetTemperature = boom
+        (g,) = col.sample()
+        assert g.power_w is None and g.temp_c is None and g.util == 97
+    assert col.errors["power"] == 4
+
+
+def test_attached_process_replaced_by_a_new_pid():
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    col = ProcessCollector(p.pid)
+    assert col.sample().alive
+    p.kill()
+    p.wait()
+    s = col.sample()
+    assert not s.alive and col.ended_at is not None
+    assert not col.sample().alive  # stays ended even if the PID number is reused later
+
+
+def test_a_terminal_resized_to_40x12_and_back():
+    from helpers import sim_app
+
+    async def go():
+        app, _, feed = sim_app("starved,healthy", gpus=2)
+        async with app.run_test(size=(160, 48)) as pilot:
+            for size in [(40, 12), (20, 8), (80, 24), (160, 48)]:
+                await pilot.resize_terminal(*size)
+                feed.step()
+                await pilot.pause()
+            assert app.is_running
+    asyncio.run(go())
