@@ -27,8 +27,8 @@ class Monitor:
     def __init__(self, info: SessionInfo, *, store: Store | None = None, engine: RulesEngine | None = None,
                  recorder=None) -> None:
         self.info = info
-        self.store = store or Store()
-        self.engine = engine or default_engine()
+        self.store = store if store is not None else Store()  # an empty Store is falsy
+        self.engine = engine if engine is not None else default_engine()
         self.recorder = recorder
         self.lock = threading.RLock()
         self.status = Status()
