@@ -16,14 +16,17 @@ def test_a_day_of_samples_keeps_memory_bounded():
     proc = psutil.Process()
     for f in sim.frames(2000):  # warm: fill every ring buffer and the history (100 × 60 s < 2000 × 8 s)
         mon.ingest(f)
-    rss = proc.memory_info().rss
+    def sizes():
+        h = mon.store._history
+        return (len(mon.store), len(h), sum(len(d.buckets) for d in h.values()), len(mon.engine._tracks))
+
+    rss, warm = proc.memory_info().rss, sizes()
     for f in sim.frames(10800 - 2000):  # the rest of 24 h at one sample every 8 s
         mon.ingest(f)
-    growth = proc.memory_info().rss - rss
-    assert len(mon.store) == 600
-    assert len(mon.engine.alerts) <= mon.engine.max_history
-    assert all(len(mon.store.history(k)) <= 101 for k in mon.store.keys())
-    assert growth < 4 * 1024 * 1024, f"grew by {growth / 2**20:.1f} MiB over a day"
+    assert sizes() == warm  # every structure stopped growing once full
+    assert len(mon.store) == 600 and len(mon.engine.alerts) <= mon.engine.max_history
+    growth = proc.memory_info().rss - rss  # allocator churn only: a loose bound
+    assert growth < 32 * 1024 * 1024, f"grew by {growth / 2**20:.1f} MiB over a day"
 
 
 def test_the_tick_schedule_does_not_drift():
