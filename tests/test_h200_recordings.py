@@ -18,7 +18,8 @@ from traintop.rules import Severity
 FIX = pathlib.Path(__file__).parent / "fixtures" / "h200"
 
 # phase -> rule expected to be active at some point inside the phase (None: no warning expected)
-EXPECTED = {"healthy": "power_cap", "starved": "starvation", "underused": "underuse", "leak": "memory_creep"}
+EXPECTED = {"healthy": "power_cap", "starved": "starvation", "underused": "underuse", "leak": "memory_creep",
+            "idle": "idle_gpu"}
 
 
 RUNS = {  # two runs of the same job on an H200: traintop attached by PID; launched with the probe

@@ -81,3 +81,45 @@ def test_simulated_probe_round_trips_through_a_recording(tmp_rec):
     assert (b0.pid, b0.rank, b0.world_size, b0.cuda, b0.steps) == (r0.pid, r0.rank, r0.world_size, r0.cuda, r0.steps)
     assert abs(b0.allocated - r0.allocated) < 2**20 and abs(b0.input_wait - r0.input_wait) < 1e-3
     assert abs(b0.step_time - r0.step_time) < 1e-5
+
+
+def _ids(frames):
+    return {a.rule for a in run(frames).engine.alerts}
+
+
+def test_another_process_holding_gpu_memory():
+    from traintop.samples import GpuProcess
+
+    def frame(t):
+        g = GpuSample(index=0, util=90.0, mem_used=60 * GiB, mem_total=140 * GiB, power_w=500, power_limit_w=700,
+                      processes=(GpuProcess(10, 40 * GiB), GpuProcess(999, 16 * GiB)))
+        return Frame(t=float(t), gpus=(g,), process=job(t))
+    assert "other_process" in _ids([frame(t) for t in range(40)])
+
+
+def test_host_memory_pressure():
+    from traintop.samples import HostSample
+
+    frames = [Frame(t=float(t), gpus=gpu(), process=job(t),
+                    host=HostSample(cpu_percent=20.0, mem_used=int(125 * GiB), mem_total=128 * GiB, swap_used=0))
+              for t in range(40)]
+    assert "host_memory" in _ids(frames)
+
+
+def test_imbalance_between_gpus():
+    from traintop.samples import GpuProcess
+
+    def frame(t):
+        a = GpuSample(index=0, util=95.0, power_w=600, power_limit_w=700, processes=(GpuProcess(10, GiB),))
+        b = GpuSample(index=1, util=40.0, power_w=300, power_limit_w=700, processes=(GpuProcess(11, GiB),))
+        return Frame(t=float(t), gpus=(a, b), process=job(t))
+    assert "imbalance" in _ids([frame(t) for t in range(80)])
+
+
+def test_clocks_below_max_only_without_a_reason():
+    def frame(t, reasons):
+        g = GpuSample(index=0, util=99.0, sm_clock=1100, sm_clock_max=1980, reasons=reasons, power_w=400,
+                      power_limit_w=700, mem_used=10 * GiB, mem_total=140 * GiB, processes=())
+        return Frame(t=float(t), gpus=(g,))
+    assert "low_clocks" in _ids([frame(t, 0) for t in range(60)])
+    assert "low_clocks" not in _ids([frame(t, 0x4) for t in range(60)])  # the power cap explains it

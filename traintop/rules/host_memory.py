@@ -1,0 +1,35 @@
+"""Host RAM or swap pressure: the input pipeline and the job itself slow down or get killed."""
+
+from __future__ import annotations
+
+from traintop.rules.engine import Finding, RuleContext, Severity
+from traintop.store import present
+from traintop.units import GiB, fmt_bytes
+
+
+class HostMemoryPressure:
+    id = "host_memory"
+    title = "Host memory pressure"
+    severity = Severity.WARNING
+    raise_after = 10.0
+    clear_after = 30.0
+    remedies = (
+        "Fewer DataLoader workers or a smaller prefetch_factor: each worker holds its own copy of what it loads.",
+        "Load the dataset lazily (memory-map it) instead of into RAM in every process.",
+        "Stop other memory-hungry processes on the host; add swap only as a last resort (it is slow).",
+    )
+
+    def evaluate(self, ctx: RuleContext):
+        frame = ctx.store.latest
+        h = frame.host if frame else None
+        if h is None or not h.mem_total:
+            return
+        frac = h.mem_used / h.mem_total if h.mem_used is not None else 0.0
+        swap = present(ctx.store.window("host.swap_used", 60.0))
+        swap_rise = swap[-1] - swap[0] if len(swap) >= 2 else 0.0
+        if frac >= 0.95:
+            yield Finding("host", f"host RAM {frac * 100:.0f} % used ({fmt_bytes(h.mem_used)} of {fmt_bytes(h.mem_total)})",
+                          Severity.CRITICAL if frac >= 0.98 else None)
+        elif swap_rise >= 0.5 * GiB:
+            yield Finding("host", f"the host swapped out {fmt_bytes(swap_rise)} in the last minute "
+                                  f"(RAM {frac * 100:.0f} % used)")

@@ -1,0 +1,41 @@
+"""GPU idle while the job is alive: memory held, nothing running (a hang, a long CPU phase, a barrier)."""
+
+from __future__ import annotations
+
+from traintop.rules.engine import Finding, RuleContext, Severity
+from traintop.store import present
+from traintop.units import fmt_bytes
+
+
+class IdleWhileAlive:
+    id = "idle_gpu"
+    title = "GPU idle while the job is alive"
+    severity = Severity.WARNING
+    raise_after = 20.0
+    clear_after = 10.0
+    remedies = (
+        "Check what the job is doing: py-spy dump --pid PID shows where every thread is.",
+        "With several ranks, one waiting on a collective (NCCL) for a straggler or a dead peer looks like this.",
+        "A long evaluation, checkpoint or data-preparation phase on the CPU holds the GPU idle: overlap it or move it.",
+    )
+
+    def evaluate(self, ctx: RuleContext):
+        frame = ctx.store.latest
+        proc = frame.process if frame else None
+        for g in ctx.gpus():
+            i = g.index
+            util = present(ctx.store.window(f"gpu{i}.util", 30.0))
+            if len(util) < 8 or not g.processes:
+                continue
+            mean_u, p90 = sum(util) / len(util), sorted(util)[int(0.9 * (len(util) - 1))]
+            if mean_u >= 2.0 or p90 >= 5.0:  # a stray reading or two is not work
+                continue
+            if proc is not None and not proc.alive:
+                continue
+            mine = [p for p in g.processes if proc is None or p.pid in {m.pid for m in proc.members} | {proc.pid}]
+            if not mine:
+                continue
+            held = sum(p.used_bytes or 0 for p in mine)
+            who = f"PID {proc.pid}" if proc is not None else f"{len(mine)} process(es)"
+            yield Finding(f"gpu{i}", f"GPU {i} averages {mean_u:.1f} % utilization over the last 30 s while {who} "
+                                     f"holds {fmt_bytes(held)} on it")

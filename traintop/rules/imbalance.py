@@ -1,0 +1,37 @@
+"""Imbalance between GPUs of one job: one lags, all wait for it at every all-reduce."""
+
+from __future__ import annotations
+
+from traintop.rules.engine import Finding, RuleContext, Severity
+from traintop.store import present
+
+
+class Imbalance:
+    id = "imbalance"
+    title = "GPUs busy unequally"
+    severity = Severity.WARNING
+    raise_after = 20.0
+    clear_after = 30.0
+    remedies = (
+        "Check the lagging GPU for throttling (clock-event reasons, temperature) and for other processes.",
+        "Uneven batches (variable sequence lengths) make ranks wait for the slowest: bucket by length.",
+        "Check each rank's data pipeline: one starved rank holds back every all-reduce.",
+    )
+    gap = 25.0  # utilization points
+
+    def evaluate(self, ctx: RuleContext):
+        gpus = [g for g in ctx.gpus() if g.processes]
+        if len(gpus) < 2:
+            return
+        means = {}
+        for g in gpus:
+            u = present(ctx.store.window(f"gpu{g.index}.util", 60.0))
+            if len(u) >= 10:
+                means[g.index] = sum(u) / len(u)
+        if len(means) < 2:
+            return
+        hi = max(means, key=means.get)
+        lo = min(means, key=means.get)
+        if means[hi] >= 50 and means[hi] - means[lo] >= self.gap:
+            yield Finding("gpus", f"GPU {lo} averages {means[lo]:.0f} % utilization over the last minute while "
+                                  f"GPU {hi} averages {means[hi]:.0f} %")

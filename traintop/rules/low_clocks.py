@@ -1,0 +1,36 @@
+"""Clocks below maximum for no reason: busy, yet the SM clock is low and no clock-event reason explains it."""
+
+from __future__ import annotations
+
+from traintop.rules.engine import Finding, RuleContext, Severity
+from traintop.samples import REASON_GPU_IDLE
+from traintop.store import present
+
+
+class ClocksBelowMax:
+    id = "low_clocks"
+    title = "Clocks below maximum"
+    severity = Severity.WARNING
+    raise_after = 15.0
+    clear_after = 30.0
+    remedies = (
+        "Check for application clocks or a clock lock set by an administrator (nvidia-smi -q -d CLOCK).",
+        "Check the GPU's power and performance state (nvidia-smi -q -d PERFORMANCE); a low P-state under load is a fault.",
+    )
+
+    def evaluate(self, ctx: RuleContext):
+        for g in ctx.gpus():
+            i = g.index
+            if not g.sm_clock_max:
+                continue
+            util = present(ctx.store.window(f"gpu{i}.util", 20.0))
+            clocks = present(ctx.store.window(f"gpu{i}.sm_clock", 20.0))
+            reasons = [int(r) for r in present(ctx.store.window(f"gpu{i}.reasons", 20.0))]
+            if len(util) < 8 or len(clocks) < 8 or not reasons:
+                continue
+            if sum(util) / len(util) < 90 or any(r & ~REASON_GPU_IDLE for r in reasons):
+                continue  # not busy, or a reason (power cap, thermal, app clocks...) explains it
+            mean_clock = sum(clocks) / len(clocks)
+            if mean_clock < 0.8 * g.sm_clock_max:
+                yield Finding(f"gpu{i}", f"GPU {i} busy at {sum(util) / len(util):.0f} % with its SM clock at "
+                                         f"{mean_clock:.0f} of {g.sm_clock_max} MHz and no clock-event reason")

@@ -1,0 +1,32 @@
+"""Another process holding GPU memory beside the attached job."""
+
+from __future__ import annotations
+
+from traintop.rules.engine import Finding, RuleContext, Severity
+from traintop.units import GiB, fmt_bytes
+
+
+class OtherProcess:
+    id = "other_process"
+    title = "Another process holds GPU memory"
+    severity = Severity.WARNING
+    raise_after = 10.0
+    clear_after = 10.0
+    remedies = (
+        "Check that it should be there (a stale notebook kernel, an old run, an evaluation job).",
+        "Its memory is not available to the job: out-of-memory errors and smaller batches follow.",
+        "It also shares the GPU's time: steps slow down while it computes.",
+    )
+    min_bytes = 1 * GiB
+
+    def evaluate(self, ctx: RuleContext):
+        frame = ctx.store.latest
+        proc = frame.process if frame else None
+        if proc is None or not proc.alive:
+            return  # without an attached job there is no "other"
+        ours = {m.pid for m in proc.members} | {proc.pid}
+        for g in ctx.gpus():
+            others = [p for p in g.processes if p.pid not in ours and (p.used_bytes or 0) >= self.min_bytes]
+            if others:
+                listed = ", ".join(f"PID {p.pid} ({fmt_bytes(p.used_bytes)})" for p in others[:4])
+                yield Finding(f"gpu{g.index}", f"GPU {g.index}: {listed} beside the job (PID {proc.pid})")
