@@ -232,6 +232,9 @@ class Simulator:
         n_workers = 2 if starved else 4
         worker_cpu = (97 + 3 * r.random()) if starved else (25 + 15 * r.random())
         members = [ProcInfo(TRAIN_PID, "python", 38 + 10 * r.random(), 6 * GiB, 42)]
+        # one process per further GPU (ranks of a DDP job), as children of the launcher
+        members += [ProcInfo(TRAIN_PID + i, "python", 30 + 10 * r.random(), 4 * GiB, 30)
+                    for i in range(1, len(self.scenarios)) if self.scenarios[i] != "idle"]
         members += [ProcInfo(TRAIN_PID + 100 + w, "pt_data_worker", round(worker_cpu, 1), 2 * GiB, 4, True)
                     for w in range(n_workers)]
         return ProcessSample(
