@@ -81,3 +81,37 @@ def test_a_terminal_resized_to_40x12_and_back():
                 await pilot.pause()
             assert app.is_running
     asyncio.run(go())
+
+
+def test_recorder_hitting_a_full_disk_keeps_what_it_wrote(tmp_path):
+    """A real recorder process whose file cannot grow (RLIMIT_FSIZE: the kernel refuses writes like a full disk)."""
+    from traintop.recording import RecordingReader
+
+    out = tmp_path / "full.ttrec"
+    code = (
+        "import resource, signal, sys\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (256 * 1024, 256 * 1024))\n"
+        "from traintop.cli import main\n"
+        "sys.exit(main(['record', sys.argv[1], '--simulate', 'healthy', '--duration', '36000', '--fast',"
+        " '--quiet']))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "samples up to the error are kept" in lines[0] and "Traceback" not in r.stderr
+    frames = list(RecordingReader(str(out)).frames())
+    assert len(frames) > 100  # everything committed before the disk filled is readable
+
+
+def test_nothing_listens_on_a_network_port(tmp_path):
+    import psutil
+
+    p = subprocess.Popen([sys.executable, "-m", "traintop", "record", str(tmp_path / "n.ttrec"), "--duration", "4",
+                          "--interval", "0.2", "--pid", str(os.getpid()), "--quiet"])
+    try:
+        time.sleep(2.0)
+        conns = psutil.Process(p.pid).net_connections(kind="inet")
+        assert [c for c in conns if c.status == psutil.CONN_LISTEN] == []
+    finally:
+        p.wait(timeout=30)

@@ -248,8 +248,10 @@ def cmd_record(args) -> int:
         if args.fast:
             for _ in range(int(args.duration / args.interval)):
                 feed.step()
+                if monitor.recording_error:
+                    break  # headless recording has nothing left to do
         else:
-            _record_until_stopped(feed, args.duration)
+            _record_until_stopped(feed, args.duration, lambda: monitor.recording_error is not None)
     finally:
         feed.stop()
         monitor.close()
@@ -260,7 +262,7 @@ def cmd_record(args) -> int:
     return 0
 
 
-def _record_until_stopped(feed, duration: float | None) -> None:
+def _record_until_stopped(feed, duration: float | None, failed=lambda: False) -> None:
     done = threading.Event()
 
     def stop(*_):
@@ -270,7 +272,7 @@ def _record_until_stopped(feed, duration: float | None) -> None:
     try:
         feed.start()
         deadline = time.monotonic() + duration if duration else None
-        while not done.is_set():
+        while not done.is_set() and not failed():
             if deadline is not None and time.monotonic() >= deadline:
                 break
             done.wait(0.2 if deadline is None else min(0.2, max(0.0, deadline - time.monotonic())))
