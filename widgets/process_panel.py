@@ -117,5 +117,18 @@ class ProcessPanel(Widget):
         room = (self.content_size.height or 0) - len(out.plain.splitlines()) - 1
         if room >= 6 and first.sample.cuda:
             out.append("\n")
-            out.append_text(memory_chart(first.allocated, first.reserved, first.nvml, width, room))
+            out.append_text(self._chart(first, width, room))
         return out
+
+    _chart_cache: tuple | None = None
+
+    def _chart(self, rank: RankView, width: int, height: int) -> Text:
+        """The plotext chart costs milliseconds: rebuild it at most once a second (or on resize)."""
+        now = time.monotonic()
+        key = (width, height, rank.sample.pid)
+        cached = self._chart_cache
+        if cached is not None and cached[0] == key and now - cached[1] < 1.0:
+            return cached[2]
+        chart = memory_chart(rank.allocated, rank.reserved, rank.nvml, width, height)
+        self._chart_cache = (key, now, chart)
+        return chart
