@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 
+from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -205,6 +206,15 @@ class TraintopApp(App):
             (self.feed.faster if int(direction) > 0 else self.feed.slower)()
             self.refresh_view()
 
+    @work(thread=True, exclusive=False)
+    def _close_recording(self, rec) -> None:
+        # Closing checkpoints and vacuums the file: seconds for a long session, so off the UI loop.
+        try:
+            rec.close()
+            self.call_from_thread(self.notify, f"Recording saved: {rec.path}")
+        except RecordingError as e:
+            self.call_from_thread(self.notify, str(e), severity="error")
+
     def action_record(self) -> None:
         if isinstance(self.feed, ReplayFeed):
             self.notify("This is a replay: it is already a recording.", severity="warning")
@@ -213,11 +223,7 @@ class TraintopApp(App):
         if mon.recorder is not None:
             with mon.lock:
                 rec, mon.recorder = mon.recorder, None
-            try:
-                rec.close()
-                self.notify(f"Recording saved: {rec.path}")
-            except RecordingError as e:
-                self.notify(str(e), severity="error")
+            self._close_recording(rec)
             self.refresh_view()
             return
         try:

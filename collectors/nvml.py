@@ -79,9 +79,6 @@ class NvmlCollector:
                 self.errors[field] = self.errors.get(field, 0) + 1
             return None
 
-    def supported(self, idx: int, field: str) -> bool:
-        return (idx, field) not in self._unsupported
-
     def _info(self, i: int) -> GpuInfo:
         nv, h = self.nv, self.handles[i]
         mem = self._safe(i, "memory_v2", nv.nvmlDeviceGetMemoryInfo, h, nv.nvmlMemory_v2) \

@@ -19,7 +19,6 @@ from traintop.probe_agent import peer_uid, probe_dir
 from traintop.samples import RankSample
 
 MAX_LINE = 1 << 20
-STALE_S = 3.0
 
 
 class _Conn:

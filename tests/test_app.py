@@ -164,6 +164,7 @@ def test_record_key_writes_a_recording(tmp_path):
                 feed.step()
             await pilot.press("r")
             assert monitor.recorder is None
+            await app.workers.wait_for_complete()  # the file is closed off the UI loop
     run(go())
     files = list(tmp_path.glob("*.ttrec"))
     assert len(files) == 1
@@ -234,3 +235,18 @@ def test_process_exit_keeps_history_and_says_when():
             assert "ended at" in text and "history stays" in text
             assert len(monitor.store) == n + 1 and monitor.ended_at == ended.t
     run(go())
+
+
+def test_no_color_is_honoured(monkeypatch):
+    monkeypatch.setenv("NO_COLOR", "1")
+    app, _, _ = sim_app()
+    assert app.no_color
+
+
+def test_sparklines_use_fixed_scales():
+    from traintop.widgets.render import spark
+
+    # Textual's Sparkline scales to min..max, so a flat 3 % would fill the row; ours stays at the bottom.
+    assert spark([3.0, 3.0, 3.0], 0, 100, 3).plain == "▁▁▁"
+    assert spark([100.0, 50.0, 0.0], 0, 100, 3).plain == "█▅▁"
+    assert spark([None, 100.0], 0, 100, 4).plain == "   █"  # missing is blank, never 0

@@ -47,3 +47,10 @@ def test_ddp_two_ranks_on_two_gpus():
 def test_probe_overhead_was_under_half_a_percent():
     d = json.loads((FIX / "probe-overhead.json").read_text())
     assert d["device"] == "NVIDIA H200" and d["median_ratio"] < 1.005
+
+
+def test_recording_size_claimed_in_the_readme():
+    """README: a 10 Hz H200 session with host, process and probe data takes about 33 bytes a sample."""
+    path = FIX / "training-phases-probe-10hz.ttrec"
+    n = RecordingReader(str(path)).frame_count
+    assert 25 <= path.stat().st_size / n <= 40

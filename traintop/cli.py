@@ -127,19 +127,22 @@ def cmd_live(args) -> int:
         return _run_app(monitor, feed, "demo", banner="No NVIDIA GPU here: this is a recorded H200 session.")
     banner = None if monitor.info.gpus else "No NVIDIA GPU visible: showing the host and the process only."
     if args.pid is not None and monitor.info.gpus:
-        note = _gpu_use_note(feed, args.pid)
+        note = _gpu_use_note(monitor, feed, args.pid)
         if note:
             print(f"traintop: {note}", file=sys.stderr)
             banner = note
     return _run_app(monitor, feed, "live", banner=banner)
 
 
-def _gpu_use_note(feed, pid: int) -> str | None:
-    """One line when the attached process holds no GPU memory (it may not have started yet)."""
+def _gpu_use_note(monitor, feed, pid: int) -> str | None:
+    """One line when the attached process holds no GPU memory (it may not have started yet).
+
+    The sample taken to find out is the session's first, not thrown away."""
     try:
         frame = feed.source.next_frame()
     except Exception:
         return None
+    monitor.ingest(frame)
     pids = {m.pid for m in frame.process.members} | {pid} if frame.process else {pid}
     if any(p.pid in pids for g in frame.gpus for p in g.processes):
         return None

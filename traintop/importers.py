@@ -139,15 +139,6 @@ def _read_text(path: str) -> str:
     return raw.decode("utf-8", errors="replace")
 
 
-def looks_like_nvidia_smi(path: str) -> bool:
-    try:
-        text = _read_text(path)
-    except ImportFailed:
-        return False
-    first = next((ln for ln in text.splitlines() if ln.strip()), "")
-    return first.lstrip().startswith("#") or "utilization" in first or "timestamp" in first or "index" in first
-
-
 def load(path: str, fields: list[str] | None = None) -> ImportedLog:
     text = _read_text(path)
     lines = [ln for ln in text.splitlines() if ln.strip()]

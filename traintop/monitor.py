@@ -7,20 +7,12 @@ thread. Nothing here knows about Textual.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
 
 from traintop.errors import RecordingError
 from traintop.rules import RulesEngine, default_engine
 from traintop.rules.engine import Alert
 from traintop.samples import Frame, SessionInfo
 from traintop.store import Store
-
-
-@dataclass
-class Status:
-    """Notes for the user that are not alerts (recording trouble, stale sources)."""
-
-    messages: list[str] = field(default_factory=list)
 
 
 class Monitor:
@@ -31,7 +23,6 @@ class Monitor:
         self.engine = engine if engine is not None else default_engine()
         self.recorder = recorder
         self.lock = threading.RLock()
-        self.status = Status()
         self.recording_error: str | None = None
         self.source_error: str | None = None
         self.ended_at: float | None = None

@@ -10,6 +10,7 @@ Nothing is ever unpickled or evaluated: a recording is untrusted input.
 from __future__ import annotations
 
 import bisect
+from contextlib import contextmanager
 import json
 import os
 import socket
@@ -107,21 +108,17 @@ class RecordingWriter:
         self._buf: list[Frame] = []  # not yet committed
         self._dirty_alerts: dict[int, Alert] = {}
         self._last_flush = clock()
-        self.frames_written = 0
         self.closed = False
 
+    @contextmanager
     def _tx(self):
-        db = self._db
-
-        class _Tx:
-            def __enter__(self_inner):
-                db.execute("BEGIN")
-
-            def __exit__(self_inner, et, ev, tb):
-                db.execute("COMMIT" if et is None else "ROLLBACK")
-                return False
-
-        return _Tx()
+        self._db.execute("BEGIN")
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
 
     def add(self, frame: Frame) -> None:
         self._buf.append(frame)
@@ -161,7 +158,6 @@ class RecordingWriter:
                          json.dumps(list(a.remedies))))
         except sqlite3.Error as e:
             raise RecordingError(f"writing {self.path} failed: {e}") from None
-        self.frames_written += len(self._buf)
         if merge:
             self._small_ids, self._small_frames = [], []
         elif self._buf:

@@ -36,10 +36,6 @@ def fmt_duration(seconds: float | None) -> str:
     return f"{h} h {rem // 60:02d} min"
 
 
-def fmt_pct(v: float | None, digits: int = 0) -> str:
-    return "–" if v is None else f"{v:.{digits}f} %"
-
-
 def fmt_range(lo: float, hi: float, unit: str = "s") -> str:
     if abs(hi - lo) < 0.05:
         return f"{lo:.1f} {unit}"

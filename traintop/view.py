@@ -136,9 +136,8 @@ def build_view(monitor: Monitor, points: int = SERIES_POINTS) -> View:
                 for gp in g.processes:
                     if gp.pid == r.pid:
                         gpu, nvml_used = g.index, gp.used_bytes
-            nvml_series = []
-            if gpu is not None:  # NVML per-process memory isn't in the store; approximate with the GPU's used
-                nvml_series = store.last(f"gpu{gpu}.mem_used", points)
+            # The store keeps the GPU's used memory, not per-process history: the chart says so.
+            nvml_series = store.last(f"gpu{gpu}.mem_used", points) if gpu is not None else []
             waits = [v for v in store.window(key + "input_wait", 10.0) if v is not None]
             ranks.append(RankView(r, gpu, nvml_used, store.last(key + "allocated", points),
                                   store.last(key + "reserved", points), nvml_series,

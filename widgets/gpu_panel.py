@@ -15,8 +15,6 @@ def _num(v, fmt: str = "{:.0f}") -> str:
 
 
 class GpuPanel(Widget):
-    DEFAULT_CSS = ""
-
     def __init__(self, index: int, **kw) -> None:
         super().__init__(id=f"gpu-{index}", classes="gpu-panel", **kw)
         self.index = index

@@ -1,4 +1,4 @@
-"""Allocated vs reserved vs NVML-used memory over time, drawn with plotext."""
+"""The job's allocated vs reserved memory over time, against the GPU's used memory (NVML), with plotext."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ def memory_chart(allocated: list, reserved: list, nvml: list, width: int, height
     plt.plotsize(max(20, width - 1), max(5, height))
     plt.theme("clear")
     plt.xticks([])
-    series = [("NVML used", nvml, "red"), ("reserved", reserved, "orange"), ("allocated", allocated, "green")]
+    series = [("GPU used (NVML)", nvml, "red"), ("reserved", reserved, "orange"), ("allocated", allocated, "green")]
     drawn = False
     for label, values, color in series:
         pts = [(i, v / GiB) for i, v in enumerate(values) if v is not None]

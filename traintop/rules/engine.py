@@ -99,7 +99,7 @@ class _Track:
 
 @dataclass
 class RulesEngine:
-    rules: list
+    rules: list[Rule]
     config: Thresholds = DEFAULT
     eval_every_s: float = 1.0
     max_history: int = 500
