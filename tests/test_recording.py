@@ -135,3 +135,11 @@ def test_sigkill_mid_write_loses_at_most_about_a_second(tmp_rec):
     assert killed_at - frames[-1].t <= 1.5
     ts = [f.t for f in frames]
     assert ts == sorted(ts) and len(ts) >= 30
+
+
+def test_error_messages_are_one_line_whatever_they_quote():
+    from traintop.errors import TraintopError
+
+    e = RecordingError('x.ttrec is damaged (malformed database schema - unrecognized token: "[ a,\n   b )")')
+    assert "\n" not in str(e) and "unrecognized token" in str(e)
+    assert str(TraintopError("a\n\tb")) == "a b"

@@ -2,7 +2,14 @@
 
 
 class TraintopError(Exception):
-    """A problem the user can act on; its message is printed as one line."""
+    """A problem the user can act on; its message is printed as one line.
+
+    Messages often quote text from elsewhere (SQLite's errors quote a file's schema, which a
+    hostile file controls): whitespace, newlines included, is folded here, once for all.
+    """
+
+    def __init__(self, message: object = "") -> None:
+        super().__init__(" ".join(str(message).split()))
 
 
 class RecordingError(TraintopError):
