@@ -6,8 +6,11 @@ reads as ``None``. Fast fields (1-10 µs each on an H200) are read every tick. S
 queries run on a separate thread so they never delay a tick: the utilization sample
 buffer (~2.5 ms a call on an H200; refreshed by the driver ~5 times a second) once a
 second, giving the min/max utilization of the last second on the next tick; PCIe
-throughput (~21 ms a call) and total energy (~3 ms) every ``slow_every`` seconds. Any other NVML error on one field of one
-device leaves that field ``None`` for the tick and is counted, never raised.
+throughput (~21 ms a call; skipped where GPM measures it), total energy (~3 ms), the
+throttle-time (violation) counters, ECC counts and the current PCIe link every
+``slow_every`` seconds; GPM metrics (Hopper and later, see gpm.py) once a second; XID
+and ECC events on a listener thread of their own. Any other NVML error on one field of
+one device leaves that field ``None`` for the tick and is counted, never raised.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import threading
 import time
 from typing import Any, Callable
 
+from traintop.collectors.gpm import GpmReader
+from traintop.collectors.nvml_events import ECC_DOUBLE_BIT, XID_CRITICAL, EventListener
 from traintop.errors import NoGpuError
 from traintop.samples import GpuInfo, GpuProcess, GpuSample, SessionInfo
 
@@ -63,6 +68,9 @@ class NvmlCollector:
         self.slow_every = slow_every
         self._stop = threading.Event()
         self._slow_thread: threading.Thread | None = None
+        self._violation: dict[tuple[int, int], tuple[int, int]] = {}
+        self.gpm = GpmReader(nv, self.handles)
+        self.events = EventListener(nv, self.handles)
 
     # -- plumbing ----------------------------------------------------------
     def _safe(self, idx: int | None, field: str, fn: Callable, *args):
@@ -97,7 +105,14 @@ class NvmlCollector:
             temp_slowdown_c=float(slowdown) if slowdown is not None else None,
             sm_clock_max=self._safe(i, "sm_clock_max", nv.nvmlDeviceGetMaxClockInfo, h, nv.NVML_CLOCK_SM),
             mem_clock_max=self._safe(i, "mem_clock_max", nv.nvmlDeviceGetMaxClockInfo, h, nv.NVML_CLOCK_MEM),
+            pcie_gen_max=self._optional(i, "pcie_gen_max", "nvmlDeviceGetMaxPcieLinkGeneration", h),
+            pcie_width_max=self._optional(i, "pcie_width_max", "nvmlDeviceGetMaxPcieLinkWidth", h),
         )
+
+    def _optional(self, i: int, field: str, fn_name: str, *args):
+        """A call older bindings may lack: missing reads as unsupported."""
+        fn = getattr(self.nv, fn_name, None)
+        return self._safe(i, field, fn, *args) if fn is not None else None
 
     def session_info(self, interval: float, kind: str = "live") -> SessionInfo:
         import socket
@@ -129,6 +144,12 @@ class NvmlCollector:
             # windowed utilization belongs to one tick only, or a 10 Hz trace would repeat it
             util_min = self._slow[i].pop("util_min", None)
             util_max = self._slow[i].pop("util_max", None)
+        xid = None
+        for etype, data in self.events.take(i):
+            if etype & XID_CRITICAL:
+                xid = data
+            elif etype & ECC_DOUBLE_BIT and xid is None:
+                xid = 48  # what the driver logs as the XID of a double-bit ECC error
         return GpuSample(
             index=i,
             util=float(util.gpu) if util is not None else None,
@@ -144,6 +165,13 @@ class NvmlCollector:
             sm_clock=sm, sm_clock_max=info.sm_clock_max, mem_clock=memclk, mem_clock_max=info.mem_clock_max,
             reasons=int(reasons) if reasons is not None else None,
             pcie_tx=slow.get("pcie_tx"), pcie_rx=slow.get("pcie_rx"), energy_j=slow.get("energy_j"),
+            pcie_gen=slow.get("pcie_gen"), pcie_width=slow.get("pcie_width"),
+            pcie_gen_max=info.pcie_gen_max, pcie_width_max=info.pcie_width_max,
+            sm_active=slow.get("sm_active"), sm_occupancy=slow.get("sm_occupancy"),
+            tensor_active=slow.get("tensor_active"), dram_active=slow.get("dram_active"),
+            throttle_power=slow.get("throttle_power"), throttle_thermal=slow.get("throttle_thermal"),
+            ecc_corrected=slow.get("ecc_corrected"), ecc_uncorrected=slow.get("ecc_uncorrected"),
+            remap_pending=slow.get("remap_pending"), xid=xid,
             processes=self._processes(i),
         )
 
@@ -178,6 +206,7 @@ class NvmlCollector:
         if self._slow_thread is None:
             self._slow_thread = threading.Thread(target=self._slow_loop, name="traintop-nvml-slow", daemon=True)
             self._slow_thread.start()
+            self.events.start()
 
     def poll_util_window(self) -> None:
         for i in range(len(self.handles)):
@@ -186,24 +215,63 @@ class NvmlCollector:
                 if lo is not None:
                     self._slow[i]["util_min"], self._slow[i]["util_max"] = lo, hi
 
+    def poll_gpm(self) -> None:
+        for i in range(len(self.handles)):
+            m = self.gpm.poll(i)
+            if m is not None:
+                with self._slow_lock:
+                    self._slow[i].update(m)
+
     def poll_slow(self) -> None:
         nv = self.nv
         for i, h in enumerate(self.handles):
-            tx = self._safe(i, "pcie_tx", nv.nvmlDeviceGetPcieThroughput, h, nv.NVML_PCIE_UTIL_TX_BYTES)
-            rx = self._safe(i, "pcie_rx", nv.nvmlDeviceGetPcieThroughput, h, nv.NVML_PCIE_UTIL_RX_BYTES)
+            got: dict[str, float | None] = {}
+            if not self.gpm.supported[i]:  # GPM measures PCIe traffic for free; this call costs ~21 ms
+                tx = self._safe(i, "pcie_tx", nv.nvmlDeviceGetPcieThroughput, h, nv.NVML_PCIE_UTIL_TX_BYTES)
+                rx = self._safe(i, "pcie_rx", nv.nvmlDeviceGetPcieThroughput, h, nv.NVML_PCIE_UTIL_RX_BYTES)
+                got["pcie_tx"] = tx * 1024.0 if tx is not None else None  # NVML gives KB/s
+                got["pcie_rx"] = rx * 1024.0 if rx is not None else None
             energy = self._safe(i, "energy", nv.nvmlDeviceGetTotalEnergyConsumption, h)
+            got["energy_j"] = energy / 1000.0 if energy is not None else None  # mJ
+            got["throttle_power"] = self._violation_pct(i, 0)    # NVML_PERF_POLICY_POWER
+            got["throttle_thermal"] = self._violation_pct(i, 1)  # NVML_PERF_POLICY_THERMAL
+            got.update(self._errors_and_link(i, h))
             with self._slow_lock:
-                self._slow[i].update({  # NVML gives KB/s and mJ
-                    "pcie_tx": tx * 1024.0 if tx is not None else None,
-                    "pcie_rx": rx * 1024.0 if rx is not None else None,
-                    "energy_j": energy / 1000.0 if energy is not None else None,
-                })
+                self._slow[i].update(got)
+
+    def _violation_pct(self, i: int, policy: int) -> float | None:
+        """Share of the time since the previous read that the clocks were held down (percent)."""
+        fn = getattr(self.nv, "nvmlDeviceGetViolationStatus", None)
+        v = self._safe(i, f"violation{policy}", fn, self.handles[i], policy) if fn is not None else None
+        if v is None:
+            return None
+        now, held = int(v.referenceTime), int(v.violationTime)
+        prev = self._violation.get((i, policy))
+        self._violation[(i, policy)] = (now, held)
+        if prev is None or now <= prev[0] or held < prev[1]:
+            return None
+        return min(100.0, 100.0 * (held - prev[1]) / (now - prev[0]))
+
+    def _errors_and_link(self, i: int, h) -> dict[str, float | None]:
+        nv = self.nv
+        out: dict[str, float | None] = {}
+        ecc = getattr(nv, "nvmlDeviceGetTotalEccErrors", None)
+        if ecc is not None:  # 0 / 1: corrected / uncorrected; 0: volatile counter
+            out["ecc_corrected"] = self._safe(i, "ecc_corrected", ecc, h, 0, 0)
+            out["ecc_uncorrected"] = self._safe(i, "ecc_uncorrected", ecc, h, 1, 0)
+        rows = self._optional(i, "remapped_rows", "nvmlDeviceGetRemappedRows", h)
+        if rows is not None:
+            out["remap_pending"] = 1 if rows[2] else 0
+        out["pcie_gen"] = self._optional(i, "pcie_gen", "nvmlDeviceGetCurrPcieLinkGeneration", h)
+        out["pcie_width"] = self._optional(i, "pcie_width", "nvmlDeviceGetCurrPcieLinkWidth", h)
+        return out
 
     def _slow_loop(self) -> None:
         last_slow = -1e9
         while not self._stop.is_set():
             t = time.monotonic()
             self.poll_util_window()
+            self.poll_gpm()
             if t - last_slow >= self.slow_every:
                 self.poll_slow()
                 last_slow = t
@@ -213,6 +281,8 @@ class NvmlCollector:
         self._stop.set()
         if self._slow_thread is not None:
             self._slow_thread.join(timeout=1.0)
+        self.events.close()
+        self.gpm.close()
         try:
             self.nv.nvmlShutdown()
         except Exception:  # shutting down: nothing useful to say

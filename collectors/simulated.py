@@ -28,7 +28,7 @@ from traintop.samples import (
 )
 from traintop.units import GiB, MiB
 
-SCENARIOS = ("healthy", "starved", "underused", "thermal", "memory_creep", "idle")
+SCENARIOS = ("healthy", "starved", "underused", "thermal", "memory_creep", "idle", "small_kernels", "pcie_bound")
 SCENARIO_HELP = {
     "healthy": "large-batch bf16 training: 100 % busy, power-capped (normal)",
     "starved": "data-starved: utilization spikes between 0 and 100 %, loader workers at 100 % CPU",
@@ -36,6 +36,8 @@ SCENARIO_HELP = {
     "thermal": "temperature climbs to the slowdown threshold and clocks drop",
     "memory_creep": "memory rising ~0.5 GiB/s (tensors kept in a list)",
     "idle": "no job on the GPU",
+    "small_kernels": "utilization reads 100 % but the kernels keep ~12 % of the SMs busy (GPM)",
+    "pcie_bound": "host-to-device copies fill the PCIe link; the GPU computes ~35 % of the time",
 }
 
 H200 = dict(name="NVIDIA H200", mem_total=143771 * MiB, power_limit_w=700.0,
@@ -73,7 +75,8 @@ class Simulator:
             gpus=tuple(GpuInfo(index=i, name=H200["name"], uuid=f"GPU-sim-{self.seed}-{i}",
                                mem_total=H200["mem_total"], power_limit_w=H200["power_limit_w"],
                                temp_slowdown_c=H200["temp_slowdown_c"], sm_clock_max=H200["sm_clock_max"],
-                               mem_clock_max=H200["mem_clock_max"]) for i in range(len(self.scenarios))),
+                               mem_clock_max=H200["mem_clock_max"], pcie_gen_max=5, pcie_width_max=16)
+                      for i in range(len(self.scenarios))),
             driver="580.159.04 (simulated)",
             cuda_driver="13.0",
             hostname="simulated",
@@ -109,8 +112,8 @@ class Simulator:
             if scenario == "memory_creep":
                 allocated = int(reserved - 300 * MiB * r.random())
             step = {"healthy": 0.081, "starved": 0.80, "underused": 0.004, "thermal": 0.11,
-                    "memory_creep": 0.125}[scenario] * (0.95 + 0.1 * r.random())
-            wait = {"starved": 0.62, "underused": 0.01}.get(scenario, 0.02) * (0.9 + 0.2 * r.random())
+                    "memory_creep": 0.125, "small_kernels": 0.012, "pcie_bound": 0.21}[scenario] * (0.95 + 0.1 * r.random())
+            wait = {"starved": 0.62, "underused": 0.01, "pcie_bound": 0.05}.get(scenario, 0.02) * (0.9 + 0.2 * r.random())
             steps = int((t - self.t0) / step)
             out.append(RankSample(
                 pid=TRAIN_PID + g.index, rank=g.index, world_size=len(gpus), device=g.index, cuda=True,
@@ -141,6 +144,8 @@ class Simulator:
         reasons = 0
         procs = (GpuProcess(TRAIN_PID + i, None),)
         util_min = util_max = None
+        sm_share = None  # GPM SM activity as a share of utilization
+        rx = 0.4e9 * r.random()
         if scenario == "healthy":
             util = 100.0 if r.random() > 0.02 else 97.0
             util_min, util_max = 96.0, 100.0
@@ -150,6 +155,7 @@ class Simulator:
             temp = 62 + 4 * r.random()
             mem = 96 * GiB + int(2 * GiB * r.random())
             mem_util = 55 + 10 * r.random()
+            sm_share = 0.82
         elif scenario == "starved":
             share, util_min, util_max = self._busy_share(i, t - self.interval, t)
             util = 100.0 if self._busy(i, t) else 0.0
@@ -184,6 +190,25 @@ class Simulator:
             temp = 55 + 3 * r.random()
             mem = min(int(total * 0.985), int(8 * GiB + 0.5 * GiB * rel + 64 * MiB * r.random()))
             mem_util = 40.0
+        elif scenario == "small_kernels":
+            util = 100.0 if r.random() > 0.05 else 99.0
+            util_min, util_max = 98.0, 100.0
+            power = 190 + 15 * r.random()
+            sm = 1980
+            temp = 44 + 2 * r.random()
+            mem = 6 * GiB
+            mem_util = 8 + 2 * r.random()
+            sm_share = 0.12
+        elif scenario == "pcie_bound":
+            util = 100.0 if r.random() < 0.35 else 0.0
+            util_min, util_max = 0.0, 100.0
+            power = 230 + 40 * r.random()
+            sm = 1980
+            temp = 46 + 2 * r.random()
+            mem = 24 * GiB
+            mem_util = 10 + 5 * r.random()
+            sm_share = 0.7
+            rx = 47e9 + 4e9 * r.random()
         else:  # idle
             util = 0.0
             util_min, util_max = 0.0, 0.0
@@ -202,6 +227,13 @@ class Simulator:
             power_limit_w=limit, temp_c=round(temp), temp_slowdown_c=H200["temp_slowdown_c"],
             sm_clock=sm, sm_clock_max=H200["sm_clock_max"], mem_clock=3201 if scenario != "idle" else 1593,
             mem_clock_max=H200["mem_clock_max"], reasons=reasons, processes=procs,
+            pcie_rx=rx, pcie_tx=0.3 * rx, pcie_gen=5 if util > 0 else 1, pcie_width=16, pcie_gen_max=5,
+            pcie_width_max=16,
+            sm_active=round(min(100.0, util * (sm_share or 0.6) * (0.9 + 0.2 * r.random()))),
+            tensor_active=round(util * 0.5 * (sm_share or 0.5)), dram_active=round(mem_util * 0.8),
+            throttle_power=round((60 + 30 * r.random()) if reasons & REASON_SW_POWER_CAP else 0.0),
+            throttle_thermal=100.0 if reasons & REASON_SW_THERMAL else 0.0,
+            ecc_corrected=0, ecc_uncorrected=0,
         )
 
     def _host(self, t: float) -> HostSample:

@@ -8,7 +8,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from test_nvml_collector import fake_nvml  # noqa: E402
+from test_nvml_collector import _with_hopper_extras, fake_nvml  # noqa: E402
 
 from traintop import doctor  # noqa: E402
 
@@ -68,3 +68,21 @@ def test_cli_exit_code_and_json():
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 1
     assert '"status": "fail"' in r.stdout and "Traceback" not in r.stderr
+
+
+def test_health_lines_pcie_ecc_gpm_and_events():
+    nv, calls = fake_nvml(n=1)
+    checks, _ = doctor.nvml_checks(_with_hopper_extras(nv, calls))
+    by = {c.name: c for c in checks}
+    assert by["PCIe link"].status == "pass" and "Gen5 x16 (max Gen5 x16)" in by["PCIe link"].detail
+    assert by["Memory errors (ECC)"].status == "pass" and "7 corrected" in by["Memory errors (ECC)"].detail
+    assert by["GPM metrics"].status == "pass" and by["XID events"].status == "pass"
+    nv, calls = fake_nvml(n=1)
+    _with_hopper_extras(nv, calls, gpm=False)
+    nv.nvmlDeviceGetCurrPcieLinkWidth = lambda h: 8
+    nv.nvmlDeviceGetTotalEccErrors = lambda h, kind, counter: 2
+    nv.nvmlDeviceGetRemappedRows = lambda h: (0, 1, 1, 0)
+    by = {c.name: c for c in doctor.nvml_checks(nv)[0]}
+    assert by["PCIe link"].status == "warn" and "x8" in by["PCIe link"].detail
+    assert by["Memory errors (ECC)"].status == "fail" and "remap is pending" in by["Memory errors (ECC)"].detail
+    assert by["GPM metrics"].status == "info"

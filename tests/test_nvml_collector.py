@@ -127,3 +127,138 @@ def test_slow_thread_runs_and_stops():
     assert calls["pcie"] >= 4  # 2 GPUs x TX/RX at least once
     g = c.sample()
     assert len(g) == 2 and g[1].pcie_rx == 2048 * 1024
+
+
+def _with_hopper_extras(nv, calls, *, gpm=True, events=()):
+    """Add GPM, violation counters, ECC, link and event calls to a fake NVML."""
+    import threading
+
+    state = {}
+
+    class Metric:
+        def __init__(self):
+            self.metricId, self.nvmlReturn, self.value = 0, 0, 0.0
+
+    class MetricsGet:
+        def __init__(self):
+            self.version = self.numMetrics = 0
+            self.sample1 = self.sample2 = None
+            self.metrics = [Metric() for _ in range(8)]
+
+    values = {2: 18.0, 3: 30.0, 5: 4.0, 10: 12.0, 20: 100.0, 21: 2048.0}
+
+    def metrics_get(req):
+        calls["gpm_metrics"] = calls.get("gpm_metrics", 0) + 1
+        assert req.sample1 is not req.sample2
+        for m in req.metrics[: req.numMetrics]:
+            m.value = values[m.metricId]
+        return req
+
+    def sample_get(h, s):
+        calls["gpm_sample"] = calls.get("gpm_sample", 0) + 1
+        return s
+
+    def violation(h, policy):
+        ref, held = state.get(policy, (0, 0))
+        state[policy] = (ref + 1_000_000_000, held + (250_000_000 if policy == 0 else 0))
+        return types.SimpleNamespace(referenceTime=state[policy][0], violationTime=state[policy][1])
+
+    pending = list(events)
+    lock = threading.Lock()
+
+    def wait(es, ms):
+        with lock:
+            if pending:
+                return pending.pop(0)
+        import time
+        time.sleep(ms / 1000)
+        raise NVMLError(10)
+
+    nv.__dict__.update(
+        nvmlGpmQueryDeviceSupport=lambda h: types.SimpleNamespace(isSupportedDevice=1 if gpm else 0),
+        nvmlGpmSampleAlloc=lambda: object(), nvmlGpmSampleGet=sample_get, nvmlGpmMetricsGet=metrics_get,
+        nvmlGpmSampleFree=lambda s: None, c_nvmlGpmMetricsGet_t=MetricsGet,
+        nvmlDeviceGetViolationStatus=violation,
+        nvmlDeviceGetTotalEccErrors=lambda h, kind, counter: 7 if kind == 0 else 0,
+        nvmlDeviceGetRemappedRows=lambda h: (0, 0, 0, 0),
+        nvmlDeviceGetCurrPcieLinkGeneration=lambda h: 5, nvmlDeviceGetCurrPcieLinkWidth=lambda h: 16,
+        nvmlDeviceGetMaxPcieLinkGeneration=lambda h: 5, nvmlDeviceGetMaxPcieLinkWidth=lambda h: 16,
+        nvmlEventSetCreate=lambda: "set", nvmlDeviceGetSupportedEventTypes=lambda h: 0xB,
+        nvmlDeviceRegisterEvents=lambda h, types_, es: None, nvmlEventSetWait=wait, nvmlEventSetFree=lambda es: None,
+    )
+    return nv
+
+
+def test_gpm_metrics_are_windowed_and_replace_the_slow_pcie_call():
+    nv, calls = fake_nvml()
+    c = NvmlCollector(_with_hopper_extras(nv, calls))
+    c.poll_gpm()  # the first sample only opens the window
+    assert c.sample()[0].sm_active is None
+    c.poll_gpm()
+    c.poll_slow()
+    c.poll_slow()
+    g = c.sample()[0]
+    assert (g.sm_active, g.sm_occupancy, g.tensor_active, g.dram_active) == (18.0, 30.0, 4.0, 12.0)
+    assert g.pcie_rx == 2048 * 2**20 and g.pcie_tx == 100 * 2**20  # MiB/s from GPM
+    assert "pcie" not in calls  # the ~21 ms throughput call is skipped where GPM measures it
+    assert g.throttle_power == 25.0 and g.throttle_thermal == 0.0  # 0.25 s of each 1 s held down
+    assert (g.ecc_corrected, g.ecc_uncorrected, g.remap_pending) == (7, 0, 0)
+    assert (g.pcie_gen, g.pcie_width, g.pcie_gen_max, g.pcie_width_max) == (5, 16, 5, 16)
+    assert c.infos[0].pcie_max_bps == pytest.approx(63.0e9, rel=0.01)
+    c.close()
+
+
+def test_without_gpm_or_new_calls_everything_new_reads_none():
+    nv, calls = fake_nvml()  # bindings without GPM, violation, ECC, link or event calls
+    c = NvmlCollector(nv)
+    c.poll_gpm()
+    c.poll_gpm()
+    c.poll_slow()
+    g = c.sample()[0]
+    assert g.sm_active is None and g.throttle_power is None and g.ecc_corrected is None and g.xid is None
+    assert g.pcie_rx == 2048 * 1024 and calls["pcie"] == 2  # the old call still measures PCIe
+    assert not c.events.available
+    c.close()
+
+
+def test_gpm_unsupported_device_uses_the_old_pcie_call():
+    nv, calls = fake_nvml()
+    c = NvmlCollector(_with_hopper_extras(nv, calls, gpm=False))
+    c.poll_gpm()
+    c.poll_gpm()
+    c.poll_slow()
+    assert c.sample()[0].sm_active is None and calls["pcie"] == 2 and "gpm_sample" not in calls
+    c.close()
+
+
+def test_xid_event_reaches_exactly_one_tick():
+    import time
+
+    nv, calls = fake_nvml(n=2)
+    ev = types.SimpleNamespace(device=1, eventType=0x8, eventData=31)
+    c = NvmlCollector(_with_hopper_extras(nv, calls, events=[ev]))
+    c.events.wait_ms = 20
+    assert c.events.available
+    c.start_slow()
+    deadline = time.monotonic() + 2
+    seen = []
+    while time.monotonic() < deadline and not seen:
+        seen = [g.xid for g in c.sample() if g.xid is not None]
+        time.sleep(0.02)
+    assert seen == [31]
+    assert [g.xid for g in c.sample()] == [None, None]
+    c.close()
+
+
+def test_gpm_error_mid_run_is_counted_not_raised():
+    nv, calls = fake_nvml()
+    _with_hopper_extras(nv, calls)
+
+    def broken(h, s):
+        raise NVMLError(15)  # GPU is lost
+    c = NvmlCollector(nv)
+    c.poll_gpm()
+    nv.nvmlGpmSampleGet = broken
+    c.poll_gpm()
+    assert c.gpm.errors == 1 and c.sample()[0].sm_active is None
+    c.close()

@@ -14,6 +14,8 @@ EXPECTED = {
     "thermal": {"thermal"},
     "memory_creep": {"memory_creep"},
     "idle": set(),
+    "small_kernels": {"underuse"},
+    "pcie_bound": {"pcie"},
 }
 
 
@@ -112,3 +114,77 @@ def test_thresholds_are_configurable():
     assert not [a for a in mon.engine.alerts if a.rule == "underuse"]
     with pytest.raises(ValueError):
         Thresholds().with_overrides(no_such_threshold=1)
+
+
+def _frames(n, interval=0.5, **gpu):
+    return [Frame(t=1000 + k * interval, gpus=(GpuSample(index=0, **{
+        key: (v(k) if callable(v) else v) for key, v in gpu.items()}),)) for k in range(n)]
+
+
+def _alerts(frames):
+    mon = Monitor(Simulator("healthy").info())
+    for f in frames:
+        mon.ingest(f)
+    return mon.engine.alerts
+
+
+def test_gpm_sm_activity_turns_full_utilization_into_underuse():
+    busy = dict(util=100.0, power_w=400.0, power_limit_w=700.0)
+    low = _alerts(_frames(120, sm_active=15.0, tensor_active=2.0, **busy))
+    a = next(a for a in low if a.rule == "underuse")
+    assert "SMs were active only 15 %" in a.evidence and "GPM" in a.evidence and "tensor cores 2 %" in a.evidence
+    assert not [a for a in _alerts(_frames(120, sm_active=70.0, **busy)) if a.rule == "underuse"]
+    # without GPM the same trace (100 %, 400 W) is not underuse: the point sample cannot tell
+    assert not [a for a in _alerts(_frames(120, **busy)) if a.rule == "underuse"]
+
+
+def test_pcie_bottleneck_needs_a_full_link_and_a_waiting_gpu():
+    link = dict(pcie_gen_max=5, pcie_width_max=16, pcie_gen=5, pcie_width=16, power_limit_w=700.0)
+    spiky = lambda k: 100.0 if k % 3 == 0 else 0.0  # noqa: E731
+    hit = _alerts(_frames(80, util=spiky, pcie_rx=50e9, **link))
+    a = next(a for a in hit if a.rule == "pcie")
+    assert "from the host" in a.evidence and "% of its PCIe link" in a.evidence
+    assert "starvation" not in {a.rule for a in hit}  # the link explains the gaps
+    assert not [a for a in _alerts(_frames(80, util=spiky, pcie_rx=5e9, **link)) if a.rule == "pcie"]
+    assert not [a for a in _alerts(_frames(80, util=100.0, pcie_rx=50e9, **link)) if a.rule == "pcie"]
+    degraded = dict(link, pcie_gen=3, pcie_width=8)
+    a = next(a for a in _alerts(_frames(80, util=spiky, pcie_rx=40e9, **degraded)) if a.rule == "pcie")
+    assert "Gen3 x8 of Gen5 x16" in a.evidence
+
+
+def test_thermal_violation_counter_alone_raises_thermal():
+    hits = _alerts(_frames(60, util=100.0, temp_c=70.0, temp_slowdown_c=87.0, throttle_thermal=60.0))
+    a = next(a for a in hits if a.rule == "thermal")
+    assert "thermal violation counter" in a.evidence
+
+
+def test_power_cap_evidence_quotes_the_violation_counter():
+    hits = _alerts(_frames(60, util=100.0, reasons=0x4, power_w=690.0, power_limit_w=700.0, throttle_power=72.0))
+    a = next(a for a in hits if a.rule == "power_cap")
+    assert "held down by the power limit 72 %" in a.evidence
+
+
+def test_xid_events_and_ecc_errors():
+    app = _alerts(_frames(10, util=50.0, xid=lambda k: 31 if k == 4 else None))
+    a = next(a for a in app if a.rule == "gpu_errors")
+    assert "XID 31" in a.evidence and "page fault" in a.evidence and a.severity == Severity.WARNING
+    hw = _alerts(_frames(10, util=50.0, xid=lambda k: 79 if k == 4 else None))
+    assert next(a for a in hw if a.rule == "gpu_errors").severity == Severity.CRITICAL
+    unc = _alerts(_frames(10, util=50.0, ecc_uncorrected=lambda k: 0 if k < 5 else 2))
+    a = next(a for a in unc if a.rule == "gpu_errors")
+    assert "2 new uncorrectable" in a.evidence and a.severity == Severity.CRITICAL
+    corr = _alerts(_frames(240, util=50.0, ecc_corrected=lambda k: k))  # 120 a minute
+    assert "corrected ECC errors rising" in next(a for a in corr if a.rule == "gpu_errors").evidence
+    quiet = _alerts(_frames(240, util=50.0, ecc_corrected=3, ecc_uncorrected=0, remap_pending=0))
+    assert not [a for a in quiet if a.rule == "gpu_errors"]
+    remap = _alerts(_frames(10, util=50.0, remap_pending=1))
+    assert "row remap is pending" in next(a for a in remap if a.rule == "gpu_errors").evidence
+
+
+def test_every_rule_reads_its_thresholds_from_the_config():
+    from traintop.rules.config import Thresholds
+    strict = Thresholds().with_overrides(underuse_max_sm_active=10.0)
+    mon = Monitor(Simulator("healthy").info(), engine=default_engine(strict))
+    for f in _frames(120, util=100.0, power_w=400.0, power_limit_w=700.0, sm_active=15.0):
+        mon.ingest(f)
+    assert "underuse" not in {a.rule for a in mon.engine.alerts}

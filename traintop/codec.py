@@ -26,8 +26,14 @@ GPU_FIELDS = {
     "power_w": 10, "power_limit_w": 10, "temp_c": 10, "temp_slowdown_c": 10,
     "sm_clock": 1, "sm_clock_max": 1, "mem_clock": 1, "mem_clock_max": 1,
     "reasons": 1, "pcie_tx": 1e-3, "pcie_rx": 1e-3, "energy_j": 1,
+    "pcie_gen": 1, "pcie_width": 1, "pcie_gen_max": 1, "pcie_width_max": 1,
+    "sm_active": 1, "sm_occupancy": 1, "tensor_active": 1, "dram_active": 1,
+    "throttle_power": 1, "throttle_thermal": 1,
+    "ecc_corrected": 1, "ecc_uncorrected": 1, "remap_pending": 1, "xid": 1,
 }
-INT_FIELDS = {"sm_clock", "sm_clock_max", "mem_clock", "mem_clock_max", "reasons"}
+INT_FIELDS = {"sm_clock", "sm_clock_max", "mem_clock", "mem_clock_max", "reasons", "pcie_gen", "pcie_width",
+              "pcie_gen_max", "pcie_width_max",
+              "ecc_corrected", "ecc_uncorrected", "remap_pending", "xid"}
 HOST_FIELDS = {
     "cpu_percent": 10, "iowait": 10, "mem_used": _BYTES, "mem_total": _BYTES,
     "swap_used": _BYTES, "swap_total": _BYTES, "disk_read": 1e-3, "disk_write": 1e-3,
@@ -104,6 +110,8 @@ def encode(frames: list[Frame]) -> bytes:
     cols = {}
     for k in keys:
         col = [r.get(k, None) for r in rows]
+        if all(v is None for v in col):  # a field this source cannot read costs nothing
+            continue
         if all(isinstance(v, int) for v in col):  # delta-code numeric columns that change slowly
             cols[k] = ["d", col[0]] + [b - a for a, b in zip(col, col[1:])]
         else:

@@ -65,6 +65,51 @@ def _ver(text: str | None) -> tuple[int, ...] | None:
         return None
 
 
+def _health_checks(col) -> list[Check]:
+    """PCIe link, memory errors and what traintop can measure beyond nvidia-smi (GPM, XID events)."""
+    col.poll_slow()  # link, ECC and remapped rows (no window needed)
+    samples = col.sample()
+    out = []
+    links, slow_links = [], []
+    for info, s in zip(col.infos, samples):
+        if s.pcie_gen is None or info.pcie_gen_max is None:
+            continue
+        links.append(f"GPU {s.index} Gen{s.pcie_gen} x{s.pcie_width} (max Gen{info.pcie_gen_max} "
+                     f"x{info.pcie_width_max})")
+        if s.pcie_width is not None and info.pcie_width_max and s.pcie_width < info.pcie_width_max:
+            slow_links.append(s.index)
+    if links:
+        if slow_links:
+            out.append(Check("PCIe link", WARN, "; ".join(links),
+                             "A link narrower than the GPU's maximum halves host-to-device bandwidth or worse: "
+                             "check the slot, riser and BIOS settings (the generation may drop at idle; "
+                             "the width should not)."))
+        else:
+            out.append(Check("PCIe link", PASS, "; ".join(links) + " (the generation drops while idle)"))
+    unc = [(s.index, s.ecc_uncorrected) for s in samples if s.ecc_uncorrected]
+    pending = [s.index for s in samples if s.remap_pending]
+    known = [s for s in samples if s.ecc_uncorrected is not None]
+    if unc or pending:
+        detail = "; ".join([f"GPU {i}: {n} uncorrectable ECC error(s) since the driver loaded" for i, n in unc]
+                           + [f"GPU {i}: a memory row remap is pending" for i in pending])
+        out.append(Check("Memory errors (ECC)", FAIL, detail,
+                         "Tell the operator: the GPU needs a reset (pending remap) or service; do not start "
+                         "a long job on it."))
+    elif known:
+        corr = sum(s.ecc_corrected or 0 for s in known)
+        out.append(Check("Memory errors (ECC)", PASS, f"no uncorrectable errors; {corr} corrected since the driver loaded"))
+    gpm = [i for i, ok in enumerate(col.gpm.supported) if ok]
+    if gpm:
+        out.append(Check("GPM metrics", PASS, f"SM, tensor and DRAM activity readable on GPU {', '.join(map(str, gpm))}"))
+    else:
+        out.append(Check("GPM metrics", INFO, "not available (needs a Hopper-class GPU or newer and a recent "
+                                             "driver): SM activity is not measured, utilization is a point sample"))
+    out.append(Check("XID events", PASS if col.events.available else INFO,
+                     "the driver delivers XID and ECC events to traintop" if col.events.available
+                     else "event registration not permitted here: XIDs show only in the driver log (dmesg)"))
+    return out
+
+
 def nvml_checks(nvml=None) -> tuple[list[Check], str | None]:
     """Visibility, other processes, persistence. Returns the checks and the driver's CUDA version."""
     from traintop.collectors.nvml import NvmlCollector
@@ -104,6 +149,7 @@ def nvml_checks(nvml=None) -> tuple[list[Check], str | None]:
                                 "between jobs; traintop never changes it."))
         elif any(m == 1 for m in modes):
             checks.append(Check("Persistence mode", PASS, "on"))
+        checks.extend(_health_checks(col))
         return checks, col.cuda_driver
     finally:
         col.close()

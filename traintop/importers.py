@@ -76,6 +76,12 @@ QUERY_FIELDS = {
     "clocks_event_reasons.active": ("reasons", _hex),
     "clocks_throttle_reasons.active": ("reasons", _hex),
     "clocks.event_reasons.active": ("reasons", _hex),
+    "pcie.link.gen.current": ("pcie_gen", _int),
+    "pcie.link.gen.gpucurrent": ("pcie_gen", _int),
+    "pcie.link.gen.max": ("pcie_gen_max", _int),
+    "pcie.link.gen.gpumax": ("pcie_gen_max", _int),
+    "pcie.link.width.current": ("pcie_width", _int),
+    "pcie.link.width.max": ("pcie_width_max", _int),
 }
 IGNORED_QUERY_FIELDS = {"pci.bus_id", "uuid", "driver_version", "pstate", "fan.speed", "serial", "persistence_mode"}
 NAME_FIELDS = {"name", "gpu_name"}
@@ -83,8 +89,10 @@ TIME_FORMATS = ("%Y/%m/%d %H:%M:%S.%f", "%Y/%m/%d %H:%M:%S", "%Y-%m-%d %H:%M:%S.
 
 # dmon column -> (attribute, scale to our units)
 DMON_COLUMNS = {"pwr": ("power_w", 1.0), "gtemp": ("temp_c", 1.0), "sm": ("util", 1.0), "mem": ("mem_util", 1.0),
-                "fb": ("mem_used", float(MiB)), "mclk": ("mem_clock", 1.0), "pclk": ("sm_clock", 1.0)}
-INT_ATTRS = {"sm_clock", "mem_clock", "mem_used"}
+                "fb": ("mem_used", float(MiB)), "mclk": ("mem_clock", 1.0), "pclk": ("sm_clock", 1.0),
+                "rxpci": ("pcie_rx", 1e6), "txpci": ("pcie_tx", 1e6),  # -s t: MB/s
+                "pviol": ("throttle_power", 1.0), "tviol": ("throttle_thermal", 1.0)}  # -s v: percent
+INT_ATTRS = {"sm_clock", "mem_clock", "mem_used", "pcie_gen", "pcie_width", "pcie_gen_max", "pcie_width_max"}
 
 
 @dataclass

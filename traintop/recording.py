@@ -63,7 +63,8 @@ def info_from_json(text: str) -> SessionInfo:
         gpus.append(GpuInfo(index=g["index"], name=text(g.get("name")) or "GPU", uuid=text(g.get("uuid")),
                             mem_total=num(g.get("mem_total")), power_limit_w=num(g.get("power_limit_w")),
                             temp_slowdown_c=num(g.get("temp_slowdown_c")), sm_clock_max=num(g.get("sm_clock_max")),
-                            mem_clock_max=num(g.get("mem_clock_max"))))
+                            mem_clock_max=num(g.get("mem_clock_max")), pcie_gen_max=num(g.get("pcie_gen_max")),
+                            pcie_width_max=num(g.get("pcie_width_max"))))
     interval = d.get("interval", 0.5)
     if not isinstance(interval, (int, float)) or not 0 < interval < 3600:
         raise ValueError("bad interval")

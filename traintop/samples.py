@@ -53,6 +53,23 @@ class GpuInfo:
     temp_slowdown_c: float | None = None
     sm_clock_max: int | None = None
     mem_clock_max: int | None = None
+    pcie_gen_max: int | None = None  # the link the GPU and its slot can reach
+    pcie_width_max: int | None = None
+
+    @property
+    def pcie_max_bps(self) -> float | None:
+        """Usable bandwidth of the full link in each direction, bytes per second."""
+        return pcie_bandwidth(self.pcie_gen_max, self.pcie_width_max)
+
+
+# usable GB/s per lane and direction after line encoding, by PCIe generation
+_PCIE_LANE_GBPS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
+
+
+def pcie_bandwidth(gen: int | None, width: int | None) -> float | None:
+    if not gen or not width or gen not in _PCIE_LANE_GBPS:
+        return None
+    return _PCIE_LANE_GBPS[gen] * 1e9 * width
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +100,22 @@ class GpuSample:
     pcie_tx: float | None = None
     pcie_rx: float | None = None
     energy_j: float | None = None
+    pcie_gen: int | None = None  # current link; idle GPUs drop to a lower generation to save power
+    pcie_width: int | None = None
+    pcie_gen_max: int | None = None
+    pcie_width_max: int | None = None
+    # GPM (Hopper and later): means over the last second of what the SMs did, percent
+    sm_active: float | None = None
+    sm_occupancy: float | None = None
+    tensor_active: float | None = None
+    dram_active: float | None = None
+    # share of the last window (percent) the clocks were held down, from NVML's violation counters
+    throttle_power: float | None = None
+    throttle_thermal: float | None = None
+    ecc_corrected: int | None = None  # volatile counts since the driver loaded
+    ecc_uncorrected: int | None = None
+    remap_pending: int | None = None  # 1: a memory row waits for a GPU reset to be remapped
+    xid: int | None = None  # critical XID event code seen since the previous tick
     processes: tuple[GpuProcess, ...] = ()
 
 

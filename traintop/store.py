@@ -38,6 +38,14 @@ def frame_metrics(frame: Frame) -> Iterator[tuple[str, float | None]]:
         yield p + "reasons", g.reasons
         yield p + "pcie_tx", g.pcie_tx
         yield p + "pcie_rx", g.pcie_rx
+        yield p + "sm_active", g.sm_active
+        yield p + "tensor_active", g.tensor_active
+        yield p + "dram_active", g.dram_active
+        yield p + "throttle_power", g.throttle_power
+        yield p + "throttle_thermal", g.throttle_thermal
+        yield p + "ecc_corrected", g.ecc_corrected
+        yield p + "ecc_uncorrected", g.ecc_uncorrected
+        yield p + "xid", g.xid
         yield p + "nprocs", len(g.processes)
     h = frame.host
     if h is not None:
@@ -145,8 +153,13 @@ class Store:
         self._times[slot] = frame.t
         seen = set()
         for key, value in frame_metrics(frame):
-            v = NAN if value is None else float(value)
             col = self._values.get(key)
+            if value is None:
+                if col is None:
+                    continue  # a metric this source has never had costs nothing
+                v = NAN
+            else:
+                v = float(value)
             if col is None:
                 col = self._values[key] = array("d", [NAN]) * self.capacity
                 self._history[key] = _Downsampler(self.bucket_s, self.history_buckets)

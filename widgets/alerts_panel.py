@@ -7,7 +7,7 @@ import time
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
-from textual.widgets import Static
+from textual.widget import Widget
 
 from traintop.rules.engine import Alert
 from traintop.units import fmt_duration
@@ -18,6 +18,27 @@ def _clock(t: float) -> str:
     return time.strftime("%H:%M:%S", time.localtime(t))
 
 
+class AlertsBody(Widget):
+    """The alert text. Its numbers change every second; the screen is laid out again only
+    when the number of lines changes (Static.update() would re-lay out every time)."""
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self._text = Text()
+        self._lines = -1
+        self._width = -1
+
+    def set_text(self, text: Text) -> None:
+        width = self.content_size.width or self.size.width or 80
+        lines = len(text.wrap(self.app.console, width)) if text.plain else 0
+        relayout = lines != self._lines or width != self._width
+        self._text, self._lines, self._width = text, lines, width
+        self.refresh(layout=relayout)
+
+    def render(self) -> Text:
+        return self._text
+
+
 class AlertsPanel(VerticalScroll):
     """Scrollable: active alerts (most severe first) with evidence and remedies, then ended ones."""
 
@@ -26,7 +47,7 @@ class AlertsPanel(VerticalScroll):
         self.border_title = "Alerts"
 
     def compose(self) -> ComposeResult:
-        yield Static(id="alerts-body")
+        yield AlertsBody(id="alerts-body")
 
     _shown: tuple | None = None
 
@@ -34,9 +55,9 @@ class AlertsPanel(VerticalScroll):
         text = self.render_alerts(active, recent, now, compact)
         key = (text.plain, compact)
         if key == self._shown:
-            return  # Static.update() re-lays out the whole screen: only when the words change
+            return
         self._shown = key
-        self.query_one("#alerts-body", Static).update(text)
+        self.query_one("#alerts-body", AlertsBody).set_text(text)
         n = len(active)
         self.border_title = f"Alerts ({n} active)" if n else "Alerts"
         self.set_class(any(a.severity >= 2 for a in active), "-firing")

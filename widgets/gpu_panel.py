@@ -46,7 +46,7 @@ class GpuPanel(Widget):
         temp_frac = (s.temp_c / slowdown) if s.temp_c is not None else None
         return [
             ("util", v.util, 0.0, 100.0, "green" if (s.util or 0) >= 50 else "yellow",
-             f"{_num(s.util)} %"),
+             f"{_num(s.util)} %" + (f" SM {s.sm_active:.0f}%" if s.sm_active is not None else "")),
             ("pwr", v.power, 0.0, limit, "cyan",
              f"{_num(s.power_w)}/{_num(limit)} W"),
             ("mem", v.mem, 0.0, total, level_style(mem_frac, 0.85, 0.95).replace("green", "magenta"),
@@ -61,6 +61,8 @@ class GpuPanel(Widget):
         t.append(f"SM {_num(s.sm_clock)}/{_num(s.sm_clock_max)} MHz", style="bold" if s.sm_clock and s.sm_clock_max
                  and s.sm_clock < 0.9 * s.sm_clock_max and (s.util or 0) > 50 else "")
         t.append(f"  mem {_num(s.mem_clock)} MHz", style="dim")
+        if s.sm_active is not None:  # GPM: what the SMs did, not just "a kernel ran"
+            t.append(f"  tensor {_num(s.tensor_active)}% DRAM {_num(s.dram_active)}%", style="dim")
         if s.pcie_tx is not None or s.pcie_rx is not None:
             t.append(f"  PCIe ↑{fmt_rate(s.pcie_tx)} ↓{fmt_rate(s.pcie_rx)}", style="dim")
         n = len(s.processes)

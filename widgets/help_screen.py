@@ -23,6 +23,8 @@ and says what is wrong and what to try.
   GPU      utilization, power vs its limit, memory, temperature vs the
            slowdown threshold; fixed scales (0–100 %, 0–limit W, 0–total).
            \\[PWR CAP] at full load is normal; \\[THERMAL] means clocks are cut.
+           "SM n%" (Hopper and later, GPM): how much of the GPU the kernels
+           used. "util" only says that some kernel was running.
   Host     CPU per core (a saturated core is often a data-loader worker),
            iowait, RAM, swap, disk and network rates.
   Process  the attached job (--pid N, or traintop run -- CMD): its tree,
@@ -32,9 +34,11 @@ and says what is wrong and what to try.
 
 [b]Patterns[/b]
   Data starvation  utilization swinging between idle and busy, loader CPUs busy
-  Underuse         power far below the limit: batches too small for the GPU
+  Underuse         power far below the limit, or util 100 % with few SMs active
   Thermal          clock-event reasons or temperature at the slowdown threshold
   Creeping memory  used memory rising steadily; time until it is full
+  PCIe bottleneck  host-to-device copies near the link's limit, the GPU waiting
+  GPU errors       XID events, uncorrectable or fast-rising ECC errors
 
 Press any key to close.
 """

@@ -10,6 +10,8 @@ from textual.widget import Widget
 from traintop.units import fmt_bytes, fmt_rate
 from traintop.view import ProcessView, RankView
 from traintop.widgets.memory_chart import memory_chart
+
+CHART_EVERY_S = 2.0
 from traintop.widgets.render import level_style, spark
 
 NO_PROBE = ("No probe in this job: NVML's per-process figure is an upper bound (reserved + CUDA context "
@@ -123,11 +125,11 @@ class ProcessPanel(Widget):
     _chart_cache: tuple | None = None
 
     def _chart(self, rank: RankView, width: int, height: int) -> Text:
-        """The plotext chart costs milliseconds: rebuild it at most once a second (or on resize)."""
+        """The plotext chart costs ~20 ms: rebuild it at most every 2 s (or on resize); it shows minutes."""
         now = time.monotonic()
         key = (width, height, rank.sample.pid)
         cached = self._chart_cache
-        if cached is not None and cached[0] == key and now - cached[1] < 1.0:
+        if cached is not None and cached[0] == key and now - cached[1] < CHART_EVERY_S:
             return cached[2]
         chart = memory_chart(rank.allocated, rank.reserved, rank.nvml, width, height)
         self._chart_cache = (key, now, chart)

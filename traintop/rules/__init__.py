@@ -4,12 +4,14 @@ from traintop.rules.config import DEFAULT, Thresholds
 from traintop.rules.engine import Alert, Finding, RuleContext, RulesEngine, Severity
 from traintop.rules.cpu_training import TrainingOnCpu
 from traintop.rules.fragmentation import Fragmentation
+from traintop.rules.gpu_errors import GpuErrors
 from traintop.rules.host_memory import HostMemoryPressure
 from traintop.rules.idle_gpu import IdleWhileAlive
 from traintop.rules.imbalance import Imbalance
 from traintop.rules.low_clocks import ClocksBelowMax
 from traintop.rules.memory_creep import MemoryCreep
 from traintop.rules.other_process import OtherProcess
+from traintop.rules.pcie import PcieBottleneck
 from traintop.rules.power_cap import PowerCapAtFullLoad
 from traintop.rules.starvation import Starvation
 from traintop.rules.step_regression import StepTimeRegression
@@ -18,10 +20,10 @@ from traintop.rules.underuse import Underuse
 
 
 def default_rules() -> list:
-    # Starvation first: underuse defers to it on the same GPU.
-    return [Starvation(), Underuse(), ThermalThrottle(), PowerCapAtFullLoad(), MemoryCreep(),
+    # Order matters: starvation defers to a saturated PCIe link, underuse to starvation.
+    return [PcieBottleneck(), Starvation(), Underuse(), ThermalThrottle(), PowerCapAtFullLoad(), MemoryCreep(),
             Fragmentation(), TrainingOnCpu(), StepTimeRegression(), IdleWhileAlive(), OtherProcess(),
-            HostMemoryPressure(), Imbalance(), ClocksBelowMax()]
+            HostMemoryPressure(), Imbalance(), ClocksBelowMax(), GpuErrors()]
 
 
 def default_engine(config: Thresholds = DEFAULT) -> RulesEngine:

@@ -19,6 +19,8 @@ class Thresholds:
     underuse_window_s: float = 30.0
     underuse_power_frac: float = 0.35  # mean power below this share of the limit
     underuse_max_util: float = 60.0
+    underuse_max_sm_active: float = 25.0  # GPM: SMs busy below this while "utilization" is high
+    underuse_min_util_for_sm: float = 50.0
     # thermal and power
     thermal_window_s: float = 20.0
     thermal_min_frac: float = 0.25
@@ -40,6 +42,26 @@ class Thresholds:
     # step-time regression (probe)
     step_regression_ratio: float = 1.3
     step_regression_window_s: float = 30.0
+    # GPU idle while the job is alive
+    idle_window_s: float = 30.0
+    idle_max_util: float = 2.0
+    # another process holding GPU memory
+    other_process_min_gib: float = 1.0
+    # host RAM and swap
+    host_mem_frac: float = 0.95
+    host_swap_rise_gib: float = 0.5
+    # imbalance between the GPUs of one job
+    imbalance_window_s: float = 60.0
+    imbalance_gap: float = 25.0  # utilization points
+    # clocks below maximum for no reason
+    low_clocks_frac: float = 0.8
+    low_clocks_min_util: float = 90.0
+    # PCIe / host-to-device bottleneck
+    pcie_window_s: float = 20.0
+    pcie_min_link_frac: float = 0.6  # host-to-device traffic at or above this share of the link
+    pcie_max_util: float = 90.0
+    # XID / ECC: corrected errors per minute that warrant a warning
+    ecc_corrected_per_min: float = 10.0
 
     def with_overrides(self, **overrides: float) -> "Thresholds":
         names = {f.name for f in fields(self)}

@@ -27,9 +27,9 @@ class HostMemoryPressure:
         frac = h.mem_used / h.mem_total if h.mem_used is not None else 0.0
         swap = present(ctx.store.window("host.swap_used", 60.0))
         swap_rise = swap[-1] - swap[0] if len(swap) >= 2 else 0.0
-        if frac >= 0.95:
+        if frac >= ctx.config.host_mem_frac:
             yield Finding("host", f"host RAM {frac * 100:.0f} % used ({fmt_bytes(h.mem_used)} of {fmt_bytes(h.mem_total)})",
                           Severity.CRITICAL if frac >= 0.98 else None)
-        elif swap_rise >= 0.5 * GiB:
+        elif swap_rise >= ctx.config.host_swap_rise_gib * GiB:
             yield Finding("host", f"the host swapped out {fmt_bytes(swap_rise)} in the last minute "
                                   f"(RAM {frac * 100:.0f} % used)")

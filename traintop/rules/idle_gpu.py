@@ -24,11 +24,12 @@ class IdleWhileAlive:
         proc = frame.process if frame else None
         for g in ctx.gpus():
             i = g.index
-            util = present(ctx.store.window(f"gpu{i}.util", 30.0))
+            util = present(ctx.store.window(f"gpu{i}.util", ctx.config.idle_window_s))
             if len(util) < 8 or not g.processes:
                 continue
             mean_u, p90 = sum(util) / len(util), sorted(util)[int(0.9 * (len(util) - 1))]
-            if mean_u >= 2.0 or p90 >= 5.0:  # a stray reading or two is not work
+            # a stray reading or two is not work
+            if mean_u >= ctx.config.idle_max_util or p90 >= 2.5 * ctx.config.idle_max_util:
                 continue
             if proc is not None and not proc.alive:
                 continue
@@ -37,5 +38,6 @@ class IdleWhileAlive:
                 continue
             held = sum(p.used_bytes or 0 for p in mine)
             who = f"PID {proc.pid}" if proc is not None else f"{len(mine)} process(es)"
-            yield Finding(f"gpu{i}", f"GPU {i} averages {mean_u:.1f} % utilization over the last 30 s while {who} "
+            yield Finding(f"gpu{i}", f"GPU {i} averages {mean_u:.1f} % utilization over the last "
+                                     f"{ctx.config.idle_window_s:.0f} s while {who} "
                                      f"holds {fmt_bytes(held)} on it")

@@ -17,7 +17,6 @@ class Imbalance:
         "Uneven batches (variable sequence lengths) make ranks wait for the slowest: bucket by length.",
         "Check each rank's data pipeline: one starved rank holds back every all-reduce.",
     )
-    gap = 25.0  # utilization points
 
     def evaluate(self, ctx: RuleContext):
         gpus = [g for g in ctx.gpus() if g.processes]
@@ -25,13 +24,13 @@ class Imbalance:
             return
         means = {}
         for g in gpus:
-            u = present(ctx.store.window(f"gpu{g.index}.util", 60.0))
+            u = present(ctx.store.window(f"gpu{g.index}.util", ctx.config.imbalance_window_s))
             if len(u) >= 10:
                 means[g.index] = sum(u) / len(u)
         if len(means) < 2:
             return
         hi = max(means, key=means.get)
         lo = min(means, key=means.get)
-        if means[hi] >= 50 and means[hi] - means[lo] >= self.gap:
-            yield Finding("gpus", f"GPU {lo} averages {means[lo]:.0f} % utilization over the last minute while "
+        if means[hi] >= 50 and means[hi] - means[lo] >= ctx.config.imbalance_gap:
+            yield Finding("gpus", f"GPU {lo} averages {means[lo]:.0f} % utilization over the last {ctx.config.imbalance_window_s:.0f} s while "
                                   f"GPU {hi} averages {means[hi]:.0f} %")

@@ -19,6 +19,7 @@ class ClocksBelowMax:
     )
 
     def evaluate(self, ctx: RuleContext):
+        c = ctx.config
         for g in ctx.gpus():
             i = g.index
             if not g.sm_clock_max:
@@ -28,9 +29,9 @@ class ClocksBelowMax:
             reasons = [int(r) for r in present(ctx.store.window(f"gpu{i}.reasons", 20.0))]
             if len(util) < 8 or len(clocks) < 8 or not reasons:
                 continue
-            if sum(util) / len(util) < 90 or any(r & ~REASON_GPU_IDLE for r in reasons):
+            if sum(util) / len(util) < c.low_clocks_min_util or any(r & ~REASON_GPU_IDLE for r in reasons):
                 continue  # not busy, or a reason (power cap, thermal, app clocks...) explains it
             mean_clock = sum(clocks) / len(clocks)
-            if mean_clock < 0.8 * g.sm_clock_max:
+            if mean_clock < c.low_clocks_frac * g.sm_clock_max:
                 yield Finding(f"gpu{i}", f"GPU {i} busy at {sum(util) / len(util):.0f} % with its SM clock at "
                                          f"{mean_clock:.0f} of {g.sm_clock_max} MHz and no clock-event reason")

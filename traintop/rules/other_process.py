@@ -17,7 +17,6 @@ class OtherProcess:
         "Its memory is not available to the job: out-of-memory errors and smaller batches follow.",
         "It also shares the GPU's time: steps slow down while it computes.",
     )
-    min_bytes = 1 * GiB
 
     def evaluate(self, ctx: RuleContext):
         frame = ctx.store.latest
@@ -26,7 +25,7 @@ class OtherProcess:
             return  # without an attached job there is no "other"
         ours = {m.pid for m in proc.members} | {proc.pid}
         for g in ctx.gpus():
-            others = [p for p in g.processes if p.pid not in ours and (p.used_bytes or 0) >= self.min_bytes]
+            others = [p for p in g.processes if p.pid not in ours and (p.used_bytes or 0) >= ctx.config.other_process_min_gib * GiB]
             if others:
                 listed = ", ".join(f"PID {p.pid} ({fmt_bytes(p.used_bytes)})" for p in others[:4])
                 yield Finding(f"gpu{g.index}", f"GPU {g.index}: {listed} beside the job (PID {proc.pid})")

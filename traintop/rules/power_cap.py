@@ -33,4 +33,7 @@ class PowerCapAtFullLoad:
             text = f"GPU {i} at {u_mean:.0f} % utilization with the power cap active {cap_frac * 100:.0f} % of the last {w:.0f} s"
             if power and g.power_limit_w:
                 text += f" ({sum(power) / len(power):.0f} W of {g.power_limit_w:.0f} W)"
+            held = present(store.window(f"gpu{i}.throttle_power", w))
+            if held:
+                text += f"; clocks held down by the power limit {sum(held) / len(held):.0f} % of the time"
             yield Finding(f"gpu{i}", text)

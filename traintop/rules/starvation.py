@@ -81,6 +81,8 @@ class Starvation:
             pairs = store.window_pairs(key, w)
             if len(pairs) < 8 or pairs[-1][0] - pairs[0][0] < w * 0.5:
                 continue
+            if ctx.is_holding("pcie", f"gpu{i}"):
+                continue  # the copies to the GPU explain the gaps better than the loader
             active = ctx.is_active(self.id, f"gpu{i}")
             utils = [v for _, v in pairs]
             n = len(utils)

@@ -35,13 +35,16 @@ class ThermalThrottle:
             hot_frac = 0.0
             if temps and slowdown:
                 hot_frac = sum(1 for t in temps if t >= slowdown - c.thermal_margin_c) / len(temps)
-            frac = max(thermal_frac, hot_frac, brake_frac)
-            if len(reasons) + len(temps) < 4 or frac < c.thermal_min_frac:
+            counted = present(store.window(f"gpu{i}.throttle_thermal", w))  # NVML's thermal violation time
+            counted_frac = sum(counted) / len(counted) / 100.0 if counted else 0.0
+            frac = max(thermal_frac, hot_frac, brake_frac, counted_frac)
+            if len(reasons) + len(temps) + len(counted) < 4 or frac < c.thermal_min_frac:
                 continue
             seen = 0
             for r in reasons:
                 seen |= r & (THERMAL_REASONS | POWER_BRAKE_REASONS)
-            names = ", ".join(reason_names(seen)) or "temperature at the slowdown threshold"
+            names = ", ".join(reason_names(seen)) or (
+                "thermal violation counter" if counted_frac >= hot_frac else "temperature at the slowdown threshold")
             parts = [f"GPU {i} throttled {frac * 100:.0f} % of the last {w:.0f} s ({names})"]
             if temps:
                 t_now = temps[-1]

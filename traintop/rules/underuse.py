@@ -1,4 +1,10 @@
-"""Underuse: a GPU in use that draws far less power than it can (tiny batches, tiny model)."""
+"""Underuse: a GPU in use that draws far less power than it can (tiny batches, tiny model).
+
+Where GPM is available (Hopper and later) it also catches what power and
+``utilization.gpu`` hide: "utilization" is the share of time *any* kernel ran, so a
+stream of kernels that each occupy a few SMs reads 100 %. SM activity says how much of
+the GPU those kernels used.
+"""
 
 from __future__ import annotations
 
@@ -28,6 +34,10 @@ class Underuse:
             i = g.index
             if ctx.is_holding("starvation", f"gpu{i}"):
                 continue  # starvation explains the low draw better
+            sm = self._sm_finding(ctx, g)
+            if sm is not None:
+                yield sm
+                continue
             power = present(store.window(f"gpu{i}.power", w))
             util = present(store.window(f"gpu{i}.util", w))
             limit = g.power_limit_w
@@ -54,4 +64,29 @@ class Underuse:
                 if main >= 85:
                     text += (f"; the training process's main thread is CPU-bound ({main:.0f} % of a core):"
                              " the GPU waits for kernel launches")
+            sm_active = present(store.window(f"gpu{i}.sm_active", w))
+            if sm_active:
+                text += f"; SMs active {sum(sm_active) / len(sm_active):.0f} % of the time (GPM)"
             yield Finding(f"gpu{i}", text)
+
+    def _sm_finding(self, ctx: RuleContext, g) -> Finding | None:
+        c, store, i = ctx.config, ctx.store, g.index
+        w = c.underuse_window_s
+        pairs = store.window_pairs(f"gpu{i}.sm_active", w)
+        util = present(store.window(f"gpu{i}.util", w))
+        if len(pairs) < 5 or not util or pairs[-1][0] - pairs[0][0] < w * 0.5:
+            return None
+        sm = sum(v for _, v in pairs) / len(pairs)
+        u_mean = sum(util) / len(util)
+        limit = c.underuse_max_sm_active * (1.2 if ctx.is_active(self.id, f"gpu{i}") else 1.0)
+        if u_mean < c.underuse_min_util_for_sm or sm >= limit:
+            return None
+        text = (f"GPU {i} reads {u_mean:.0f} % utilization, but its SMs were active only {sm:.0f} % of the last "
+                f"{w:.0f} s (GPM): the kernels that run occupy a small part of the GPU")
+        tensor = present(store.window(f"gpu{i}.tensor_active", w))
+        if tensor:
+            text += f"; tensor cores {sum(tensor) / len(tensor):.0f} %"
+        power = present(store.window(f"gpu{i}.power", w))
+        if power and g.power_limit_w:
+            text += f"; {sum(power) / len(power):.0f} W of {g.power_limit_w:.0f} W"
+        return Finding(f"gpu{i}", text)

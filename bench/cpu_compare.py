@@ -1,0 +1,171 @@
+"""CPU seconds per wall second of monitors, side by side in one run.
+
+Each command runs in a pseudo-terminal of its own (160x48, so TUIs draw as they would
+in a tmux pane), all at the same time. After a warm-up (imports, first draw) the CPU
+time of each process tree is read twice, ``--seconds`` apart; the table gives the
+difference divided by the wall time between the reads. Peers that are not installed
+are listed as such.
+
+  python bench/cpu_compare.py --preset h200            # traintop vs nvitop, gpustat, nvidia-smi
+  python bench/cpu_compare.py --preset sim --seconds 30  # traintop on the simulator (no GPU)
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import pty
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import termios
+import threading
+import time
+
+import psutil
+
+PY = sys.executable
+
+
+def presets(name: str, tmp: str) -> list[tuple[str, list[str]]]:
+    tt = [PY, "-m", "traintop"]
+    if name == "sim":
+        sim = ["simulate", "--scenario", "starved"]
+        return [(f"traintop TUI {hz} Hz (simulated)", tt + sim + ["--interval", str(1 / hz)]) for hz in (1, 4, 10)] + [
+            (f"traintop record {hz} Hz (simulated)",
+             tt + ["record", "--simulate", "starved", "--interval", str(1 / hz), f"{tmp}/sim{hz}.ttrec"])
+            for hz in (1, 4, 10)]
+    rows = [(f"traintop TUI {hz} Hz", tt + ["--interval", str(1 / hz)]) for hz in (1, 4, 10)]
+    rows += [(f"traintop record {hz} Hz", tt + ["record", "--interval", str(1 / hz), f"{tmp}/live{hz}.ttrec"])
+             for hz in (1, 4, 10)]
+    rows += [("nvitop 1 s", ["nvitop", "--interval", "1"]), ("nvitop 0.25 s", ["nvitop", "--interval", "0.25"]),
+             ("gpustat --watch 1", ["gpustat", "--watch", "1"]),
+             ("nvidia-smi dmon", ["nvidia-smi", "dmon"]), ("nvidia-smi -l 1", ["nvidia-smi", "-l", "1"])]
+    return rows
+
+
+class Run:
+    def __init__(self, label: str, argv: list[str], cols: int = 160, rows: int = 48) -> None:
+        self.label, self.argv = label, argv
+        self.proc = None
+        self.error = None
+        if shutil.which(argv[0]) is None:
+            self.error = "not installed"
+            return
+        master, slave = pty.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+        env = dict(os.environ, TERM="xterm-256color", COLUMNS=str(cols), LINES=str(rows))
+        self.proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env,
+                                     start_new_session=True, close_fds=True)
+        os.close(slave)
+        self.master = master
+        self.tail = b""
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                data = os.read(self.master, 65536)
+            except OSError:
+                return
+            if not data:
+                return
+            self.tail = (self.tail + data)[-2000:]
+
+    def cpu(self) -> float | None:
+        if self.proc is None or self.proc.poll() is not None:
+            return None
+        try:
+            p = psutil.Process(self.proc.pid)
+            total = sum(p.cpu_times()[:2])
+            for c in p.children(recursive=True):
+                try:
+                    total += sum(c.cpu_times()[:2])
+                except psutil.Error:
+                    pass
+            return total
+        except psutil.Error:
+            return None
+
+    def rss(self) -> int | None:
+        try:
+            return psutil.Process(self.proc.pid).memory_info().rss if self.proc else None
+        except psutil.Error:
+            return None
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        for sig, wait in ((signal.SIGINT, 3), (signal.SIGTERM, 3), (signal.SIGKILL, 3)):
+            if self.proc.poll() is not None:
+                break
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                self.proc.wait(wait)
+            except subprocess.TimeoutExpired:
+                continue
+        try:
+            os.close(self.master)
+        except OSError:
+            pass
+
+
+def measure(specs, seconds: float, warmup: float) -> list[dict]:
+    runs = [Run(label, argv) for label, argv in specs]
+    try:
+        time.sleep(warmup)
+        c0 = [r.cpu() for r in runs]
+        t0 = time.monotonic()
+        time.sleep(seconds)
+        c1 = [r.cpu() for r in runs]
+        wall = time.monotonic() - t0
+        out = []
+        for r, a, b in zip(runs, c0, c1):
+            row = {"command": r.label, "argv": " ".join(r.argv), "wall_s": round(wall, 2)}
+            if r.error:
+                row["error"] = r.error
+            elif a is None or b is None:
+                row["error"] = "exited early: " + r.tail.decode(errors="replace").strip().splitlines()[-1:][0][:120] \
+                    if r.tail.strip() else "exited early"
+            else:
+                row["cpu_per_wall_s"] = round((b - a) / wall, 4)
+                row["rss_mib"] = round((r.rss() or 0) / 2**20, 1)
+            out.append(row)
+        return out
+    finally:
+        for r in runs:
+            r.stop()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--preset", choices=["h200", "sim"], default="sim")
+    ap.add_argument("--seconds", type=float, default=30.0)
+    ap.add_argument("--warmup", type=float, default=6.0)
+    ap.add_argument("--json", help="write the rows here")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = measure(presets(args.preset, tmp), args.seconds, args.warmup)
+    print(f"{'command':34s} {'CPU s / wall s':>15s} {'RSS MiB':>8s}")
+    for r in rows:
+        if "error" in r:
+            print(f"{r['command']:34s} {r['error']:>15s}")
+        else:
+            print(f"{r['command']:34s} {r['cpu_per_wall_s']:15.4f} {r['rss_mib']:8.1f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"machine": os.uname().nodename, "cpus": os.cpu_count(), "seconds": args.seconds,
+                       "date": time.strftime("%Y-%m-%d"), "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,50 @@
+"""Host-to-device bottleneck: copies to the GPU fill the PCIe link while the GPU waits."""
+
+from __future__ import annotations
+
+from traintop.rules.engine import Finding, RuleContext, Severity
+from traintop.samples import pcie_bandwidth
+from traintop.store import present
+from traintop.units import fmt_bytes
+
+
+class PcieBottleneck:
+    id = "pcie"
+    title = "Host-to-device copies limit the GPU"
+    severity = Severity.WARNING
+    raise_after = 10.0
+    clear_after = 20.0
+    remedies = (
+        "Pin host memory (DataLoader(pin_memory=True)) and copy with .to(device, non_blocking=True): "
+        "pageable copies reach a fraction of the link's speed and block the stream.",
+        "Send less: move decoding and augmentation to the GPU, send uint8 rather than float32, "
+        "keep what does not change (embeddings, constants) on the GPU.",
+        "Overlap the next batch's copy with this step's compute (prefetch on a side CUDA stream).",
+        "If the link runs below its generation or width under load, reseat the card or check the slot/BIOS "
+        "(nvidia-smi -q -d PCIE).",
+    )
+
+    def evaluate(self, ctx: RuleContext):
+        c, store = ctx.config, ctx.store
+        w = c.pcie_window_s
+        for g in ctx.gpus():
+            i = g.index
+            rx = store.window_pairs(f"gpu{i}.pcie_rx", w)
+            util = present(store.window(f"gpu{i}.util", w))
+            link = pcie_bandwidth(g.pcie_gen_max, g.pcie_width_max) or pcie_bandwidth(g.pcie_gen, g.pcie_width)
+            if len(rx) < 3 or not util or not link or rx[-1][0] - rx[0][0] < w * 0.4:
+                continue
+            rx_mean = sum(v for _, v in rx) / len(rx)
+            u_mean = sum(util) / len(util)
+            threshold = c.pcie_min_link_frac * (0.85 if ctx.is_active(self.id, f"gpu{i}") else 1.0)
+            if rx_mean < threshold * link or u_mean >= c.pcie_max_util:
+                continue
+            text = (f"GPU {i} receives {fmt_bytes(rx_mean)}/s from the host, {rx_mean / link * 100:.0f} % of its "
+                    f"PCIe link ({fmt_bytes(link)}/s), at {u_mean:.0f} % utilization over the last {w:.0f} s")
+            sm = present(store.window(f"gpu{i}.sm_active", w))
+            if sm:
+                text += f"; SMs active {sum(sm) / len(sm):.0f} %"
+            if g.pcie_gen and g.pcie_gen_max and g.pcie_width and g.pcie_width_max \
+                    and (g.pcie_gen < g.pcie_gen_max or g.pcie_width < g.pcie_width_max):
+                text += f"; the link runs at Gen{g.pcie_gen} x{g.pcie_width} of Gen{g.pcie_gen_max} x{g.pcie_width_max}"
+            yield Finding(f"gpu{i}", text)
