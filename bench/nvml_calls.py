@@ -56,7 +56,17 @@ def main() -> int:
         "max_clock": (lambda: nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_SM), 100),
         "energy": (lambda: nv.nvmlDeviceGetTotalEnergyConsumption(h), 50),
         "pcie_tx": (lambda: nv.nvmlDeviceGetPcieThroughput(h, nv.NVML_PCIE_UTIL_TX_BYTES), 10),
+        "violation": (lambda: nv.nvmlDeviceGetViolationStatus(h, nv.NVML_PERF_POLICY_POWER), 100),
+        "ecc_total": (lambda: nv.nvmlDeviceGetTotalEccErrors(h, 1, 0), 100),
+        "remapped_rows": (lambda: nv.nvmlDeviceGetRemappedRows(h), 100),
+        "pcie_link": (lambda: nv.nvmlDeviceGetCurrPcieLinkGeneration(h), 100),
     }
+    try:  # GPM: one sample (the metrics come from two)
+        if nv.nvmlGpmQueryDeviceSupport(h).isSupportedDevice:
+            gs = nv.nvmlGpmSampleAlloc()
+            calls["gpm_sample"] = (lambda: nv.nvmlGpmSampleGet(h, gs), 100)
+    except Exception as e:
+        print("GPM not available:", e)
     rows = {}
     for name, (fn, n) in calls.items():
         rows[name] = timeit(fn, n)
@@ -65,6 +75,8 @@ def main() -> int:
 
     col = NvmlCollector(nv)
     tick_med, tick_p90 = timeit(col.sample, 300)
+    gpm_poll = timeit(col.poll_gpm, 30)  # one GPM sample plus the metrics of the window, per GPU
+    slow_poll = timeit(col.poll_slow, 10)
     # The calls a fast tick makes (the utilization buffer, PCIe and energy are on the slow thread).
     fast_sum = sum(rows[k][0] for k in ("utilization", "memory_v2", "power", "power_limit", "temperature",
                                           "clock_reasons", "processes")) + 2 * rows["sm_clock"][0]
@@ -89,11 +101,15 @@ def main() -> int:
     print(f"{'traintop tick':<16}{tick_med:>12.1f}{tick_p90:>12.1f}   (raw fast calls it makes: {fast_sum:.1f} µs)")
     print(f"{'util, PCIe busy':<16}{contended[0]:>12.1f}{contended[1]:>12.1f}   (another thread loops PCIe TX)")
     print(f"{'tick, PCIe busy':<16}{tick_contended[0]:>12.1f}{tick_contended[1]:>12.1f}")
+    print(f"{'GPM poll':<16}{gpm_poll[0]:>12.1f}{gpm_poll[1]:>12.1f}   (slow thread, once a second)")
+    print(f"{'slow poll':<16}{slow_poll[0]:>12.1f}{slow_poll[1]:>12.1f}   (slow thread, every 2 s)")
+    print("GPM supported:", col.gpm.supported, "events:", col.events.registered)
     print("unsupported fields:", sorted(f for (_, f) in col._unsupported) or "none")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"calls": rows, "tick": [tick_med, tick_p90], "fast_sum": fast_sum,
                        "util_contended": contended, "tick_contended": tick_contended,
+                       "gpm_poll": gpm_poll, "slow_poll": slow_poll,
                        "device": nv.nvmlDeviceGetName(h)}, fh, indent=1, default=str)
     col.close()
     return 0
