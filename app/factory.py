@@ -8,5 +8,6 @@ from traintop.monitor import Monitor
 
 
 def build_app(monitor: Monitor, feed: Feed, *, mode: str = "live", start_feed: bool = True,
-              banner: str | None = None, record_dir: str | None = None) -> TraintopApp:
-    return TraintopApp(monitor, feed, mode=mode, start_feed=start_feed, banner=banner, record_dir=record_dir)
+              banner: str | None = None, record_dir: str | None = None, max_fps: float | None = None) -> TraintopApp:
+    return TraintopApp(monitor, feed, mode=mode, start_feed=start_feed, banner=banner, record_dir=record_dir,
+                       max_fps=max_fps)

@@ -58,8 +58,12 @@ class TraintopApp(App):
     ] + [Binding(str(d), f"seek_fraction({d / 10})", show=False) for d in range(10)]
 
     def __init__(self, monitor: Monitor, feed: Feed, *, mode: str = "live", start_feed: bool = True,
-                 record_dir: str | None = None, banner: str | None = None) -> None:
+                 record_dir: str | None = None, banner: str | None = None, max_fps: float | None = None) -> None:
         super().__init__()
+        # Redraws are the UI's main cost; sampling and recording keep the feed's interval.
+        self.min_redraw_s = 1.0 / max_fps if max_fps else 0.0
+        self._last_redraw = 0.0
+        self._redraw_timer = None
         self.monitor = monitor
         self.feed = feed
         self.mode = mode
@@ -130,12 +134,23 @@ class TraintopApp(App):
 
     def on_frame_ready(self, _: FrameReady) -> None:
         self._pending = False
+        if self.paused or not self.is_running or self._redraw_timer is not None:
+            return
+        wait = self._last_redraw + self.min_redraw_s - time.monotonic()
+        if wait > 0:  # draw the newest frame once the redraw budget allows
+            self._redraw_timer = self.set_timer(wait, self._deferred_redraw)
+        else:
+            self.refresh_view()
+
+    def _deferred_redraw(self) -> None:
+        self._redraw_timer = None
         if not self.paused and self.is_running:
             self.refresh_view()
 
     def refresh_view(self) -> None:
         if self._status is None:  # not mounted yet (a resize comes first)
             return
+        self._last_redraw = time.monotonic()
         view = build_view(self.monitor)
         self.last_view = view
         compact = self.compact

@@ -1,10 +1,11 @@
 """CPU seconds per wall second of monitors, side by side in one run.
 
 Each command runs in a pseudo-terminal of its own (160x48, so TUIs draw as they would
-in a tmux pane), all at the same time. After a warm-up (imports, first draw) the CPU
-time of each process tree is read twice, ``--seconds`` apart; the table gives the
-difference divided by the wall time between the reads. Peers that are not installed
-are listed as such.
+in a tmux pane), all at the same time. Two figures per command: "steady", the CPU time
+of its process tree between ``--warmup`` and ``--warmup + --seconds`` divided by the wall
+time between the reads (what it costs while it runs for hours), and "from launch", its
+CPU time over the first ``--seconds`` (start-up included, as a quick `time`-style
+measurement sees it). Peers that are not installed are listed as such.
 
   python bench/cpu_compare.py --preset h200            # traintop vs nvitop, gpustat, nvidia-smi
   python bench/cpu_compare.py --preset sim --seconds 30  # traintop on the simulator (no GPU)
@@ -37,10 +38,12 @@ def presets(name: str, tmp: str) -> list[tuple[str, list[str]]]:
     if name == "sim":
         sim = ["simulate", "--scenario", "starved"]
         return [(f"traintop TUI {hz} Hz (simulated)", tt + sim + ["--interval", str(1 / hz)]) for hz in (1, 4, 10)] + [
+            ("traintop TUI 4 Hz --fps 4 (simulated)", tt + sim + ["--interval", "0.25", "--fps", "4"])] + [
             (f"traintop record {hz} Hz (simulated)",
              tt + ["record", "--simulate", "starved", "--interval", str(1 / hz), f"{tmp}/sim{hz}.ttrec"])
             for hz in (1, 4, 10)]
     rows = [(f"traintop TUI {hz} Hz", tt + ["--interval", str(1 / hz)]) for hz in (1, 4, 10)]
+    rows += [(f"traintop TUI {hz} Hz --fps {hz}", tt + ["--interval", str(1 / hz), "--fps", str(hz)]) for hz in (4, 10)]
     rows += [(f"traintop record {hz} Hz", tt + ["record", "--interval", str(1 / hz), f"{tmp}/live{hz}.ttrec"])
              for hz in (1, 4, 10)]
     rows += [("nvitop 1 s", ["nvitop", "--interval", "1"]), ("nvitop 0.25 s", ["nvitop", "--interval", "0.25"]),
@@ -121,14 +124,18 @@ class Run:
 def measure(specs, seconds: float, warmup: float) -> list[dict]:
     runs = [Run(label, argv) for label, argv in specs]
     try:
+        launched = time.monotonic()
         time.sleep(warmup)
         c0 = [r.cpu() for r in runs]
         t0 = time.monotonic()
-        time.sleep(seconds)
+        time.sleep(max(0.0, launched + seconds - time.monotonic()))
+        c_launch = [r.cpu() for r in runs]
+        launch_wall = time.monotonic() - launched
+        time.sleep(max(0.0, t0 + seconds - time.monotonic()))
         c1 = [r.cpu() for r in runs]
         wall = time.monotonic() - t0
         out = []
-        for r, a, b in zip(runs, c0, c1):
+        for r, a, b, c in zip(runs, c0, c1, c_launch):
             row = {"command": r.label, "argv": " ".join(r.argv), "wall_s": round(wall, 2)}
             if r.error:
                 row["error"] = r.error
@@ -137,6 +144,7 @@ def measure(specs, seconds: float, warmup: float) -> list[dict]:
                     if r.tail.strip() else "exited early"
             else:
                 row["cpu_per_wall_s"] = round((b - a) / wall, 4)
+                row["from_launch"] = round(c / launch_wall, 4) if c is not None else None
                 row["rss_mib"] = round((r.rss() or 0) / 2**20, 1)
             out.append(row)
         return out
@@ -154,12 +162,16 @@ def main() -> int:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         rows = measure(presets(args.preset, tmp), args.seconds, args.warmup)
-    print(f"{'command':34s} {'CPU s / wall s':>15s} {'RSS MiB':>8s}")
+    print(f"CPU seconds per wall second; steady: {args.warmup:g}-{args.warmup + args.seconds:g} s after launch, "
+          f"from launch: the first {args.seconds:g} s")
+    print(f"{'command':36s} {'steady':>8s} {'from launch':>12s} {'RSS MiB':>8s}")
     for r in rows:
         if "error" in r:
-            print(f"{r['command']:34s} {r['error']:>15s}")
+            print(f"{r['command']:36s} {r['error']}")
         else:
-            print(f"{r['command']:34s} {r['cpu_per_wall_s']:15.4f} {r['rss_mib']:8.1f}")
+            fl = r["from_launch"]
+            print(f"{r['command']:36s} {r['cpu_per_wall_s']:8.4f} {fl if fl is not None else float('nan'):12.4f} "
+                  f"{r['rss_mib']:8.1f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"machine": os.uname().nodename, "cpus": os.cpu_count(), "seconds": args.seconds,

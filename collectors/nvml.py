@@ -3,14 +3,18 @@
 NVML is initialised once and device handles are cached. A field that raises
 NotSupported (or NoPermission) is remembered per device and never asked again; it
 reads as ``None``. Fast fields (1-10 µs each on an H200) are read every tick. Slow
-queries run on a separate thread so they never delay a tick: the utilization sample
-buffer (~2.5 ms a call on an H200; refreshed by the driver ~5 times a second) once a
-second, giving the min/max utilization of the last second on the next tick; PCIe
-throughput (~21 ms a call; skipped where GPM measures it), total energy (~3 ms), the
-throttle-time (violation) counters, ECC counts and the current PCIe link every
-``slow_every`` seconds; GPM metrics (Hopper and later, see gpm.py) once a second; XID
-and ECC events on a listener thread of their own. Any other NVML error on one field of
-one device leaves that field ``None`` for the tick and is counted, never raised.
+queries run on a separate thread so they never delay a tick:
+
+- once a window (1 s; 2 s when sampling once a second or slower): the utilization sample
+  buffer (~2.5 ms a call on an H200; the driver refreshes it ~6 times a second), giving
+  the min/max utilization of the window on the next tick, and GPM (Hopper and later,
+  gpm.py; ~0.09 ms);
+- every ``slow_every`` seconds (5): total energy (~3 ms), the throttle-time (violation)
+  counters (~0.7 ms each), ECC counts, the current PCIe link, and PCIe throughput where
+  GPM does not measure it (~21 ms a call).
+
+XID and ECC events arrive on a listener thread of their own. Any other NVML error on one
+field of one device leaves that field ``None`` for the tick and is counted, never raised.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ def _text(v: Any) -> str:
 
 
 class NvmlCollector:
-    def __init__(self, nvml=None, *, slow_every: float = 2.0) -> None:
+    def __init__(self, nvml=None, *, slow_every: float = 5.0, window_s: float = 1.0) -> None:
         self.nv = nvml or load_pynvml()
         nv = self.nv
         try:
@@ -66,6 +70,7 @@ class NvmlCollector:
         self._slow: dict[int, dict[str, float | None]] = {i: {} for i in range(count)}
         self._slow_lock = threading.Lock()
         self.slow_every = slow_every
+        self.window_s = window_s  # the utilization buffer and GPM are read this often
         self._stop = threading.Event()
         self._slow_thread: threading.Thread | None = None
         self._violation: dict[tuple[int, int], tuple[int, int]] = {}
@@ -275,7 +280,7 @@ class NvmlCollector:
             if t - last_slow >= self.slow_every:
                 self.poll_slow()
                 last_slow = t
-            self._stop.wait(max(0.05, 1.0 - (time.monotonic() - t)))
+            self._stop.wait(max(0.05, self.window_s - (time.monotonic() - t)))
 
     def close(self) -> None:
         self._stop.set()

@@ -13,17 +13,19 @@ cd "$OUT"  # not the repo root: its source traintop/ must not shadow the install
 export PYTHONUNBUFFERED=1
 WL="$REPO/bench/workloads/pathologies.py"
 SECS="${SECS:-60}"
+STAGES="${STAGES:-costs doctor cpu small_kernels pcie fragmentation other fault}"
 log() { echo "[$(date +%T)] $*"; }
+want() { case " $STAGES " in *" $1 "*) return 0;; esac; return 1; }
 
 { nvidia-smi; nvidia-smi -q -d PCIE,ECC,PERFORMANCE | head -120
   python3 -c "import torch, pynvml, platform; print('python', platform.python_version(), 'torch', torch.__version__)"
   lscpu | head -20; } > env.txt 2>&1
-log "nvml costs"; python3 "$REPO/bench/nvml_calls.py" --json nvml_calls.json > nvml_calls.txt 2>&1; cat nvml_calls.txt
-log "doctor"; python3 -m traintop doctor > doctor.txt 2>&1; echo "exit $?" >> doctor.txt; cat doctor.txt
-python3 -m traintop doctor --json > doctor.json 2>&1
-if [ "${CPU:-1}" = 1 ]; then
+want costs && { log "nvml costs"; python3 "$REPO/bench/nvml_calls.py" --json nvml_calls.json > nvml_calls.txt 2>&1; cat nvml_calls.txt; }
+want doctor && { log "doctor"; python3 -m traintop doctor > doctor.txt 2>&1; echo "exit $?" >> doctor.txt; cat doctor.txt
+python3 -m traintop doctor --json > doctor.json 2>&1; }
+if want cpu; then
   log "cpu comparison (idle GPU)"
-  python3 "$REPO/bench/cpu_compare.py" --preset h200 --seconds 30 --json cpu_compare.json > cpu_compare.txt 2>&1
+  python3 "$REPO/bench/cpu_compare.py" --preset h200 --seconds 30 --warmup 8 --json cpu_compare.json > cpu_compare.txt 2>&1
   cat cpu_compare.txt
 fi
 
@@ -38,31 +40,38 @@ record_pid() {  # name pid seconds
 }
 
 for M in small_kernels pcie; do
+  want $M || continue
   log "$M"; start_logs "$M"
   python3 "$WL" "$M" --seconds "$SECS" --log "$M.jsonl" > "$M.log" 2>&1 & J=$!
-  sleep 1; record_pid "$M" $J; wait $J; sleep 1; kill -TERM $REC; wait $REC; stop_logs
+  sleep 1; record_pid "$M" $J
+  if want shots; then  # the live dashboard attached to this job, once its alert has had time to rise
+    sleep 12; python3 "$REPO/scripts/screenshots.py" --live 35 --pid $J --out "$OUT/shots-$M" > "shots-$M.log" 2>&1
+    tail -2 "shots-$M.log"
+  fi
+  wait $J; sleep 1; kill -TERM $REC; wait $REC; stop_logs
 done
 
-log "fragmentation (traintop run, probe)"; start_logs fragmentation
+want fragmentation && { log "fragmentation (traintop run, probe)"; start_logs fragmentation
 python3 -m traintop run --no-ui --record fragmentation.ttrec --interval 0.1 -- \
   python3 "$WL" fragmentation --seconds "$SECS" --log "$OUT/fragmentation.jsonl" > fragmentation-run.log 2>&1
-stop_logs
+stop_logs; }
 
-log "another process beside a job"; start_logs other
+want other && { log "another process beside a job"; start_logs other
 python3 "$WL" holder --gib 20 --seconds $((SECS + 15)) --log other.jsonl > holder.log 2>&1 & H=$!
 sleep 4
 python3 "$WL" train --seconds "$SECS" --log other.jsonl > train.log 2>&1 & J=$!
-sleep 1; record_pid other $J; wait $J; sleep 1; kill -TERM $REC; wait $REC; kill $H; wait $H; stop_logs
+sleep 1; record_pid other $J; wait $J; sleep 1; kill -TERM $REC; wait $REC; kill $H; wait $H; stop_logs; }
 
-log "kernel fault (XID)"; start_logs fault
+want fault && { log "kernel fault (XID)"; start_logs fault
 python3 -m traintop record fault.ttrec --interval 0.1 > fault-record.log 2>&1 & REC=$!
 sleep 3
 python3 "$WL" fault --log fault.jsonl > fault.log 2>&1; echo "fault exit $?" >> fault.log
 sleep 5; kill -TERM $REC; wait $REC; stop_logs
-tail -3 fault.log
+tail -3 fault.log; }
 
 log "what traintop found"
 for f in small_kernels pcie fragmentation other fault; do
+  [ -f "$f.ttrec" ] || continue
   echo "== $f"; python3 -m traintop analyze "$f.ttrec" > "$f-analyze.txt" 2>&1; head -40 "$f-analyze.txt"
   python3 - "$f.ttrec" <<'PY'
 import sys

@@ -97,6 +97,30 @@ def test_feed_thread_updates_the_screen():
     run(go())
 
 
+def test_redraws_are_capped_but_the_newest_frame_is_drawn():
+    async def go():
+        # sampling at 20 Hz, drawing at most 4 frames a second
+        app, monitor, feed = sim_app(start_feed=True, interval=0.05, history_s=5, max_fps=4)
+        draws = []
+        original = app.refresh_view
+
+        def counting():
+            draws.append(monitor.store.frames_seen)
+            original()
+        app.refresh_view = counting
+        async with app.run_test(size=(100, 30)) as pilot:
+            start = monitor.store.frames_seen
+            await asyncio.sleep(1.5)
+            sampled = monitor.store.frames_seen - start
+            feed.stop()
+            await asyncio.sleep(0.4)  # the deferred redraw shows the last frame
+            await pilot.pause()
+            assert sampled >= 15  # sampling was not slowed down
+            assert 3 <= len(draws) <= 9  # ~4 a second, not 20
+            assert app.last_view.t == monitor.store.t_last
+    run(go())
+
+
 def test_replay_controls():
     async def go():
         app, monitor, feed = demo_app(100)

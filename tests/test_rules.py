@@ -188,3 +188,15 @@ def test_every_rule_reads_its_thresholds_from_the_config():
     for f in _frames(120, util=100.0, power_w=400.0, power_limit_w=700.0, sm_active=15.0):
         mon.ingest(f)
     assert "underuse" not in {a.rule for a in mon.engine.alerts}
+
+
+def test_pcie_copies_read_as_utilization_but_sm_activity_tells():
+    # as recorded on an H200: pinned 2 GiB copies with a little compute read ~96 % "utilization"
+    link = dict(pcie_gen_max=5, pcie_width_max=16, pcie_gen=5, pcie_width=16, power_limit_w=700.0, power_w=165.0)
+    hits = _alerts(_frames(120, util=96.0, sm_active=6.0, pcie_rx=50e9, **link))
+    rules = {a.rule for a in hits}
+    assert "pcie" in rules and "underuse" not in rules
+    a = next(a for a in hits if a.rule == "pcie")
+    assert "copies count as busy" in a.evidence
+    # the same copies beside a GPU that computes flat out are not a bottleneck
+    assert "pcie" not in {a.rule for a in _alerts(_frames(120, util=99.0, sm_active=85.0, pcie_rx=50e9, **link))}

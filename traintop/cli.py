@@ -23,6 +23,16 @@ def _positive_int(text: str) -> int:
     return v
 
 
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 < v < 1000:
+        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1000, got {text!r}")
+    return v
+
+
 def _seconds(text: str) -> float:
     try:
         v = float(text)
@@ -45,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--interval", type=_seconds, default=argparse.SUPPRESS,
                         help="seconds between samples (default 0.5)")
+    common.add_argument("--fps", type=_positive_float, default=argparse.SUPPRESS,
+                        help="most screen redraws a second (default 2); sampling and recording keep --interval")
     common.add_argument("--pid", type=_positive_int, default=argparse.SUPPRESS,
                         help="attach to this training process (and its workers)")
     common.add_argument("--record", metavar="FILE", default=argparse.SUPPRESS,
@@ -102,10 +114,10 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _run_app(monitor, feed, mode: str, banner: str | None = None) -> int:
+def _run_app(args, monitor, feed, mode: str, banner: str | None = None) -> int:
     from traintop.app.factory import build_app
 
-    app = build_app(monitor, feed, mode=mode, banner=banner)
+    app = build_app(monitor, feed, mode=mode, banner=banner, max_fps=args.fps)
     app.run()
     if monitor.recording_error:
         print(f"traintop: {monitor.recording_error}", file=sys.stderr)
@@ -124,14 +136,14 @@ def cmd_live(args) -> int:
     except NoGpuError as e:
         print(f"traintop: {e}; playing the embedded demo (a recorded H200 session) instead.", file=sys.stderr)
         monitor, feed = sessions.demo_session()
-        return _run_app(monitor, feed, "demo", banner="No NVIDIA GPU here: this is a recorded H200 session.")
+        return _run_app(args, monitor, feed, "demo", banner="No NVIDIA GPU here: this is a recorded H200 session.")
     banner = None if monitor.info.gpus else "No NVIDIA GPU visible: showing the host and the process only."
     if args.pid is not None and monitor.info.gpus:
         note = _gpu_use_note(monitor, feed, args.pid)
         if note:
             print(f"traintop: {note}", file=sys.stderr)
             banner = note
-    return _run_app(monitor, feed, "live", banner=banner)
+    return _run_app(args, monitor, feed, "live", banner=banner)
 
 
 def _gpu_use_note(monitor, feed, pid: int) -> str | None:
@@ -154,7 +166,7 @@ def cmd_demo(args) -> int:
     from traintop import sessions
 
     monitor, feed = sessions.demo_session()
-    return _run_app(monitor, feed, "demo", banner="Demo: a recorded H200 session, replayed in a loop.")
+    return _run_app(args, monitor, feed, "demo", banner="Demo: a recorded H200 session, replayed in a loop.")
 
 
 def cmd_simulate(args) -> int:
@@ -162,7 +174,7 @@ def cmd_simulate(args) -> int:
 
     monitor, feed = sessions.simulated_session(args.scenario, gpus=args.gpus, seed=args.seed,
                                                interval=args.interval, record=args.record, config=args.thresholds)
-    return _run_app(monitor, feed, "simulated")
+    return _run_app(args, monitor, feed, "simulated")
 
 
 def cmd_run(args) -> int:
@@ -189,7 +201,7 @@ def cmd_run(args) -> int:
         print(f"traintop: the job exited with {rc}" + (f"; recorded to {args.record}" if args.record else ""),
               file=sys.stderr)
         return rc
-    _run_app(monitor, feed, "live")
+    _run_app(args, monitor, feed, "live")
     if proc.poll() is None:
         print(f"traintop: the job (PID {proc.pid}) goes on; its output: {log}", file=sys.stderr)
     return 0
@@ -227,7 +239,7 @@ def cmd_replay(args) -> int:
     monitor, feed = sessions.replay_session(args.file, speed=args.speed, fields=_fields(args),
                                             config=args.thresholds)
     note = f" ({feed.reader.skipped_chunks} damaged chunk(s) skipped)" if feed.reader.skipped_chunks else ""
-    return _run_app(monitor, feed, "replay", banner=f"Replaying {os.path.basename(args.file)}{note}. "
+    return _run_app(args, monitor, feed, "replay", banner=f"Replaying {os.path.basename(args.file)}{note}. "
                     "space: pause  ← →: seek  [ ]: speed  ?: help")
 
 
@@ -289,7 +301,7 @@ COMMANDS = {None: cmd_live, "demo": cmd_demo, "simulate": cmd_simulate, "record"
             "run": cmd_run, "analyze": cmd_analyze, "doctor": cmd_doctor}
 
 
-COMMON_DEFAULTS = {"interval": 0.5, "pid": None, "record": None, "config": None, "set": None}
+COMMON_DEFAULTS = {"interval": 0.5, "fps": 2.0, "pid": None, "record": None, "config": None, "set": None}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -46,7 +46,8 @@ def live_session(interval: float = 0.5, pid: int | None = None, record: str | No
     check_interval(interval)
     proc = ProcessCollector(pid) if pid is not None else None  # fail fast on a bad PID
     try:
-        gpu = NvmlCollector()
+        # Sampling once a second or slower, a 2-s window halves the cost of the utilization buffer.
+        gpu = NvmlCollector(window_s=1.0 if interval < 1.0 else 2.0)
     except NoGpuError:
         if require_gpu:
             raise

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widget import Widget
+from traintop.widgets.lines import TextLines
 
 from traintop.units import GiB, fmt_rate
 from traintop.view import GpuView
@@ -14,7 +14,7 @@ def _num(v, fmt: str = "{:.0f}") -> str:
     return "–" if v is None else fmt.format(v)
 
 
-class GpuPanel(Widget):
+class GpuPanel(TextLines):
     def __init__(self, index: int, **kw) -> None:
         super().__init__(id=f"gpu-{index}", classes="gpu-panel", **kw)
         self.index = index

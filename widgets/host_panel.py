@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widget import Widget
+from traintop.widgets.lines import TextLines
 
 from traintop.units import fmt_bytes, fmt_rate
 from traintop.view import HostView
 from traintop.widgets.render import bar, level_style, spark
 
 
-class HostPanel(Widget):
+class HostPanel(TextLines):
     def __init__(self, **kw) -> None:
         super().__init__(id="host", **kw)
         self.view: HostView | None = None

@@ -8,13 +8,23 @@ from rich.text import Text
 from traintop.units import GiB
 
 
+def _thin(values: list, n: int) -> list:
+    """At most ``n`` points: every k-th sample, always keeping the newest."""
+    if len(values) <= n:
+        return values
+    k = -(-len(values) // n)
+    return values[::-1][::k][::-1]
+
+
 def memory_chart(allocated: list, reserved: list, nvml: list, width: int, height: int) -> Text:
     """A plotext line chart as rich Text (GiB on the y axis, samples on the x axis)."""
     plt.clf()
     plt.plotsize(max(20, width - 1), max(5, height))
     plt.theme("clear")
     plt.xticks([])
-    series = [("GPU used (NVML)", nvml, "red"), ("reserved", reserved, "orange"), ("allocated", allocated, "green")]
+    cols = 2 * max(20, width - 8)  # braille: two dots a column; more points only cost time
+    series = [("GPU used (NVML)", _thin(nvml, cols), "red"), ("reserved", _thin(reserved, cols), "orange"),
+              ("allocated", _thin(allocated, cols), "green")]
     drawn = False
     for label, values, color in series:
         pts = [(i, v / GiB) for i, v in enumerate(values) if v is not None]

@@ -5,13 +5,15 @@ from __future__ import annotations
 import time
 
 from rich.text import Text
-from textual.widget import Widget
+from traintop.widgets.lines import TextLines
 
 from traintop.units import fmt_bytes, fmt_rate
 from traintop.view import ProcessView, RankView
 from traintop.widgets.memory_chart import memory_chart
 
 CHART_EVERY_S = 2.0
+CHART_IDLE_S = 10.0
+CHART_STEP_BYTES = 64 * 2**20  # a move smaller than this does not redraw the chart
 from traintop.widgets.render import level_style, spark
 
 NO_PROBE = ("No probe in this job: NVML's per-process figure is an upper bound (reserved + CUDA context "
@@ -51,7 +53,7 @@ def rank_line(rv: RankView) -> Text:
     return out
 
 
-class ProcessPanel(Widget):
+class ProcessPanel(TextLines):
     def __init__(self, **kw) -> None:
         super().__init__(id="process", **kw)
         self.view: ProcessView | None = None
@@ -125,12 +127,17 @@ class ProcessPanel(Widget):
     _chart_cache: tuple | None = None
 
     def _chart(self, rank: RankView, width: int, height: int) -> Text:
-        """The plotext chart costs ~20 ms: rebuild it at most every 2 s (or on resize); it shows minutes."""
+        """plotext costs 15-25 ms a chart: rebuild it when the memory figures move (at most every
+        CHART_EVERY_S), otherwise every CHART_IDLE_S so it keeps scrolling, or on resize."""
         now = time.monotonic()
         key = (width, height, rank.sample.pid)
+        moved = tuple(None if not s or s[-1] is None else round(s[-1] / CHART_STEP_BYTES)
+                      for s in (rank.allocated, rank.reserved, rank.nvml))
         cached = self._chart_cache
-        if cached is not None and cached[0] == key and now - cached[1] < CHART_EVERY_S:
-            return cached[2]
+        if cached is not None and cached[0] == key:
+            age = now - cached[1]
+            if age < CHART_EVERY_S or (age < CHART_IDLE_S and moved == cached[3]):
+                return cached[2]
         chart = memory_chart(rank.allocated, rank.reserved, rank.nvml, width, height)
-        self._chart_cache = (key, now, chart)
+        self._chart_cache = (key, now, chart, moved)
         return chart

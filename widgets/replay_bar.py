@@ -5,13 +5,13 @@ from __future__ import annotations
 import time
 
 from rich.text import Text
-from textual.widget import Widget
+from traintop.widgets.lines import TextLines
 
 from traintop.units import fmt_duration
 from traintop.widgets.render import bar
 
 
-class ReplayBar(Widget):
+class ReplayBar(TextLines):
     def __init__(self, **kw) -> None:
         super().__init__(id="replay-bar", **kw)
         self.start = self.end = self.position = None

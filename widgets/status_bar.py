@@ -5,13 +5,13 @@ from __future__ import annotations
 import time
 
 from rich.text import Text
-from textual.widget import Widget
+from traintop.widgets.lines import TextLines
 
 MODE_STYLE = {"live": "bold black on green", "demo": "bold black on magenta", "replay": "bold black on cyan",
               "simulated": "bold black on yellow"}
 
 
-class StatusBar(Widget):
+class StatusBar(TextLines):
     def __init__(self, **kw) -> None:
         super().__init__(id="status", **kw)
         self.mode = "live"

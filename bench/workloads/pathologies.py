@@ -69,14 +69,13 @@ def pcie(torch, seconds, out):
 def fragmentation(torch, seconds, out):
     import random
     rnd = random.Random(7)
-    kept, freed = [], 0
-    for k in range(6000):  # 1.1-9 MiB odd sizes: each lands in its own region of a segment
-        t = torch.empty(int(rnd.uniform(1.1, 9.0) * 2**20), dtype=torch.uint8, device="cuda")
-        if k % 2:
-            kept.append(t)
-        else:
-            freed += t.numel()
-            del t
+    # 6000 odd sizes of 1.1-9 MiB, all alive at once; then every other one is freed. The holes
+    # stay reserved, and no later allocation (the 128 MiB matrices below) fits in them.
+    tensors = [torch.empty(int(rnd.uniform(1.1, 9.0) * 2**20), dtype=torch.uint8, device="cuda")
+               for _ in range(6000)]
+    freed = sum(t.numel() for t in tensors[::2])
+    kept = tensors[1::2]
+    del tensors
     torch.cuda.synchronize()
     log(out, phase="fragmentation", allocated=torch.cuda.memory_allocated(),
         reserved=torch.cuda.memory_reserved(), freed=freed)

@@ -60,6 +60,7 @@ class Thresholds:
     pcie_window_s: float = 20.0
     pcie_min_link_frac: float = 0.6  # host-to-device traffic at or above this share of the link
     pcie_max_util: float = 90.0
+    pcie_max_sm_active: float = 50.0  # or, with GPM, SMs active below this
     # XID / ECC: corrected errors per minute that warrant a warning
     ecc_corrected_per_min: float = 10.0
 

@@ -36,14 +36,22 @@ class PcieBottleneck:
                 continue
             rx_mean = sum(v for _, v in rx) / len(rx)
             u_mean = sum(util) / len(util)
+            sm = present(store.window(f"gpu{i}.sm_active", w))
+            sm_mean = sum(sm) / len(sm) if sm else None
             threshold = c.pcie_min_link_frac * (0.85 if ctx.is_active(self.id, f"gpu{i}") else 1.0)
-            if rx_mean < threshold * link or u_mean >= c.pcie_max_util:
+            # Copies count as "utilization" (on an H200, 2 GiB copies with a little compute read
+            # 96 %); SM activity says whether the GPU computes while the link is full.
+            waiting = u_mean < c.pcie_max_util or (sm_mean is not None and sm_mean < c.pcie_max_sm_active)
+            if rx_mean < threshold * link or not waiting:
                 continue
             text = (f"GPU {i} receives {fmt_bytes(rx_mean)}/s from the host, {rx_mean / link * 100:.0f} % of its "
-                    f"PCIe link ({fmt_bytes(link)}/s), at {u_mean:.0f} % utilization over the last {w:.0f} s")
-            sm = present(store.window(f"gpu{i}.sm_active", w))
-            if sm:
-                text += f"; SMs active {sum(sm) / len(sm):.0f} %"
+                    f"PCIe link ({fmt_bytes(link)}/s), over the last {w:.0f} s")
+            if sm_mean is not None:
+                text += (f"; its SMs were active only {sm_mean:.0f} % of the time (utilization reads {u_mean:.0f} %: "
+                         "copies count as busy)" if u_mean >= c.pcie_max_util else
+                         f"; utilization {u_mean:.0f} %, SMs active {sm_mean:.0f} %")
+            else:
+                text += f"; utilization {u_mean:.0f} %"
             if g.pcie_gen and g.pcie_gen_max and g.pcie_width and g.pcie_width_max \
                     and (g.pcie_gen < g.pcie_gen_max or g.pcie_width < g.pcie_width_max):
                 text += f"; the link runs at Gen{g.pcie_gen} x{g.pcie_width} of Gen{g.pcie_gen_max} x{g.pcie_width_max}"

@@ -32,8 +32,8 @@ class Underuse:
         store = ctx.store
         for g in ctx.gpus():
             i = g.index
-            if ctx.is_holding("starvation", f"gpu{i}"):
-                continue  # starvation explains the low draw better
+            if ctx.is_holding("starvation", f"gpu{i}") or ctx.is_holding("pcie", f"gpu{i}"):
+                continue  # starvation or a full PCIe link explains the low draw better
             sm = self._sm_finding(ctx, g)
             if sm is not None:
                 yield sm
