@@ -84,7 +84,7 @@ def test_no_gpu_says_so_in_one_line_and_plays_the_demo(monkeypatch, capsys):
 
     ran = {}
     monkeypatch.setattr(sessions, "live_session", no_gpu)
-    monkeypatch.setattr(cli, "_run_app", lambda monitor, feed, mode, banner=None: ran.update(mode=mode, feed=feed) or 0)
+    monkeypatch.setattr(cli, "_run_app", lambda args, monitor, feed, mode, banner=None: ran.update(mode=mode, feed=feed) or 0)
     assert cli.main([]) == 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "playing the embedded demo" in err[0]

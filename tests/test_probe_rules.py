@@ -55,6 +55,18 @@ def test_fragmentation_needs_unused_cache_and_retries():
     assert "67 % held unused" in a.evidence and "expandable_segments" in a.remedies[0]
 
 
+def test_split_blocks_are_fragmentation_info_until_memory_is_tight():
+    def frame(t, used):
+        return Frame(t=float(t), gpus=gpu(used=used), process=job(t),
+                     ranks=(RankSample(pid=10, rank=0, cuda=True, allocated=16 * GiB, reserved=32 * GiB,
+                                       inactive_split=15 * GiB, alloc_retries=0, ooms=0),))
+    from traintop.rules import Severity
+    a = next(a for a in run([frame(t, 33 * GiB) for t in range(60)]).engine.alerts if a.rule == "fragmentation")
+    assert a.severity == Severity.INFO and "15.0 GiB of it in split blocks" in a.evidence
+    a = next(a for a in run([frame(t, 130 * GiB) for t in range(60)]).engine.alerts if a.rule == "fragmentation")
+    assert a.severity == Severity.WARNING and "nearly full" in a.evidence
+
+
 def test_training_on_the_cpu():
     frames = [Frame(t=float(t), gpus=gpu(util=0.0, pid=None), process=job(t, cpu=390.0),
                     ranks=(RankSample(pid=10, cuda=False, steps=t * 3),)) for t in range(60)]

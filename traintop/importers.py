@@ -91,7 +91,8 @@ TIME_FORMATS = ("%Y/%m/%d %H:%M:%S.%f", "%Y/%m/%d %H:%M:%S", "%Y-%m-%d %H:%M:%S.
 DMON_COLUMNS = {"pwr": ("power_w", 1.0), "gtemp": ("temp_c", 1.0), "sm": ("util", 1.0), "mem": ("mem_util", 1.0),
                 "fb": ("mem_used", float(MiB)), "mclk": ("mem_clock", 1.0), "pclk": ("sm_clock", 1.0),
                 "rxpci": ("pcie_rx", 1e6), "txpci": ("pcie_tx", 1e6),  # -s t: MB/s
-                "pviol": ("throttle_power", 1.0), "tviol": ("throttle_thermal", 1.0)}  # -s v: percent
+                "pviol": ("throttle_power", 1.0),  # -s v: percent of the interval
+                "tviol": ("throttle_thermal", 100.0)}  # -s v: a flag (its unit row says "bool")
 INT_ATTRS = {"sm_clock", "mem_clock", "mem_used", "pcie_gen", "pcie_width", "pcie_gen_max", "pcie_width_max"}
 
 

@@ -22,19 +22,36 @@ class Fragmentation:
     def evaluate(self, ctx: RuleContext):
         c = ctx.config
         frame = ctx.store.latest
+        gpus = {g.index: g for g in (frame.gpus if frame else ())}
         for k, r in enumerate(frame.ranks if frame else ()):
             if not r.cuda or not r.reserved or r.allocated is None:
                 continue
-            key = f"rank{r.rank if r.rank is not None else k}.alloc_retries"
-            retries = [v for v in ctx.store.window(key, 60.0) if v is not None]
+            subject = f"rank{r.rank if r.rank is not None else k}"
+            retries = [v for v in ctx.store.window(f"{subject}.alloc_retries", 60.0) if v is not None]
             rising = len(retries) >= 2 and retries[-1] > retries[0]
             unused = r.reserved - r.allocated
             frac = unused / r.reserved
-            if frac < c.frag_min_unused_frac or unused < c.frag_min_unused_gib * GiB or not (rising or r.ooms):
+            split = r.inactive_split or 0
+            big = unused >= c.frag_min_unused_gib * GiB and frac >= c.frag_min_unused_frac
+            if not big:
                 continue
+            split_frac = split / r.reserved
+            fragmented = split >= c.frag_min_unused_gib * GiB and split_frac >= c.frag_min_unused_frac
+            if not (rising or r.ooms or fragmented):
+                continue  # memory cached for reuse, in whole blocks: not fragmentation
             text = (f"{r.label} reserves {fmt_bytes(r.reserved)} but has {fmt_bytes(r.allocated)} allocated "
-                    f"({frac * 100:.0f} % held unused) and retried {r.alloc_retries} allocation(s)")
+                    f"({frac * 100:.0f} % held unused")
+            text += f"; {fmt_bytes(split)} of it in split blocks)" if split else ")"
+            g = gpus.get(r.device) if r.device is not None else (next(iter(gpus.values())) if len(gpus) == 1 else None)
+            tight = bool(g and g.mem_used is not None and g.mem_total and g.mem_used >= 0.9 * g.mem_total)
             if r.ooms:
                 text += f"; {r.ooms} out-of-memory error(s)"
-            yield Finding(f"rank{r.rank if r.rank is not None else k}", text,
-                          Severity.CRITICAL if r.ooms else None)
+                severity = Severity.CRITICAL
+            elif rising or tight:
+                text += (f"; {r.alloc_retries} allocation retr{'y' if r.alloc_retries == 1 else 'ies'}"
+                         if rising else "; the GPU's memory is nearly full, so the next large allocation may fail")
+                severity = Severity.WARNING
+            else:
+                text += "; harmless while the GPU has free memory, a cause of out-of-memory errors once it does not"
+                severity = Severity.INFO
+            yield Finding(subject, text, severity)
