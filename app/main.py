@@ -250,6 +250,6 @@ class TraintopApp(App):
             return
         with mon.lock:
             mon.recording_error = None
-            mon.recorder = rec
+            mon.attach_recorder(rec)
         self.notify(f"Recording to {path}")
         self.refresh_view()

@@ -92,7 +92,7 @@ def test_simulated_probe_round_trips_through_a_recording(tmp_rec):
     r0, b0 = frames[-1].ranks[0], back[-1].ranks[0]
     assert (b0.pid, b0.rank, b0.world_size, b0.cuda, b0.steps) == (r0.pid, r0.rank, r0.world_size, r0.cuda, r0.steps)
     assert abs(b0.allocated - r0.allocated) < 2**20 and abs(b0.input_wait - r0.input_wait) < 1e-3
-    assert abs(b0.step_time - r0.step_time) < 1e-5
+    assert abs(b0.step_time - r0.step_time) <= 0.5e-4  # stored to 0.1 ms
 
 
 def _ids(frames):

@@ -106,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     an.add_argument("--fail-on", choices=["info", "warning", "critical"],
                     help="exit 1 if a finding is at least this severe (for CI)")
     an.add_argument("--fields", help="field names, in order, of a header-less nvidia-smi CSV")
+    an.add_argument("--rerun", action="store_true",
+                    help="re-run the rules even where the recording's own alerts apply (same rules, same thresholds)")
 
     rp = sub.add_parser("replay", parents=[common], help="replay a recording or an nvidia-smi log in the dashboard")
     rp.add_argument("file")
@@ -225,7 +227,7 @@ def cmd_analyze(args) -> int:
     from traintop.rules import Severity
 
     source = sessions.open_source(args.file, _fields(args))
-    report = analyze(source, config=args.thresholds, name=os.path.basename(args.file))
+    report = analyze(source, config=args.thresholds, name=os.path.basename(args.file), rerun=args.rerun)
     print(render_json(report) if args.json else render_text(report))
     worst = report.worst()
     if args.fail_on and worst is not None and worst >= Severity.parse(args.fail_on):

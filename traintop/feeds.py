@@ -7,10 +7,12 @@ redraw; the UI cannot tell one feed from another. Replay also takes commands
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
 from typing import Callable, Protocol
 
+from traintop.errors import RecordingError
 from traintop.monitor import Monitor
 from traintop.samples import Frame
 
@@ -105,6 +107,10 @@ class ReplayFeed(Feed):
     SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
     WARM_S = 300.0  # history rebuilt before a seek target, so sparklines and rules have context
     RULES_WARM_S = 150.0  # rules need their longest window (120 s) plus hysteresis before the target
+    # With the recording's own alerts (same rules, same thresholds) the rules need not run
+    # up to the target: the store needs only what the rules' windows and the sparklines
+    # (240 samples) look at.
+    TRUSTED_WARM_S = 120.0
 
     def __init__(self, monitor: Monitor, reader, *, loop: bool = False, tick: float = 0.1) -> None:
         super().__init__(monitor, tick)
@@ -121,6 +127,13 @@ class ReplayFeed(Feed):
         self._it = None
         self._peek: Frame | None = None
         self._wall: float | None = None
+        self._recorded_alerts = None
+        try:
+            from traintop.analyze import recorded_alerts_apply
+            if recorded_alerts_apply(reader, monitor.engine.config):
+                self._recorded_alerts = reader.alerts()
+        except (RecordingError, sqlite3.Error, ValueError):  # an unreadable alerts table costs speed only
+            self._recorded_alerts = None
         if self.t_start is not None:
             self._open_at(self.t_start)
             self._emit_until(self.t_start)  # something to show before the clock starts
@@ -184,8 +197,15 @@ class ReplayFeed(Feed):
         with self._lock:
             t = min(max(t, self.t_start), self.t_end)
             self.monitor.reset()
-            self._open_at(max(self.t_start, t - self.WARM_S))
-            self._emit_until(t, rules_from=t - self.RULES_WARM_S)
+            if self._recorded_alerts is not None:
+                self._open_at(max(self.t_start, t - self.TRUSTED_WARM_S))
+                self._emit_until(t, rules_from=float("inf"))
+                with self.monitor.lock:
+                    self.monitor.engine.restore(self._recorded_alerts, t)
+                    self.monitor.engine.evaluate(self.monitor.store, t, force=True)  # evidence as of t
+            else:
+                self._open_at(max(self.t_start, t - self.WARM_S))
+                self._emit_until(t, rules_from=t - self.RULES_WARM_S)
             self.position = t
             self.at_end = self._peek is None
             self._wall = None

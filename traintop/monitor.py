@@ -6,10 +6,12 @@ thread. Nothing here knows about Textual.
 
 from __future__ import annotations
 
+import json
 import threading
+from dataclasses import asdict
 
 from traintop.errors import RecordingError
-from traintop.rules import RulesEngine, default_engine
+from traintop.rules import RULES_VERSION, RulesEngine, default_engine
 from traintop.rules.engine import Alert
 from traintop.samples import Frame, SessionInfo
 from traintop.store import Store
@@ -21,11 +23,26 @@ class Monitor:
         self.info = info
         self.store = store if store is not None else Store()  # an empty Store is falsy
         self.engine = engine if engine is not None else default_engine()
-        self.recorder = recorder
+        self.recorder = None
         self.lock = threading.RLock()
         self.recording_error: str | None = None
         self.source_error: str | None = None
         self.ended_at: float | None = None
+        if recorder is not None:
+            self.attach_recorder(recorder)
+
+    def attach_recorder(self, recorder) -> None:
+        """Record from now on. The file says which rules judged it, and gets the alerts already
+        active, so `traintop analyze` can trust its alerts instead of re-running every rule."""
+        with self.lock:
+            try:
+                recorder.set_meta("rules", json.dumps({"version": RULES_VERSION,
+                                                       "thresholds": asdict(self.engine.config)}))
+                for a in self.engine.active:
+                    recorder.alert(a)
+            except RecordingError as e:
+                self.recording_error = str(e)
+            self.recorder = recorder
 
     def ingest(self, frame: Frame, evaluate: bool = True) -> list[Alert]:
         with self.lock:

@@ -20,7 +20,7 @@ from dataclasses import asdict
 from typing import Iterator
 
 from traintop import __version__
-from traintop.codec import CODEC, decode, encode
+from traintop.codec import CODEC, CODECS, decode, encode
 from traintop.errors import RecordingError
 from traintop.rules.engine import Alert, Severity
 from traintop.samples import Frame, GpuInfo, SessionInfo
@@ -120,6 +120,13 @@ class RecordingWriter:
             self._db.execute("ROLLBACK")
             raise
         self._db.execute("COMMIT")
+
+    def set_meta(self, key: str, value: str) -> None:
+        try:
+            with self._tx():
+                self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+        except sqlite3.Error as e:
+            raise RecordingError(f"cannot write to {self.path}: {e}") from None
 
     def add(self, frame: Frame) -> None:
         self._buf.append(frame)
@@ -252,9 +259,9 @@ class RecordingReader:
         frames: list[Frame] = []
         try:
             row = self._db.execute("SELECT data FROM chunks WHERE id=?", (chunk_id,)).fetchone()
-            if codec != CODEC or row is None or not isinstance(row[0], bytes):
+            if codec not in CODECS or row is None or not isinstance(row[0], bytes):
                 raise RecordingError("unknown codec")
-            frames = decode(row[0])
+            frames = decode(row[0], codec)
         except (RecordingError, sqlite3.Error, ValueError):
             self.skipped_chunks += 1  # one damaged chunk must not lose the rest of the session
         if len(self._cache) > 8:
@@ -274,6 +281,30 @@ class RecordingReader:
             for f in self._load(cid, codec):
                 if (t_from is None or f.t >= t_from) and (t_to is None or f.t <= t_to):
                     yield f
+
+    def columns(self, wanted) -> Iterator[tuple[str, list[float], dict[str, list]]]:
+        """Chunk by chunk: its codec, times and the raw columns ``wanted(name)`` accepts (see codec.decode_columns).
+        Damaged chunks are skipped and counted, as in ``frames``."""
+        from traintop.codec import decode_columns
+
+        rows = self._db.execute("SELECT id, codec FROM chunks ORDER BY t0, id").fetchall()
+        for chunk_id, codec in rows:
+            if codec not in CODECS:
+                self.skipped_chunks += 1
+                continue
+            try:
+                (blob,) = self._db.execute("SELECT data FROM chunks WHERE id = ?", (chunk_id,)).fetchone()
+                yield codec, *decode_columns(bytes(blob), wanted)
+            except (RecordingError, sqlite3.Error, TypeError):
+                self.skipped_chunks += 1
+
+    def rules_meta(self) -> dict | None:
+        """Which rules judged this recording while it was made (None: unknown, an older file)."""
+        try:
+            meta = json.loads(self.meta.get("rules", "null"))
+        except ValueError:
+            return None
+        return meta if isinstance(meta, dict) else None
 
     def alerts(self) -> list[Alert]:
         out = []

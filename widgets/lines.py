@@ -1,9 +1,9 @@
 """Widgets that draw one no-wrap rich Text through Textual's line API.
 
 Textual's generic path converts a widget's Text to its own Content and wraps it again on
-every refresh; for panels that redraw every frame that was most of a frame's cost. These
-panels never wrap (they size their text to the width), so each line becomes a Strip
-straight from rich's segments, once per refresh.
+every refresh; for panels that redraw every frame that was most of a frame's cost. Here
+each line becomes a Strip straight from rich's segments, once per refresh: truncated when
+the Text is no_wrap (the panels size their text to the width), wrapped otherwise.
 """
 
 from __future__ import annotations
@@ -28,13 +28,15 @@ class TextLines(Widget):
         text = self.render()
         base = self.rich_style
         console = self.app.console
-        overflow = text.overflow or "crop"
-        strips = []
-        for line in text.split("\n", allow_blank=True):
-            if line.cell_len > width:
-                line.truncate(width, overflow=overflow)
-            strips.append(Strip(list(line.render(console)), line.cell_len).apply_style(base))
-        return strips
+        if text.no_wrap:
+            overflow = text.overflow or "crop"
+            lines = text.split("\n", allow_blank=True)
+            for line in lines:
+                if line.cell_len > width:
+                    line.truncate(width, overflow=overflow)
+        else:
+            lines = text.wrap(console, max(1, width))
+        return [Strip(list(line.render(console)), line.cell_len).apply_style(base) for line in lines]
 
     def render_line(self, y: int) -> Strip:
         width = self.content_size.width

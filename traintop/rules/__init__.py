@@ -19,6 +19,11 @@ from traintop.rules.thermal import ThermalThrottle
 from traintop.rules.underuse import Underuse
 
 
+# Bump when a rule's logic or default thresholds change: recordings made with another
+# version get their rules re-run by `traintop analyze` instead of trusting their alerts.
+RULES_VERSION = 2
+
+
 def default_rules() -> list:
     # Order matters: starvation defers to a saturated PCIe link, underuse to starvation.
     return [PcieBottleneck(), Starvation(), Underuse(), ThermalThrottle(), PowerCapAtFullLoad(), MemoryCreep(),
@@ -31,6 +36,6 @@ def default_engine(config: Thresholds = DEFAULT) -> RulesEngine:
 
 
 __all__ = [
-    "Alert", "DEFAULT", "Finding", "RuleContext", "RulesEngine", "Severity", "Thresholds",
+    "Alert", "DEFAULT", "RULES_VERSION", "Finding", "RuleContext", "RulesEngine", "Severity", "Thresholds",
     "default_engine", "default_rules",
 ]

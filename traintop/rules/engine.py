@@ -113,6 +113,23 @@ class RulesEngine:
         self._tracks.clear()
         self._last_eval = None
 
+    def restore(self, alerts: list[Alert], now: float) -> None:
+        """Take up the alerts a recording says were raised by ``now`` (a replay's seek): those
+        active then carry on, with their hysteresis, as if the rules had run up to ``now``."""
+        import dataclasses
+
+        self.reset()
+        for a in sorted(alerts, key=lambda a: a.start):
+            if a.start > now:
+                continue
+            a = dataclasses.replace(a, end=a.end if a.end is not None and a.end <= now else None)
+            self.alerts.append(a)
+            if a.end is None:
+                self._tracks[(a.rule, a.subject)] = _Track(first_true=a.start, last_true=now, alert=a)
+        self.alerts = self.alerts[-self.max_history:]
+        self._next_id = max((a.id for a in alerts), default=0) + 1
+        self._last_eval = None
+
     @property
     def active(self) -> list[Alert]:
         return [a for a in self.alerts if a.active]

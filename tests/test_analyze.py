@@ -1,0 +1,87 @@
+"""`traintop analyze` trusts a recording's own alerts only when the same rules judged it."""
+
+import dataclasses
+import json
+
+from traintop import cli
+from traintop.analyze import analyze, recorded_alerts_apply
+from traintop.collectors.simulated import Simulator
+from traintop.monitor import Monitor
+from traintop.recording import RecordingReader, RecordingWriter
+from traintop.rules import Thresholds
+
+
+def record(path, scenario="starved,healthy", seconds=240, config=None):
+    from traintop.rules import default_engine
+
+    sim = Simulator(scenario, gpus=2, interval=0.5, seed=4)
+    clock = [0.0]
+    mon = Monitor(sim.info(), engine=default_engine(config) if config else None,
+                  recorder=RecordingWriter(str(path), sim.info(), clock=lambda: clock[0]))
+    for f in sim.frames(int(seconds / 0.5)):
+        clock[0] = f.t
+        mon.ingest(f)
+    mon.close()
+
+
+def test_recorded_alerts_and_columnar_summary_match_a_full_rerun(tmp_path):
+    path = tmp_path / "s.ttrec"
+    record(path)
+    reader = RecordingReader(str(path))
+    assert recorded_alerts_apply(reader, None)
+    fast = analyze(reader, name="s")
+    slow = analyze(RecordingReader(str(path)), name="s", rerun=True)
+    assert "while recording" in " ".join(fast.notes) and not any("while recording" in n for n in slow.notes)
+    assert [(f.rule, f.subject, f.start_s, f.end_s) for f in fast.findings] == \
+        [(f.rule, f.subject, f.start_s, f.end_s) for f in slow.findings]
+    assert {f.rule for f in fast.findings} >= {"starvation", "power_cap"}
+    for a, b in zip(fast.gpus, slow.gpus):
+        for field in dataclasses.fields(a):
+            va, vb = getattr(a, field.name), getattr(b, field.name)
+            assert va == vb if not isinstance(va, float) else abs(va - vb) < 1e-6, (field.name, va, vb)
+    assert abs(fast.gpu_hours_lost - slow.gpu_hours_lost) < 1e-3 and fast.gpu_hours_lost > 0
+    assert (fast.samples, fast.duration_s) == (slow.samples, slow.duration_s)
+
+
+def test_other_thresholds_or_rules_mean_a_rerun(tmp_path, capsys):
+    path = tmp_path / "s.ttrec"
+    record(path)
+    strict = Thresholds().with_overrides(starvation_window_s=2000)  # needs 1000 s of data: none here
+    reader = RecordingReader(str(path))
+    assert not recorded_alerts_apply(reader, strict)
+    report = analyze(reader, config=strict)
+    assert "starvation" not in {f.rule for f in report.findings}  # judged again, by the stricter rule
+    # a file recorded by an older rules version is judged again too
+    other = tmp_path / "old.ttrec"
+    record(other, seconds=60)
+    import sqlite3  # rewrite the metadata as an older rules version would have
+    db = sqlite3.connect(str(other))
+    db.execute("UPDATE meta SET value = ? WHERE key = 'rules'", (json.dumps({"version": 1, "thresholds": {}}),))
+    db.commit()
+    db.close()
+    assert not recorded_alerts_apply(RecordingReader(str(other)), None)
+    assert cli.main(["analyze", str(path), "--rerun"]) == 0
+    assert "while recording" not in capsys.readouterr().out
+
+
+def test_seek_takes_up_the_recorded_alerts(tmp_path):
+    from traintop import sessions
+
+    path = tmp_path / "s.ttrec"
+    record(path, scenario="starved,healthy", seconds=300)
+    monitor, feed = sessions.replay_session(str(path))
+    assert feed._recorded_alerts is not None
+    target = feed.t_start + 200
+    feed.seek(target)
+    restored = {(a.rule, a.subject) for a in monitor.engine.active}
+    # the same as playing the whole file up to the target with the rules running
+    full_mon, full_feed = sessions.replay_session(str(path))
+    full_feed._recorded_alerts = None
+    full_feed.seek(full_feed.t_start)
+    full_feed._emit_until(target)
+    assert restored == {(a.rule, a.subject) for a in full_mon.engine.active}
+    assert ("starvation", "gpu0") in restored
+    assert len(monitor.store) <= 241  # only what the windows and sparklines need (120 s at 2 Hz)
+    # and the replay goes on from there: the alert is still judged by the rules
+    feed._emit_until(target + 30)
+    assert ("starvation", "gpu0") in {(a.rule, a.subject) for a in monitor.engine.active}
