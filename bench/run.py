@@ -5,7 +5,12 @@
 Measures, on this machine: the collector's own cost per tick (fake NVML whose calls cost
 nothing, so what remains is traintop's overhead; real NVML figures come from
 bench/nvml_calls.py on a GPU machine), ingest cost (store + rules), recording size and
-write cost, replay open/seek, and the time to draw one frame of the dashboard.
+write cost, the time to draw one frame of the dashboard; a day of 8 simulated GPUs at 2 Hz
+through the headless dashboard in compressed time (RSS at the end), then opening, seeking
+and analyzing the recording it wrote; and CPU per wall second of the TUI and the recorder
+(bench/cpu_compare.py: beside nvitop, gpustat and nvidia-smi where there is a GPU).
+The full run takes about 30 minutes on 2 cores (the day is most of it); --quick is a smoke
+test (minutes of samples, no CPU comparison).
 """
 
 from __future__ import annotations
@@ -144,6 +149,57 @@ def bench_render(n_gpus: int, size: tuple[int, int], quick: bool) -> dict:
             "frame_cpu_ms_max": (max(times) - base) * 1e3}
 
 
+def bench_day(quick: bool) -> dict:
+    """A day (quick: 6 minutes) of 8 GPUs at 2 Hz through the headless dashboard, then the file."""
+    import random
+    import subprocess
+
+    from traintop import sessions
+    from traintop.analyze import analyze
+    from traintop.recording import RecordingReader
+
+    hours = 0.1 if quick else 24.0
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "day.ttrec")
+        out = subprocess.run([sys.executable, os.path.join(HERE, "day_session.py"), "--out", path,
+                              "--hours", str(hours), "--gpus", "8"], capture_output=True, text=True, check=True)
+        res = json.loads(out.stdout.strip().splitlines()[-1])
+        res["file_mib"] = os.path.getsize(path) / 2**20
+        t = time.perf_counter()
+        reader = RecordingReader(path)
+        res["open_ms"] = (time.perf_counter() - t) * 1e3
+        t0, t1 = reader.t_start, reader.t_end
+        rnd = random.Random(5)
+        seeks = []
+        for _ in range(5 if quick else 20):  # a fresh replay each time: nothing cached
+            monitor, feed = sessions.replay_session(path)
+            target = t0 + (t1 - t0) * rnd.random()
+            t = time.perf_counter()
+            feed.seek(target)
+            seeks.append((time.perf_counter() - t) * 1e3)
+            feed.stop()
+        res["seek_ms_median"] = statistics.median(seeks)
+        res["seek_ms_max"] = max(seeks)
+        t = time.perf_counter()
+        report = analyze(RecordingReader(path), name="day")
+        res["analyze_s"] = time.perf_counter() - t
+        res["analyze_findings"] = len(report.findings)
+        res["gpu_samples"] = report.samples * 8
+        res["bytes_per_gpu_sample"] = os.path.getsize(path) / max(1, report.samples * 8)
+    return res
+
+
+def bench_cpu(seconds: float) -> dict:
+    import shutil
+
+    import cpu_compare
+
+    preset = "h200" if shutil.which("nvidia-smi") else "sim"
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = cpu_compare.measure(cpu_compare.presets(preset, tmp), seconds, 8.0)
+    return {"preset": preset, "seconds": seconds, "rows": rows}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="small sizes (the smoke test)")
@@ -170,10 +226,30 @@ def main() -> int:
     rows.append(("recording write", f"{r['write_us_per_tick']:.0f} µs/tick", "flush every second"))
     rows.append(("replay open / seek (5 min window)", f"{r['open_ms']:.1f} / {r['seek_ms_median']:.1f} ms",
                  f"{r['minutes']} min, 8 GPUs"))
+    r = bench_day(q)
+    res["day_8gpu"] = r
+    span = f"{r['hours']:g} h × 8 GPUs at 2 Hz"
+    rows.append(("dashboard RSS after a day", f"{r['rss_mib']:.0f} MiB",
+                 f"{span} in {r['seconds']:.0f} s; peak {r['max_rss_mib']:.0f} MiB; by hour "
+                 + " ".join(f"{x:.0f}" for x in r["rss_by_hour_mib"][:: max(1, len(r["rss_by_hour_mib"]) // 6)])))
+    rows.append(("that day's recording", f"{r['bytes_per_gpu_sample']:.1f} B/GPU-sample",
+                 f"{r['file_mib']:.1f} MiB incl. host, process tree and 8 probed ranks"))
+    rows.append(("open / seek it (fresh replay)", f"{r['open_ms']:.0f} / {r['seek_ms_median']:.0f} ms",
+                 f"seek max {r['seek_ms_max']:.0f} ms (120 s of history rebuilt, recorded alerts taken up)"))
+    rows.append(("analyze it", f"{r['analyze_s']:.2f} s", f"{r['analyze_findings']} findings, {r['gpu_samples']} GPU-samples"))
     r = bench_render(8, (120, 40), q)
     res["render_8gpu_120x40"] = r
     rows.append(("draw one frame, 8 GPUs, 120×40", f"{r['frame_cpu_ms_median']:.1f} ms CPU",
                  f"max {r['frame_cpu_ms_max']:.1f} ms (new sample, view, widgets, compositor)"))
+    if not q:
+        r = bench_cpu(30.0)
+        res["cpu"] = r
+        for row in r["rows"]:
+            if "error" in row:
+                rows.append((f"CPU: {row['command']}", row["error"], ""))
+            else:
+                rows.append((f"CPU: {row['command']}", f"{row['cpu_per_wall_s']:.4f} s/s",
+                             f"from launch {row['from_launch']:.4f} s/s; RSS {row['rss_mib']:.0f} MiB"))
     print(f"traintop benchmarks — {res['machine']} — {res['date']}")
     w = max(len(a) for a, _, _ in rows)
     for a, b, c in rows:

@@ -69,6 +69,7 @@ class NvmlCollector:
         self.cuda_driver = f"{cuda // 1000}.{cuda % 1000 // 10}" if isinstance(cuda, int) else None
         self._slow: dict[int, dict[str, float | None]] = {i: {} for i in range(count)}
         self._slow_lock = threading.Lock()
+        self._window: list[tuple[float, float] | None] = [None] * count
         self.slow_every = slow_every
         self.window_s = window_s  # the utilization buffer and GPM are read this often
         self._stop = threading.Event()
@@ -144,13 +145,16 @@ class NvmlCollector:
         reasons_fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) \
             or nv.nvmlDeviceGetCurrentClocksThrottleReasons
         reasons = self._safe(i, "reasons", reasons_fn, h)
-        with self._slow_lock:
-            slow = dict(self._slow[i])
-            # windowed utilization belongs to one tick only, or a 10 Hz trace would repeat it
-            util_min = self._slow[i].pop("util_min", None)
-            util_max = self._slow[i].pop("util_max", None)
+        slow = self._slow[i]  # replaced whole by the slow thread, never changed in place: no copy, no lock
+        window = self._window[i]
+        util_min = util_max = None
+        if window is not None:  # windowed utilization belongs to one tick only, or 10 Hz would repeat it
+            with self._slow_lock:
+                window, self._window[i] = self._window[i], None
+            if window is not None:
+                util_min, util_max = window
         xid = None
-        for etype, data in self.events.take(i):
+        for etype, data in (self.events.take(i) if self.events.pending else ()):
             if etype & XID_CRITICAL:
                 xid = data
             elif etype & ECC_DOUBLE_BIT and xid is None:
@@ -216,16 +220,15 @@ class NvmlCollector:
     def poll_util_window(self) -> None:
         for i in range(len(self.handles)):
             lo, hi = self._util_window(i)
-            with self._slow_lock:
-                if lo is not None:
-                    self._slow[i]["util_min"], self._slow[i]["util_max"] = lo, hi
+            if lo is not None:
+                with self._slow_lock:
+                    self._window[i] = (lo, hi)
 
     def poll_gpm(self) -> None:
         for i in range(len(self.handles)):
             m = self.gpm.poll(i)
             if m is not None:
-                with self._slow_lock:
-                    self._slow[i].update(m)
+                self._slow[i] = {**self._slow[i], **m}
 
     def poll_slow(self) -> None:
         nv = self.nv
@@ -241,8 +244,7 @@ class NvmlCollector:
             got["throttle_power"] = self._violation_pct(i, 0)    # NVML_PERF_POLICY_POWER
             got["throttle_thermal"] = self._violation_pct(i, 1)  # NVML_PERF_POLICY_THERMAL
             got.update(self._errors_and_link(i, h))
-            with self._slow_lock:
-                self._slow[i].update(got)
+            self._slow[i] = {**self._slow[i], **got}
 
     def _violation_pct(self, i: int, policy: int) -> float | None:
         """Share of the time since the previous read that the clocks were held down (percent)."""

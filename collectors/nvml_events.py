@@ -82,6 +82,10 @@ class EventListener:
             with self._lock:
                 self._pending.setdefault(i, []).append((int(ev.eventType), int(ev.eventData)))
 
+    @property
+    def pending(self) -> bool:
+        return bool(self._pending)  # a read without the lock: a miss waits for the next tick
+
     def take(self, i: int) -> list[tuple[int, int]]:
         """Events of GPU ``i`` since the last call: (event type, data; the XID code for XIDs)."""
         with self._lock:

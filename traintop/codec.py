@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import zlib
+from dataclasses import fields
 from typing import Any
 
 from traintop.errors import RecordingError
@@ -143,44 +144,128 @@ def _inflate(blob: bytes) -> bytes:
     return out
 
 
-def decode(blob: bytes, codec: str = CODEC) -> list[Frame]:
-    """Decode a chunk; any damage raises RecordingError with one line of explanation."""
+def _parse(blob: bytes, codec: str) -> tuple[list[float], dict[str, list], int]:
+    """Inflate, parse and validate a chunk: times and its (quantised) columns."""
+    from itertools import accumulate
+
+    doc = json.loads(_inflate(blob))
+    n, deltas, cols = doc["n"], doc["t"], doc["c"]
+    if not isinstance(n, int) or not isinstance(deltas, list) or len(deltas) != n or not isinstance(cols, dict):
+        raise ValueError("bad header")
+    if not all(type(d) is int for d in deltas):
+        raise ValueError("bad time")
+    times = [v / 1000.0 for v in accumulate(deltas)]
+    columns = {}
+    for k, col in cols.items():
+        if not isinstance(k, str) or not isinstance(col, list):
+            raise ValueError("bad column")
+        if col and col[0] == "d":
+            if not all(type(d) is int for d in col[1:]):
+                raise ValueError("bad delta")
+            col = list(accumulate(col[1:]))
+        if len(col) != n:
+            raise ValueError("column length")
+        if k.endswith(".procs") and codec != "cols1+zlib":
+            col = _repeat_nulls(col)
+        columns[k] = col
+    return times, columns, n
+
+
+def decode(blob: bytes, codec: str = CODEC, t_from: float | None = None,
+           t_to: float | None = None) -> list[Frame]:
+    """Decode a chunk (only its samples in [t_from, t_to] when given); any damage raises
+    RecordingError with one line of explanation."""
+    import bisect
+
     try:
-        doc = json.loads(_inflate(blob))
-        n = doc["n"]
-        deltas = doc["t"]
-        cols = doc["c"]
-        if not isinstance(n, int) or not isinstance(deltas, list) or len(deltas) != n or not isinstance(cols, dict):
-            raise ValueError("bad header")
-        times, acc = [], 0
-        for d in deltas:
-            if not isinstance(d, int):
-                raise ValueError("bad time")
-            acc += d
-            times.append(acc / 1000.0)
-        columns = {}
-        for k, col in cols.items():
-            if not isinstance(k, str) or not isinstance(col, list):
-                raise ValueError("bad column")
-            if col and col[0] == "d":
-                vals, acc2 = [], 0
-                for j, d in enumerate(col[1:]):
-                    if not isinstance(d, int):
-                        raise ValueError("bad delta")
-                    acc2 = d if j == 0 else acc2 + d
-                    vals.append(acc2)
-                col = vals
-            if len(col) != n:
-                raise ValueError("column length")
-            if k.endswith(".procs") and codec != "cols1+zlib":
-                col = _repeat_nulls(col)
-            columns[k] = col
         scheme = SCHEMES[codec]
-        return [_frame(times[j], {k: c[j] for k, c in columns.items()}, scheme) for j in range(n)]
+        times, columns, n = _parse(blob, codec)
+        j0 = bisect.bisect_left(times, t_from) if t_from is not None else 0
+        j1 = bisect.bisect_right(times, t_to) if t_to is not None else n
+        if j0 >= j1:
+            return []
+        if j0 or j1 < n:
+            times = times[j0:j1]
+            columns = {k: c[j0:j1] for k, c in columns.items()}
+        return _frames(times, columns, scheme)
     except RecordingError:
         raise
     except (ValueError, KeyError, TypeError, IndexError, zlib.error, RecursionError, OverflowError) as e:
         raise RecordingError(f"a data chunk is corrupt ({type(e).__name__})") from None
+
+
+_GPU_ORDER = [f.name for f in fields(GpuSample)][1:-1]  # between index and processes
+_NUM = (int, float)
+
+
+def _dq_col(col: list | None, scale, as_int: bool, n: int) -> list:
+    """Dequantise a whole column (None where missing); non-numbers are damage."""
+    if col is None:
+        return [None] * n
+    if not all(v is None or type(v) in _NUM for v in col):
+        raise ValueError("bad number")
+    if scale == _BYTES:
+        return [None if v is None else int(v) * MiB for v in col]
+    if as_int:
+        return [None if v is None else int(round(v / scale)) for v in col]
+    return [None if v is None else v / scale for v in col]
+
+
+def _frames(times: list[float], columns: dict[str, list], scheme) -> list[Frame]:
+    """Frames from columns, column by column (a day of 8 GPUs decodes several times faster
+    than row by row)."""
+    gpu_fields, host_fields, proc_fields, rank_fields, core_scale, member_scale = scheme
+    n = len(times)
+    gpus_by_row: list[list[GpuSample]] = [[] for _ in range(n)]
+    for i in sorted({int(k[1:k.index(".")]) for k in columns if k.startswith("g") and "." in k}):
+        p = f"g{i}."
+        cols = [_dq_col(columns.get(p + name), gpu_fields[name], name in INT_FIELDS, n) if name in gpu_fields
+                else [None] * n for name in _GPU_ORDER]
+        procs_col = columns.get(p + "procs") or [None] * n
+        for j, row in enumerate(zip(*cols)):
+            procs = procs_col[j] or ()
+            if procs:
+                procs = tuple(GpuProcess(int(pid), _dq(mib, _BYTES)) for pid, mib in procs)
+            elif all(v is None for v in row):
+                continue  # this GPU was not sampled in this frame
+            gpus_by_row[j].append(GpuSample(i, *row, processes=procs))
+    host_rows = [None] * n
+    if any(k.startswith("h.") for k in columns):
+        hcols = {name: _dq_col(columns.get("h." + name), scale, False, n) for name, scale in host_fields.items()}
+        cores = columns.get("h.cores") or [None] * n
+        for j in range(n):
+            kw = {name: c[j] for name, c in hcols.items()}
+            if any(v is not None for v in kw.values()) or cores[j]:
+                host_rows[j] = HostSample(per_core=tuple(c / core_scale for c in (cores[j] or [])), **kw)
+    proc_rows = [None] * n
+    pids = columns.get("p.pid")
+    if pids is not None:
+        pcols = {name: _dq_col(columns.get("p." + name), scale, name == "threads", n)
+                 for name, scale in proc_fields.items()}
+        alive, names, cmds = (columns.get(k) or [None] * n for k in ("p.alive", "p.name", "p.cmd"))
+        members = columns.get("p.members") or [None] * n
+        for j in range(n):
+            if pids[j] is None:
+                continue
+            ms = tuple(ProcInfo(int(m[0]), str(m[1]), _dq(m[2], member_scale), _dq(m[3], _BYTES),
+                                _dq(m[4], 1, True), bool(m[5])) for m in (members[j] or []))
+            proc_rows[j] = ProcessSample(pid=int(pids[j]), alive=bool(alive[j]), name=str(names[j] or ""),
+                                         cmdline=str(cmds[j] or ""), members=ms,
+                                         **{name: c[j] for name, c in pcols.items()})
+    ranks_by_row: list[list[RankSample]] = [[] for _ in range(n)]
+    for r in sorted({int(k[1:k.index(".")]) for k in columns if k.startswith("r") and "." in k}):
+        p = f"r{r}."
+        if columns.get(p + "pid") is None:
+            continue
+        rcols = {name: _dq_col(columns.get(p + name), scale, name in RANK_INT_FIELDS, n)
+                 for name, scale in rank_fields.items()}
+        cuda = columns.get(p + "cuda") or [None] * n
+        for j in range(n):
+            if rcols["pid"][j] is None:
+                continue
+            ranks_by_row[j].append(RankSample(cuda=bool(cuda[j]), **{name: c[j] for name, c in rcols.items()}))
+    return [Frame(t=times[j], gpus=tuple(gpus_by_row[j]), host=host_rows[j], process=proc_rows[j],
+                  ranks=tuple(ranks_by_row[j])) for j in range(n)]
 
 
 def _repeat_nulls(col: list) -> list:
@@ -221,41 +306,6 @@ def decode_columns(blob: bytes, wanted) -> tuple[list[float], dict[str, list]]:
         raise
     except (ValueError, KeyError, TypeError, IndexError, zlib.error, RecursionError, OverflowError) as e:
         raise RecordingError(f"a data chunk is corrupt ({type(e).__name__})") from None
-
-
-def _frame(t: float, row: dict[str, Any], scheme=SCHEMES[CODEC]) -> Frame:
-    gpu_fields, host_fields, proc_fields, rank_fields, core_scale, member_scale = scheme
-    gpu_idx = sorted({int(k[1:k.index(".")]) for k in row if k.startswith("g") and "." in k})
-    gpus = []
-    for i in gpu_idx:
-        p = f"g{i}."
-        if all(row.get(p + name) is None for name in gpu_fields) and not row.get(p + "procs"):
-            continue
-        kw = {name: _dq(row.get(p + name), scale, name in INT_FIELDS) for name, scale in gpu_fields.items()}
-        procs = row.get(p + "procs") or []
-        kw["processes"] = tuple(GpuProcess(int(pid), _dq(mib, _BYTES)) for pid, mib in procs)
-        gpus.append(GpuSample(index=i, **kw))
-    host = None
-    if any(k.startswith("h.") and row[k] is not None for k in row):
-        kw = {name: _dq(row.get("h." + name), scale) for name, scale in host_fields.items()}
-        host = HostSample(per_core=tuple(c / core_scale for c in (row.get("h.cores") or [])), **kw)
-    proc = None
-    if row.get("p.pid") is not None:
-        kw = {name: _dq(row.get("p." + name), scale, name == "threads") for name, scale in proc_fields.items()}
-        members = tuple(
-            ProcInfo(int(m[0]), str(m[1]), _dq(m[2], member_scale), _dq(m[3], _BYTES), _dq(m[4], 1, True), bool(m[5]))
-            for m in (row.get("p.members") or [])
-        )
-        proc = ProcessSample(pid=int(row["p.pid"]), alive=bool(row.get("p.alive")), name=str(row.get("p.name") or ""),
-                             cmdline=str(row.get("p.cmd") or ""), members=members, **kw)
-    ranks = []
-    for j in sorted({int(k[1:k.index(".")]) for k in row if k.startswith("r") and "." in k}):
-        p = f"r{j}."
-        if row.get(p + "pid") is None:
-            continue
-        kw = {name: _dq(row.get(p + name), scale, name in RANK_INT_FIELDS) for name, scale in rank_fields.items()}
-        ranks.append(RankSample(cuda=bool(row.get(p + "cuda")), **kw))
-    return Frame(t=t, gpus=tuple(gpus), host=host, process=proc, ranks=tuple(ranks))
 
 
 def roundtrip(frames: list[Frame]) -> list[Frame]:

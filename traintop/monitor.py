@@ -69,7 +69,7 @@ class Monitor:
     def reset(self) -> None:
         """Forget history (replay seeks)."""
         with self.lock:
-            self.store = Store(self.store.capacity, self.store.bucket_s, self.store.history_buckets)
+            self.store = Store(self.store.capacity)
             self.engine.reset()
             self.ended_at = None
 

@@ -253,7 +253,9 @@ class RecordingReader:
     def frame_count(self) -> int:
         return sum(int(r[3]) for r in self._chunks)
 
-    def _load(self, chunk_id: int, codec: str) -> list[Frame]:
+    def _load(self, chunk_id: int, codec: str, t_from: float | None = None) -> list[Frame]:
+        """A chunk's frames (cached), or only those from ``t_from`` on (a seek into the middle
+        of a chunk: not cached, and several times cheaper than the whole chunk)."""
         if chunk_id in self._cache:
             return self._cache[chunk_id]
         frames: list[Frame] = []
@@ -261,10 +263,12 @@ class RecordingReader:
             row = self._db.execute("SELECT data FROM chunks WHERE id=?", (chunk_id,)).fetchone()
             if codec not in CODECS or row is None or not isinstance(row[0], bytes):
                 raise RecordingError("unknown codec")
-            frames = decode(row[0], codec)
+            frames = decode(row[0], codec, t_from=t_from)
         except (RecordingError, sqlite3.Error, ValueError):
             self.skipped_chunks += 1  # one damaged chunk must not lose the rest of the session
-        if len(self._cache) > 8:
+        if t_from is not None:
+            return frames
+        if len(self._cache) > 2:
             self._cache.pop(next(iter(self._cache)))
         self._cache[chunk_id] = frames
         return frames
@@ -278,7 +282,8 @@ class RecordingReader:
                 break
             if t_from is not None and t1 < t_from:
                 continue
-            for f in self._load(cid, codec):
+            partial = t_from if t_from is not None and t0 < t_from else None
+            for f in self._load(cid, codec, partial):
                 if (t_from is None or f.t >= t_from) and (t_to is None or f.t <= t_to):
                     yield f
 

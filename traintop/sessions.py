@@ -27,8 +27,9 @@ def check_interval(interval: float) -> float:
 
 
 def _store_for(interval: float) -> Store:
-    # Keep about an hour of raw points at slow rates, at least 12 minutes at fast ones.
-    return Store(capacity=max(1200, min(7200, int(3600 / interval))))
+    # 15 minutes of raw points (at least 1200, at most 6000): the longest rule window is 5 minutes
+    # and the sparklines show 240 points; what is older lives in the recording.
+    return Store(capacity=max(1200, min(6000, int(900 / interval))))
 
 
 def _open_recorder(record: str | None, info: SessionInfo):

@@ -1,16 +1,15 @@
-"""Bounded history of every metric: ring buffers plus a downsampled long history.
+"""Bounded history of every metric: ring buffers on one time axis.
 
 All series share one time axis (one value per key per frame), so a time window is
 found once and read from every series. Missing values are stored as NaN and come
-back as ``None``. Memory is fixed by ``capacity`` and ``history_buckets`` however
-long traintop runs.
+back as ``None``. Memory is fixed by ``capacity`` however long traintop runs; what is
+older lives in the recording, not in memory. (A downsampled day-long history per series
+was dropped: nothing read it, and with 8 GPUs it cost hundreds of MiB after a day.)
 """
 
 from __future__ import annotations
 
-import math
 from array import array
-from dataclasses import dataclass
 from typing import Iterator
 
 from traintop.samples import Frame
@@ -82,66 +81,15 @@ def frame_metrics(frame: Frame) -> Iterator[tuple[str, float | None]]:
         yield p + "input_wait", r.input_wait
 
 
-@dataclass(frozen=True, slots=True)
-class Bucket:
-    start: float
-    min: float
-    mean: float
-    max: float
-
-
-class _Downsampler:
-    """Min/mean/max per fixed-width time bucket, in a ring of ``capacity`` buckets."""
-
-    __slots__ = ("width", "capacity", "buckets", "_start", "_min", "_max", "_sum", "_n")
-
-    def __init__(self, width: float, capacity: int) -> None:
-        self.width = width
-        self.capacity = capacity
-        self.buckets: list[Bucket] = []
-        self._start: float | None = None
-        self._min = math.inf
-        self._max = -math.inf
-        self._sum = 0.0
-        self._n = 0
-
-    def add(self, t: float, v: float) -> None:
-        start = t - (t % self.width)
-        if self._start is not None and start != self._start:
-            self._close()
-        self._start = start
-        if v == v:  # not NaN
-            self._min = min(self._min, v)
-            self._max = max(self._max, v)
-            self._sum += v
-            self._n += 1
-
-    def _close(self) -> None:
-        if self._start is not None and self._n:
-            self.buckets.append(Bucket(self._start, self._min, self._sum / self._n, self._max))
-            if len(self.buckets) > self.capacity:
-                del self.buckets[: len(self.buckets) - self.capacity]
-        self._min, self._max, self._sum, self._n = math.inf, -math.inf, 0.0, 0
-
-    def snapshot(self) -> list[Bucket]:
-        out = list(self.buckets)
-        if self._start is not None and self._n:
-            out.append(Bucket(self._start, self._min, self._sum / self._n, self._max))
-        return out
-
-
 class Store:
     """Fixed-capacity history of every series, on one shared time axis."""
 
-    def __init__(self, capacity: int = 7200, bucket_s: float = 10.0, history_buckets: int = 8640) -> None:
+    def __init__(self, capacity: int = 7200) -> None:
         if capacity < 2:
             raise ValueError("capacity must be at least 2")
         self.capacity = capacity
-        self.bucket_s = bucket_s
-        self.history_buckets = history_buckets
         self._times = array("d", bytes(8 * capacity))
         self._values: dict[str, array] = {}
-        self._history: dict[str, _Downsampler] = {}
         self._head = 0  # next physical slot to write
         self._n = 0
         self.latest: Frame | None = None
@@ -162,9 +110,7 @@ class Store:
                 v = float(value)
             if col is None:
                 col = self._values[key] = array("d", [NAN]) * self.capacity
-                self._history[key] = _Downsampler(self.bucket_s, self.history_buckets)
             col[slot] = v
-            self._history[key].add(frame.t, v)
             seen.add(key)
         for key, col in self._values.items():
             if key not in seen:
@@ -254,10 +200,6 @@ class Store:
             return None
         v = col[self._phys(self._n - 1)]
         return None if v != v else v
-
-    def history(self, key: str) -> list[Bucket]:
-        d = self._history.get(key)
-        return d.snapshot() if d else []
 
 
 def present(values: list[float | None]) -> list[float]:

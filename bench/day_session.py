@@ -1,0 +1,72 @@
+"""A day of a simulated 8-GPU job through the dashboard, in compressed time.
+
+The headless app (Textual's test driver) gets every frame of ``--hours`` at 2 Hz through
+the same Monitor the live view uses (store, rules every second of sample time, recorder),
+and redraws every 300 frames. Prints one JSON line: RSS at the end, peak RSS, frames, and
+the recording it wrote (which the benchmark then opens, seeks and analyzes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import resource
+import sys
+import time
+
+import psutil
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--hours", type=float, default=24.0)
+    ap.add_argument("--gpus", type=int, default=8)
+    args = ap.parse_args()
+
+    from traintop.app.factory import build_app
+    from traintop.collectors.simulated import Simulator
+    from traintop.feeds import SourceFeed
+    from traintop.monitor import Monitor
+    from traintop.recording import RecordingWriter
+    from traintop.sessions import _store_for
+
+    sim = Simulator("starved,healthy,memory_creep,underused", gpus=args.gpus, interval=0.5, seed=11)
+    clock = [0.0]
+    writer = RecordingWriter(args.out, sim.info(), clock=lambda: clock[0])
+    monitor = Monitor(sim.info(), store=_store_for(0.5), recorder=writer)
+    feed = SourceFeed(monitor, sim, 0.5, kind="simulated")
+    app = build_app(monitor, feed, mode="simulated", start_feed=False)
+    n = int(args.hours * 7200)
+    rss_at_hour = []
+
+    async def go():
+        async with app.run_test(size=(120, 40)) as pilot:
+            for k in range(n):
+                f = sim.next_frame()
+                clock[0] = f.t
+                monitor.ingest(f)
+                if k % 300 == 0:
+                    app.refresh_view()
+                    await pilot.pause()
+                if k % 7200 == 0:
+                    rss_at_hour.append(psutil.Process().memory_info().rss / 2**20)
+            app.refresh_view()
+            await pilot.pause()
+            rss_end.append(psutil.Process().memory_info().rss / 2**20)  # the dashboard still up
+
+    rss_end: list[float] = []
+    t = time.perf_counter()
+    asyncio.run(go())
+    elapsed = time.perf_counter() - t
+    rss = rss_end[-1]
+    monitor.close()
+    print(json.dumps({"frames": n, "gpus": args.gpus, "hours": args.hours, "seconds": round(elapsed, 1),
+                      "rss_mib": round(rss, 1), "max_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+                      "rss_by_hour_mib": [round(x, 1) for x in rss_at_hour], "alerts": len(monitor.engine.alerts)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
