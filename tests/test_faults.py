@@ -7,6 +7,8 @@ import sys
 import threading
 import time
 
+import pytest
+
 sys.path.insert(0, os.path.dirname(__file__))
 
 from test_nvml_collector import NVMLError, fake_nvml  # noqa: E402
@@ -115,3 +117,45 @@ def test_nothing_listens_on_a_network_port(tmp_path):
         assert [c for c in conns if c.status == psutil.CONN_LISTEN] == []
     finally:
         p.wait(timeout=30)
+
+
+def test_recorder_on_a_filesystem_that_fills_up(tmp_path):
+    """A real ENOSPC: a 384 KiB tmpfs in a private mount namespace (skipped where mounting is not allowed)."""
+    import shutil
+
+    if shutil.which("unshare") is None:
+        pytest.skip("unshare is not available")
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    script = (
+        f"mount -t tmpfs -o size=384k tmpfs {mnt} || exit 77\n"
+        f"{sys.executable} -m traintop record {mnt}/r.ttrec --simulate healthy --duration 36000 --fast --quiet\n"
+        "echo rc=$?\n"
+        f"df -k {mnt} | tail -1\n"
+        f"{sys.executable} -c \"import sys; from traintop.recording import RecordingReader; "
+        f"r = RecordingReader('{mnt}/r.ttrec'); print('frames', len(list(r.frames())), r.skipped_chunks)\"\n"
+    )
+    r = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=300)
+    if r.returncode == 77 or "Operation not permitted" in r.stderr or "unshare failed" in r.stderr:
+        pytest.skip("mounting a tmpfs is not permitted here")
+    assert "rc=2" in r.stdout, r.stdout + r.stderr
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("traintop")]
+    assert len(errors) == 1 and ("disk is full" in errors[0] or "No space" in errors[0]), r.stderr
+    assert "Traceback" not in r.stderr
+    frames = int(r.stdout.split("frames ")[1].split()[0])
+    assert frames > 100  # what was committed before the disk filled replays
+
+
+def test_sigkill_of_the_record_command_keeps_all_but_the_last_second(tmp_path):
+    from traintop.recording import RecordingReader
+
+    out = tmp_path / "killed.ttrec"
+    proc = subprocess.Popen([sys.executable, "-m", "traintop", "record", str(out), "--simulate", "healthy",
+                             "--interval", "0.05", "--quiet"], stderr=subprocess.PIPE)
+    time.sleep(4.0)
+    killed_at = time.time()
+    proc.kill()
+    proc.wait()
+    frames = list(RecordingReader(str(out)).frames())
+    assert len(frames) >= 30, "the command's committed samples did not survive"
+    assert killed_at - frames[-1].t <= 2.0  # samples are committed every second

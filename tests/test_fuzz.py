@@ -16,7 +16,9 @@ from traintop.errors import TraintopError
 from traintop.recording import RecordingReader, RecordingWriter
 
 FIX = pathlib.Path(__file__).parent / "fixtures" / "h200"
-SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+# 400 examples a test in CI (3200 files in all); TRAINTOP_FUZZ_EXAMPLES=5000 for a long run
+SETTINGS = settings(max_examples=int(os.environ.get("TRAINTOP_FUZZ_EXAMPLES", "400")), deadline=None,
+                    suppress_health_check=list(HealthCheck))
 
 _valid = None
 
