@@ -159,9 +159,12 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--warmup", type=float, default=6.0)
     ap.add_argument("--json", help="write the rows here")
+    ap.add_argument("--only", help="a regular expression: run only the commands whose label matches")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        rows = measure(presets(args.preset, tmp), args.seconds, args.warmup)
+        import re
+        specs = [sp for sp in presets(args.preset, tmp) if not args.only or re.search(args.only, sp[0])]
+        rows = measure(specs, args.seconds, args.warmup)
     print(f"CPU seconds per wall second; steady: {args.warmup:g}-{args.warmup + args.seconds:g} s after launch, "
           f"from launch: the first {args.seconds:g} s")
     print(f"{'command':36s} {'steady':>8s} {'from launch':>12s} {'RSS MiB':>8s}")
