@@ -61,9 +61,11 @@ def main() -> int:
     asyncio.run(go())
     elapsed = time.perf_counter() - t
     rss = rss_end[-1]
+    max_running = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     monitor.close()
     print(json.dumps({"frames": n, "gpus": args.gpus, "hours": args.hours, "seconds": round(elapsed, 1),
-                      "rss_mib": round(rss, 1), "max_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+                      "rss_mib": round(rss, 1), "max_rss_mib": round(max_running, 1),
+                      "max_rss_incl_close_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
                       "rss_by_hour_mib": [round(x, 1) for x in rss_at_hour], "alerts": len(monitor.engine.alerts)}))
     return 0
 

@@ -101,8 +101,8 @@ def main() -> int:
     print(f"{'traintop tick':<16}{tick_med:>12.1f}{tick_p90:>12.1f}   (raw fast calls it makes: {fast_sum:.1f} µs)")
     print(f"{'util, PCIe busy':<16}{contended[0]:>12.1f}{contended[1]:>12.1f}   (another thread loops PCIe TX)")
     print(f"{'tick, PCIe busy':<16}{tick_contended[0]:>12.1f}{tick_contended[1]:>12.1f}")
-    print(f"{'GPM poll':<16}{gpm_poll[0]:>12.1f}{gpm_poll[1]:>12.1f}   (slow thread, once a second)")
-    print(f"{'slow poll':<16}{slow_poll[0]:>12.1f}{slow_poll[1]:>12.1f}   (slow thread, every 2 s)")
+    print(f"{'GPM poll':<16}{gpm_poll[0]:>12.1f}{gpm_poll[1]:>12.1f}   (slow thread, once a window: 1 s, or 2 s at ≤ 1 Hz)")
+    print(f"{'slow poll':<16}{slow_poll[0]:>12.1f}{slow_poll[1]:>12.1f}   (slow thread, every 5 s)")
     print("GPM supported:", col.gpm.supported, "events:", col.events.registered)
     print("unsupported fields:", sorted(f for (_, f) in col._unsupported) or "none")
     if args.json:

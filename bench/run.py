@@ -151,12 +151,9 @@ def bench_render(n_gpus: int, size: tuple[int, int], quick: bool) -> dict:
 
 def bench_day(quick: bool) -> dict:
     """A day (quick: 6 minutes) of 8 GPUs at 2 Hz through the headless dashboard, then the file."""
-    import random
     import subprocess
 
-    from traintop import sessions
-    from traintop.analyze import analyze
-    from traintop.recording import RecordingReader
+    import day_file
 
     hours = 0.1 if quick else 24.0
     with tempfile.TemporaryDirectory() as d:
@@ -164,28 +161,8 @@ def bench_day(quick: bool) -> dict:
         out = subprocess.run([sys.executable, os.path.join(HERE, "day_session.py"), "--out", path,
                               "--hours", str(hours), "--gpus", "8"], capture_output=True, text=True, check=True)
         res = json.loads(out.stdout.strip().splitlines()[-1])
-        res["file_mib"] = os.path.getsize(path) / 2**20
-        t = time.perf_counter()
-        reader = RecordingReader(path)
-        res["open_ms"] = (time.perf_counter() - t) * 1e3
-        t0, t1 = reader.t_start, reader.t_end
-        rnd = random.Random(5)
-        seeks = []
-        for _ in range(5 if quick else 20):  # a fresh replay each time: nothing cached
-            monitor, feed = sessions.replay_session(path)
-            target = t0 + (t1 - t0) * rnd.random()
-            t = time.perf_counter()
-            feed.seek(target)
-            seeks.append((time.perf_counter() - t) * 1e3)
-            feed.stop()
-        res["seek_ms_median"] = statistics.median(seeks)
-        res["seek_ms_max"] = max(seeks)
-        t = time.perf_counter()
-        report = analyze(RecordingReader(path), name="day")
-        res["analyze_s"] = time.perf_counter() - t
-        res["analyze_findings"] = len(report.findings)
-        res["gpu_samples"] = report.samples * 8
-        res["bytes_per_gpu_sample"] = os.path.getsize(path) / max(1, report.samples * 8)
+        res.update(day_file.measure(path, 5 if quick else 20))
+        res["gpu_samples"] = res["samples"] * res["gpus"]
     return res
 
 
@@ -230,7 +207,7 @@ def main() -> int:
     res["day_8gpu"] = r
     span = f"{r['hours']:g} h × 8 GPUs at 2 Hz"
     rows.append(("dashboard RSS after a day", f"{r['rss_mib']:.0f} MiB",
-                 f"{span} in {r['seconds']:.0f} s; peak {r['max_rss_mib']:.0f} MiB; by hour "
+                 f"{span} in {r['seconds']:.0f} s; peak while running {r['max_rss_mib']:.0f} MiB; by hour "
                  + " ".join(f"{x:.0f}" for x in r["rss_by_hour_mib"][:: max(1, len(r["rss_by_hour_mib"]) // 6)])))
     rows.append(("that day's recording", f"{r['bytes_per_gpu_sample']:.1f} B/GPU-sample",
                  f"{r['file_mib']:.1f} MiB incl. host, process tree and 8 probed ranks"))

@@ -81,6 +81,7 @@ class _Acc:
         self.t = array("d")
         self.unused_util = array("d")  # 1 - util/100 (NaN when unknown)
         self.unused_clock = array("d")  # 1 - sm/sm_max
+        self._prefix: dict[int, list[float]] = {}
 
     def add(self, t: float, g) -> None:
         s = self.s
@@ -112,15 +113,24 @@ class _Acc:
         return s
 
     def lost_hours(self, t0: float, t1: float, series: array) -> float:
-        """Integral of ``series`` over [t0, t1] in hours (each sample holds until the next)."""
-        i = bisect.bisect_left(self.t, t0)
-        total = 0.0
-        while i < len(self.t) and self.t[i] <= t1:
-            nxt = self.t[i + 1] if i + 1 < len(self.t) else self.t[i]
-            v = series[i]
-            if v == v:
-                total += max(0.0, v) * (min(nxt, t1) - self.t[i])
-            i += 1
+        """Integral of ``series`` over [t0, t1] in hours (each sample holds until the next),
+        from prefix sums built once per series: a day-long finding costs two bisections."""
+        t = self.t
+        if not t:
+            return 0.0
+        prefix = self._prefix.get(id(series))
+        if prefix is None:
+            from itertools import accumulate
+            steps = [max(0.0, v) * (b - a) if v == v else 0.0 for v, a, b in zip(series, t, t[1:])]
+            prefix = self._prefix[id(series)] = [0.0, *accumulate(steps)]
+        i0 = bisect.bisect_left(t, t0)
+        i1 = bisect.bisect_right(t, t1) - 1
+        if i1 < i0:
+            return 0.0
+        total = prefix[i1] - prefix[i0]
+        v = series[i1]
+        if v == v and i1 + 1 < len(t):
+            total += max(0.0, v) * (min(t[i1 + 1], t1) - t[i1])
         return total / 3600.0
 
 
@@ -182,6 +192,16 @@ def _report(source, name, alerts, accs, first, last, n, notes=()) -> Report:
                   notes)
 
 
+def _last(col):
+    """The last value of a column that is (nearly always) constant: the limit, the total, the max clock."""
+    if not col:
+        return None
+    for v in reversed(col):
+        if v is not None:
+            return v
+    return None
+
+
 _GPU_COLS = ("util", "power_w", "power_limit_w", "mem_used", "mem_total", "temp_c", "sm_clock", "sm_clock_max")
 
 
@@ -194,7 +214,9 @@ def _from_recorded(source, name) -> Report:
     first = last = None
     n = 0
     nan = float("nan")
-    for codec, times, cols in source.columns(lambda k: k[0] == "g" and k.rsplit(".", 1)[-1] in _GPU_COLS):
+    indices = sorted(names) or list(range(64))
+    wanted = [f"g{i}.{c}" for i in indices for c in _GPU_COLS]
+    for codec, times, cols in source.columns(wanted):
         if not times:
             continue
         scale = SCHEMES[codec][0]
@@ -203,40 +225,39 @@ def _from_recorded(source, name) -> Report:
         last = times[-1]
         for gi in sorted({int(k[1:k.index(".")]) for k in cols}):
             p = f"g{gi}."
-            col = {c: cols.get(p + c) or [None] * len(times) for c in _GPU_COLS}
-            if all(v is None for v in col["util"]) and all(v is None for v in col["power_w"]):
+            u, pw = cols.get(p + "util"), cols.get(p + "power_w")
+            u_vals = [v for v in u if v is not None] if u else []
+            pw_vals = [v for v in pw if v is not None] if pw else []
+            if not u_vals and not pw_vals:
                 continue
             acc = accs.get(gi)
             if acc is None:
                 acc = accs[gi] = _Acc(gi, names.get(gi, "GPU"))
             s = acc.s
-            present = [v is not None for v in col["util"]]
             s.samples += len(times)
-            util = [v / scale["util"] for v in compress(col["util"], present)]
-            if util:
-                acc.util_sum += sum(util)
-                acc.util_n += len(util)
-                s.util_peak = max(s.util_peak or 0.0, max(util))
-            power = [v / scale["power_w"] for v in col["power_w"] if v is not None]
-            if power:
-                acc.power_sum += sum(power)
-                acc.power_n += len(power)
-                s.power_peak = max(s.power_peak or 0.0, max(power))
-            limits = [v for v in col["power_limit_w"] if v is not None]
-            s.power_limit = limits[-1] / scale["power_limit_w"] if limits else s.power_limit
-            mem = [v for v in col["mem_used"] if v is not None]  # MiB
-            if mem:
-                s.mem_peak_gib = max(s.mem_peak_gib or 0.0, max(mem) / 1024)
-            totals = [v for v in col["mem_total"] if v is not None]
-            s.mem_total_gib = totals[-1] / 1024 if totals else s.mem_total_gib
-            temps = [v for v in col["temp_c"] if v is not None]
-            if temps:
-                s.temp_peak = max(s.temp_peak or 0.0, max(temps) / scale["temp_c"])
+            if u_vals:
+                acc.util_sum += sum(u_vals) / scale["util"]
+                acc.util_n += len(u_vals)
+                s.util_peak = max(s.util_peak or 0.0, max(u_vals) / scale["util"])
+            if pw_vals:
+                acc.power_sum += sum(pw_vals) / scale["power_w"]
+                acc.power_n += len(pw_vals)
+                s.power_peak = max(s.power_peak or 0.0, max(pw_vals) / scale["power_w"])
+            limit = _last(cols.get(p + "power_limit_w"))
+            s.power_limit = limit / scale["power_limit_w"] if limit is not None else s.power_limit
+            mem = max([v for v in cols.get(p + "mem_used") or () if v is not None], default=None)  # MiB
+            if mem is not None:
+                s.mem_peak_gib = max(s.mem_peak_gib or 0.0, mem / 1024)
+            total = _last(cols.get(p + "mem_total"))
+            s.mem_total_gib = total / 1024 if total is not None else s.mem_total_gib
+            temp = max([v for v in cols.get(p + "temp_c") or () if v is not None], default=None)
+            if temp is not None:
+                s.temp_peak = max(s.temp_peak or 0.0, temp / scale["temp_c"])
             acc.t.extend(times)
             u100 = 100.0 * scale["util"]
-            acc.unused_util.extend([1 - v / u100 if v is not None else nan for v in col["util"]])
-            acc.unused_clock.extend([1 - sm / mx if sm and mx else nan
-                                     for sm, mx in zip(col["sm_clock"], col["sm_clock_max"])])
+            acc.unused_util.extend([1 - v / u100 if v is not None else nan for v in u] if u else [nan] * len(times))
+            sm, mx = cols.get(p + "sm_clock"), _last(cols.get(p + "sm_clock_max"))
+            acc.unused_clock.extend([1 - v / mx if v and mx else nan for v in sm] if sm else [nan] * len(times))
     if first is None:
         return Report(name, "traintop recording", 0.0, 0, source.info.interval, [], [], 0.0, 0.0, ["no samples"])
     alerts = source.alerts()

@@ -126,6 +126,8 @@ class ReplayFeed(Feed):
         self._lock = threading.RLock()
         self._it = None
         self._peek: Frame | None = None
+        self._peek_ready = False
+        self._skip_to: float | None = None
         self._wall: float | None = None
         self._recorded_alerts = None
         try:
@@ -139,19 +141,35 @@ class ReplayFeed(Feed):
             self._emit_until(self.t_start)  # something to show before the clock starts
 
     # -- iteration -----------------------------------------------------------
-    def _open_at(self, t: float) -> None:
+    def _open_at(self, t: float, after: bool = False) -> None:
+        """Read from ``t`` on (after ``t`` with ``after``); the next chunk is decoded only when
+        playback reaches it."""
         self._it = iter(self.reader.frames(t_from=t))
-        self._peek = next(self._it, None)
+        self._skip_to = t if after else None
+        self._peek_ready = False
+        self._peek = None
+
+    def _next(self) -> Frame | None:
+        f = next(self._it, None)
+        while f is not None and self._skip_to is not None and f.t <= self._skip_to:
+            f = next(self._it, None)
+        self._skip_to = None
+        return f
+
+    def _ensure_peek(self) -> Frame | None:
+        if not self._peek_ready:
+            self._peek = self._next()
+            self._peek_ready = True
+        return self._peek
 
     def _take(self) -> Frame | None:
-        f = self._peek
-        if f is not None:
-            self._peek = next(self._it, None)
+        f = self._ensure_peek()
+        self._peek_ready = False
         return f
 
     def _emit_until(self, t: float, rules_from: float | None = None) -> int:
         n = 0
-        while self._peek is not None and self._peek.t <= t:
+        while self._ensure_peek() is not None and self._peek.t <= t:
             f = self._take()
             self.monitor.ingest(f, evaluate=rules_from is None or f.t >= rules_from)
             n += 1
@@ -198,16 +216,18 @@ class ReplayFeed(Feed):
             t = min(max(t, self.t_start), self.t_end)
             self.monitor.reset()
             if self._recorded_alerts is not None:
-                self._open_at(max(self.t_start, t - self.TRUSTED_WARM_S))
-                self._emit_until(t, rules_from=float("inf"))
+                # exactly the samples the view needs, decoded once (not the chunks around them)
+                for f in self.reader.frames(t_from=max(self.t_start, t - self.TRUSTED_WARM_S), t_to=t):
+                    self.monitor.ingest(f, evaluate=False)
                 with self.monitor.lock:
                     self.monitor.engine.restore(self._recorded_alerts, t)
                     self.monitor.engine.evaluate(self.monitor.store, t, force=True)  # evidence as of t
+                self._open_at(t, after=True)
             else:
                 self._open_at(max(self.t_start, t - self.WARM_S))
                 self._emit_until(t, rules_from=t - self.RULES_WARM_S)
             self.position = t
-            self.at_end = self._peek is None
+            self.at_end = t >= self.t_end
             self._wall = None
         self._notify()
 
@@ -231,7 +251,7 @@ class ReplayFeed(Feed):
             self.position += (now - self._wall) * self.speed
             self._wall = now
             self._emit_until(self.position)
-            if self._peek is None:
+            if self._ensure_peek() is None:
                 if self.loop:
                     self.seek(self.t_start)
                     self.playing = True

@@ -253,8 +253,8 @@ class RecordingReader:
     def frame_count(self) -> int:
         return sum(int(r[3]) for r in self._chunks)
 
-    def _load(self, chunk_id: int, codec: str, t_from: float | None = None) -> list[Frame]:
-        """A chunk's frames (cached), or only those from ``t_from`` on (a seek into the middle
+    def _load(self, chunk_id: int, codec: str, t_from: float | None = None, t_to: float | None = None) -> list[Frame]:
+        """A chunk's frames (cached), or only those in [t_from, t_to] (a seek into the middle
         of a chunk: not cached, and several times cheaper than the whole chunk)."""
         if chunk_id in self._cache:
             return self._cache[chunk_id]
@@ -263,10 +263,10 @@ class RecordingReader:
             row = self._db.execute("SELECT data FROM chunks WHERE id=?", (chunk_id,)).fetchone()
             if codec not in CODECS or row is None or not isinstance(row[0], bytes):
                 raise RecordingError("unknown codec")
-            frames = decode(row[0], codec, t_from=t_from)
+            frames = decode(row[0], codec, t_from=t_from, t_to=t_to)
         except (RecordingError, sqlite3.Error, ValueError):
             self.skipped_chunks += 1  # one damaged chunk must not lose the rest of the session
-        if t_from is not None:
+        if t_from is not None or t_to is not None:
             return frames
         if len(self._cache) > 2:
             self._cache.pop(next(iter(self._cache)))
@@ -282,13 +282,14 @@ class RecordingReader:
                 break
             if t_from is not None and t1 < t_from:
                 continue
-            partial = t_from if t_from is not None and t0 < t_from else None
-            for f in self._load(cid, codec, partial):
+            lo = t_from if t_from is not None and t0 < t_from else None
+            hi = t_to if t_to is not None and t1 > t_to else None
+            for f in self._load(cid, codec, lo, hi):
                 if (t_from is None or f.t >= t_from) and (t_to is None or f.t <= t_to):
                     yield f
 
-    def columns(self, wanted) -> Iterator[tuple[str, list[float], dict[str, list]]]:
-        """Chunk by chunk: its codec, times and the raw columns ``wanted(name)`` accepts (see codec.decode_columns).
+    def columns(self, names: list[str]) -> Iterator[tuple[str, list[float], dict[str, list]]]:
+        """Chunk by chunk: its codec, times and the raw columns ``names`` (see codec.decode_columns).
         Damaged chunks are skipped and counted, as in ``frames``."""
         from traintop.codec import decode_columns
 
@@ -299,7 +300,7 @@ class RecordingReader:
                 continue
             try:
                 (blob,) = self._db.execute("SELECT data FROM chunks WHERE id = ?", (chunk_id,)).fetchone()
-                yield codec, *decode_columns(bytes(blob), wanted)
+                yield codec, *decode_columns(bytes(blob), names)
             except (RecordingError, sqlite3.Error, TypeError):
                 self.skipped_chunks += 1
 
