@@ -7,6 +7,7 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
+from rich.text import Text
 
 HELP = """\
 [b]traintop[/b] watches the GPUs, the host and the training process together,
@@ -22,9 +23,9 @@ and says what is wrong and what to try.
 [b]Panels[/b]
   GPU      utilization, power vs its limit, memory, temperature vs the
            slowdown threshold; fixed scales (0–100 %, 0–limit W, 0–total).
-           \\[PWR CAP] at full load is normal; \\[THERMAL] means clocks are cut.
-           "SM n%" (Hopper and later, GPM): how much of the GPU the kernels
-           used. "util" only says that some kernel was running.
+           \\[PWR CAP] at full load is normal; \\[THERMAL]: clocks cut.
+           "SM n%" (GPM, Hopper+): how much of the GPU was at work;
+           "util" only says that some kernel or copy was running.
   Host     CPU per core (a saturated core is often a data-loader worker),
            iowait, RAM, swap, disk and network rates.
   Process  the attached job (--pid N, or traintop run -- CMD): its tree,
@@ -49,7 +50,8 @@ class HelpScreen(ModalScreen):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help-box"):
-            yield Static(HELP, id="help-text")
+            # rich Text keeps each line's indentation (markup in a Static loses it)
+            yield Static(Text.from_markup(HELP), id="help-text")
 
     def on_key(self, event) -> None:
         event.stop()
