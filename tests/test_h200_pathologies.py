@@ -11,8 +11,9 @@ import pathlib
 
 import pytest
 
+from test_h200_recordings import alerts_for as alerts
+
 from traintop.importers import load as import_log
-from traintop.monitor import Monitor
 from traintop.recording import RecordingReader
 from traintop.rules import Severity
 
@@ -44,14 +45,6 @@ def at_1hz(frames):
                 g, util_min=None, util_max=None, xid=xid if g.index == 0 else g.xid) for g in f.gpus)))
             xid = None
     return out
-
-
-def alerts(info, frames):
-    mon = Monitor(info)
-    for f in frames:
-        mon.ingest(f)
-    mon.engine.close_all(frames[-1].t)
-    return mon.engine.alerts
 
 
 @pytest.mark.parametrize("rate", ["10Hz", "1Hz"])

@@ -79,14 +79,7 @@ def fragmentation(torch, seconds, out):
     torch.cuda.synchronize()
     log(out, phase="fragmentation", allocated=torch.cuda.memory_allocated(),
         reserved=torch.cuda.memory_reserved(), freed=freed)
-    w = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    x = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    end = time.time() + seconds
-    while time.time() < end:
-        for _ in range(20):
-            x = torch.tanh(x @ w)
-        torch.cuda.synchronize()
-        time.sleep(0.01)
+    _matmuls(torch, seconds, pause=0.01)
     log(out, phase="fragmentation_end", allocated=torch.cuda.memory_allocated(), reserved=torch.cuda.memory_reserved())
 
 
@@ -98,7 +91,8 @@ def holder(torch, seconds, out, gib):
     time.sleep(seconds)
 
 
-def train(torch, seconds, out):
+def _matmuls(torch, seconds, pause=0.0):
+    """A steady bf16 matmul loop (a stand-in for training compute), for ``seconds``."""
     w = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     x = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     end = time.time() + seconds
@@ -106,6 +100,12 @@ def train(torch, seconds, out):
         for _ in range(20):
             x = torch.tanh(x @ w)
         torch.cuda.synchronize()
+        if pause:
+            time.sleep(pause)
+
+
+def train(torch, seconds, out):
+    _matmuls(torch, seconds)
     log(out, phase="train_end")
 
 
