@@ -85,3 +85,22 @@ def test_seek_takes_up_the_recorded_alerts(tmp_path):
     # and the replay goes on from there: the alert is still judged by the rules
     feed._emit_until(target + 30)
     assert ("starvation", "gpu0") in {(a.rule, a.subject) for a in monitor.engine.active}
+
+
+def test_a_long_recording_is_summarised_by_several_processes_with_the_same_result(tmp_path, monkeypatch):
+    import traintop.analyze as an
+
+    path = tmp_path / "s.ttrec"
+    record(path, seconds=600)  # small chunks of a second each until they merge: many chunk ids
+    alone = analyze(RecordingReader(str(path)))
+    monkeypatch.setattr(an, "PARALLEL_MIN_CHUNKS", 1)
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    calls = []
+    real = an._summarise_parallel
+    monkeypatch.setattr(an, "_summarise_parallel", lambda *a: calls.append(1) or real(*a))
+    shared = analyze(RecordingReader(str(path)))
+    assert calls and shared.samples == alone.samples
+    for a, b in zip(alone.gpus, shared.gpus):
+        assert dataclasses.asdict(a) == dataclasses.asdict(b)
+    assert [(f.rule, f.subject, f.gpu_hours_lost) for f in alone.findings] == \
+        [(f.rule, f.subject, f.gpu_hours_lost) for f in shared.findings]

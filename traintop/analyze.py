@@ -106,6 +106,24 @@ class _Acc:
         ratio = g.sm_clock / g.sm_clock_max if g.sm_clock and g.sm_clock_max else None
         self.unused_clock.append(1 - ratio if ratio is not None else float("nan"))
 
+    def merge(self, other: "_Acc") -> "_Acc":
+        """This accumulator followed by ``other`` (a later run of chunks of the same GPU)."""
+        s, o = self.s, other.s
+        s.samples += o.samples
+        self.util_sum += other.util_sum
+        self.util_n += other.util_n
+        self.power_sum += other.power_sum
+        self.power_n += other.power_n
+        for f in ("util_peak", "power_peak", "mem_peak_gib", "temp_peak"):
+            vals = [v for v in (getattr(s, f), getattr(o, f)) if v is not None]
+            setattr(s, f, max(vals) if vals else None)
+        s.power_limit = o.power_limit or s.power_limit
+        s.mem_total_gib = o.mem_total_gib or s.mem_total_gib
+        self.t.extend(other.t)
+        self.unused_util.extend(other.unused_util)
+        self.unused_clock.extend(other.unused_clock)
+        return self
+
     def finish(self) -> GpuSummary:
         s = self.s
         s.util_mean = self.util_sum / self.util_n if self.util_n else None
@@ -206,17 +224,80 @@ _GPU_COLS = ("util", "power_w", "power_limit_w", "mem_used", "mem_total", "temp_
 
 
 def _from_recorded(source, name) -> Report:
-    """The recording's own alerts, and the summary from its columns (no frames, no rules)."""
+    """The recording's own alerts, and the summary from its columns (no frames, no rules).
+    A long recording is summarised by several processes, each over a run of chunks."""
+    names = {g.index: g.name for g in source.info.gpus}
+    ids = source.chunk_ids()
+    parts = _summarise_parallel(source.path, names, ids) if len(ids) >= PARALLEL_MIN_CHUNKS else None
+    if parts is None:
+        parts = [_summarise(source, names, ids)]
+    accs: dict[int, _Acc] = {}
+    first = last = None
+    n = skipped = 0
+    for p_accs, p_first, p_last, p_n, p_skipped in parts:
+        n += p_n
+        skipped += p_skipped
+        if p_first is None:
+            continue
+        first = p_first if first is None else first
+        last = p_last
+        for gi, acc in p_accs.items():
+            accs[gi] = acc if gi not in accs else accs[gi].merge(acc)
+    if hasattr(source, "skipped_chunks"):
+        source.skipped_chunks += skipped
+    if first is None:
+        return Report(name, "traintop recording", 0.0, 0, source.info.interval, [], [], 0.0, 0.0, ["no samples"])
+    alerts = source.alerts()
+    for a in alerts:
+        if a.end is None or a.end > last:
+            a.end = last  # still active when the recording ended
+    return _report(source, name, alerts, accs, first, last, n,
+                   notes=["findings as the rules judged them while recording (--rerun re-runs them)"])
+
+
+PARALLEL_MIN_CHUNKS = 48  # about four hours of 8 GPUs at 2 Hz: below that one process is quicker
+
+
+def _summarise_parallel(path: str, names: dict, ids: list[int]):
+    """Runs of chunks summarised in worker processes (None: not possible here, do it in-process)."""
+    import multiprocessing
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+
+    workers = min(os.cpu_count() or 1, 8, len(ids) // 16)
+    if workers < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        return None  # fork: the workers need nothing but this module, already imported
+    step = -(-len(ids) // workers)
+    runs = [ids[k:k + step] for k in range(0, len(ids), step)]
+    try:
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            return list(pool.map(_summarise_path, [path] * len(runs), [names] * len(runs), runs))
+    except (OSError, RuntimeError, ImportError):  # no processes here (sandbox, frozen app): one is enough
+        return None
+
+
+def _summarise_path(path: str, names: dict, ids: list[int]):
+    from traintop.recording import RecordingReader
+
+    reader = RecordingReader(path)
+    try:
+        return _summarise(reader, names, ids)
+    finally:
+        reader.close()
+
+
+def _summarise(source, names: dict, ids: list[int]):
+    """Per-GPU accumulators over the chunks ``ids`` (in time order), from their columns only."""
     from traintop.codec import SCHEMES
 
-    names = {g.index: g.name for g in source.info.gpus}
     accs: dict[int, _Acc] = {}
     first = last = None
     n = 0
     nan = float("nan")
     indices = sorted(names) or list(range(64))
     wanted = [f"g{i}.{c}" for i in indices for c in _GPU_COLS]
-    for codec, times, cols in source.columns(wanted):
+    before = getattr(source, "skipped_chunks", 0)
+    for codec, times, cols in source.columns(wanted, ids):
         if not times:
             continue
         scale = SCHEMES[codec][0]
@@ -258,14 +339,7 @@ def _from_recorded(source, name) -> Report:
             acc.unused_util.extend([1 - v / u100 if v is not None else nan for v in u] if u else [nan] * len(times))
             sm, mx = cols.get(p + "sm_clock"), _last(cols.get(p + "sm_clock_max"))
             acc.unused_clock.extend([1 - v / mx if v and mx else nan for v in sm] if sm else [nan] * len(times))
-    if first is None:
-        return Report(name, "traintop recording", 0.0, 0, source.info.interval, [], [], 0.0, 0.0, ["no samples"])
-    alerts = source.alerts()
-    for a in alerts:
-        if a.end is None or a.end > last:
-            a.end = last  # still active when the recording ended
-    return _report(source, name, alerts, accs, first, last, n,
-                   notes=["findings as the rules judged them while recording (--rerun re-runs them)"])
+    return accs, first, last, n, getattr(source, "skipped_chunks", 0) - before
 
 
 def render_text(r: Report) -> str:

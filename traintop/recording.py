@@ -288,12 +288,18 @@ class RecordingReader:
                 if (t_from is None or f.t >= t_from) and (t_to is None or f.t <= t_to):
                     yield f
 
-    def columns(self, names: list[str]) -> Iterator[tuple[str, list[float], dict[str, list]]]:
-        """Chunk by chunk: its codec, times and the raw columns ``names`` (see codec.decode_columns).
-        Damaged chunks are skipped and counted, as in ``frames``."""
+    def chunk_ids(self) -> list[int]:
+        return [int(r[0]) for r in self._chunks]
+
+    def columns(self, names: list[str], ids: list[int] | None = None) -> Iterator[tuple[str, list[float], dict[str, list]]]:
+        """Chunk by chunk (all, or the chunks ``ids`` in time order): its codec, times and the raw
+        columns ``names`` (see codec.decode_columns). Damaged chunks are skipped and counted."""
         from traintop.codec import decode_columns
 
-        rows = self._db.execute("SELECT id, codec FROM chunks ORDER BY t0, id").fetchall()
+        rows = [(r[0], r[4]) for r in self._chunks]
+        if ids is not None:
+            wanted = set(ids)
+            rows = [r for r in rows if r[0] in wanted]
         for chunk_id, codec in rows:
             if codec not in CODECS:
                 self.skipped_chunks += 1
