@@ -15,7 +15,6 @@ import bisect
 import json
 from array import array
 from dataclasses import asdict, dataclass, field
-from itertools import compress
 
 from traintop.monitor import Monitor
 from traintop.rules import DEFAULT, RULES_VERSION, Severity, Thresholds, default_engine
