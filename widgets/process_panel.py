@@ -118,7 +118,8 @@ class ProcessPanel(TextLines):
             out.append("\nstep  ", style="bold")
             out.append_text(spark(first.step_time, 0, hi, max(4, width - 20), "cyan"))
             out.append(f" {times[-1] * 1000:.0f} ms")
-        room = (self.content_size.height or 0) - len(out.plain.splitlines()) - 1
+        # the panel wraps long lines (lines.py), so count the rows they take, not the newlines
+        room = (self.content_size.height or 0) - len(out.wrap(self.app.console, width)) - 1
         if room >= 6 and first.sample.cuda:
             out.append("\n")
             out.append_text(self._chart(first, width, room))
