@@ -13,6 +13,7 @@ import json
 import re
 import zlib
 from dataclasses import fields
+from itertools import accumulate
 from typing import Any
 
 from traintop.errors import RecordingError
@@ -146,54 +147,77 @@ def _inflate(blob: bytes) -> bytes:
     return out
 
 
-def _parse(blob: bytes, codec: str) -> tuple[list[float], dict[str, list], int]:
-    """Inflate, parse and validate a chunk: times and its (quantised) columns."""
-    from itertools import accumulate
-
-    doc = json.loads(_inflate(blob))
-    n, deltas, cols = doc["n"], doc["t"], doc["c"]
-    if not isinstance(n, int) or not isinstance(deltas, list) or len(deltas) != n or not isinstance(cols, dict):
+def _times(n, deltas) -> list[float]:
+    """Sample times from the header (validated: n samples, integer millisecond deltas)."""
+    if type(n) is not int or not isinstance(deltas, list) or len(deltas) != n:
         raise ValueError("bad header")
     if not set(map(type, deltas)) <= {int}:
         raise ValueError("bad time")
-    times = [v / 1000.0 for v in accumulate(deltas)]
+    return [v / 1000.0 for v in accumulate(deltas)]
+
+
+def _column(col, n: int) -> list:
+    """A stored column as n values: delta-coded integer columns are summed back."""
+    if not isinstance(col, list):
+        raise ValueError("bad column")
+    if col and col[0] == "d":
+        if not set(map(type, col[1:])) <= {int}:
+            raise ValueError("bad delta")
+        col = list(accumulate(col[1:]))
+    if len(col) != n:
+        raise ValueError("column length")
+    return col
+
+
+def _parse(blob: bytes, codec: str) -> tuple[list[float], dict[str, list]]:
+    """Inflate, parse and validate a chunk: times and its (quantised) columns."""
+    doc = json.loads(_inflate(blob))
+    if not isinstance(doc["c"], dict):
+        raise ValueError("bad header")
+    times = _times(doc["n"], doc["t"])
     columns = {}
-    for k, col in cols.items():
-        if not isinstance(k, str) or not isinstance(col, list):
-            raise ValueError("bad column")
-        if col and col[0] == "d":
-            if not set(map(type, col[1:])) <= {int}:
-                raise ValueError("bad delta")
-            col = list(accumulate(col[1:]))
-        if len(col) != n:
-            raise ValueError("column length")
+    for k, col in doc["c"].items():
+        col = _column(col, len(times))
         if k.endswith(".procs") and codec != "cols1+zlib":
             col = _repeat_nulls(col)
         columns[k] = col
-    return times, columns, n
+    return times, columns
 
 
+def _corrupt_is_one_line(fn):
+    """Any damage a hostile or broken chunk can cause becomes one RecordingError line."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kw):
+        try:
+            return fn(*args, **kw)
+        except RecordingError:
+            raise
+        except (ValueError, KeyError, TypeError, IndexError, zlib.error, RecursionError, OverflowError,
+                UnicodeDecodeError) as e:
+            raise RecordingError(f"a data chunk is corrupt ({type(e).__name__})") from None
+    return wrapper
+
+
+@_corrupt_is_one_line
 def decode(blob: bytes, codec: str = CODEC, t_from: float | None = None,
            t_to: float | None = None) -> list[Frame]:
     """Decode a chunk (only its samples in [t_from, t_to] when given); any damage raises
     RecordingError with one line of explanation."""
     import bisect
 
-    try:
-        scheme = SCHEMES[codec]
-        times, columns, n = _parse(blob, codec)
-        j0 = bisect.bisect_left(times, t_from) if t_from is not None else 0
-        j1 = bisect.bisect_right(times, t_to) if t_to is not None else n
-        if j0 >= j1:
-            return []
-        if j0 or j1 < n:
-            times = times[j0:j1]
-            columns = {k: c[j0:j1] for k, c in columns.items()}
-        return _frames(times, columns, scheme)
-    except RecordingError:
-        raise
-    except (ValueError, KeyError, TypeError, IndexError, zlib.error, RecursionError, OverflowError) as e:
-        raise RecordingError(f"a data chunk is corrupt ({type(e).__name__})") from None
+    scheme = SCHEMES[codec]
+    times, columns = _parse(blob, codec)
+    n = len(times)
+    j0 = bisect.bisect_left(times, t_from) if t_from is not None else 0
+    j1 = bisect.bisect_right(times, t_to) if t_to is not None else n
+    if j0 >= j1:
+        return []
+    if j0 or j1 < n:
+        times = times[j0:j1]
+        columns = {k: c[j0:j1] for k, c in columns.items()}
+    return _frames(times, columns, scheme)
 
 
 _GPU_ORDER = [f.name for f in fields(GpuSample)][1:-1]  # between index and processes
@@ -281,54 +305,35 @@ _JSON = json.JSONDecoder()
 _KEY = re.compile(r'"(g\d+\.[a-z_]+)":')
 
 
+@_corrupt_is_one_line
 def decode_columns(blob: bytes, names) -> tuple[list[float], dict[str, list]]:
     """Times and the raw (quantised) columns ``names`` of a chunk, without building frames and
     without parsing the other columns: what a summary over a day of samples needs (parsing
     whole chunks made a day of 8 GPUs take 20 s). Damage raises RecordingError."""
-    from itertools import accumulate
-
-    try:
-        raw = _inflate(blob)
-        # The encoder writes the GPU columns first: read up to the host's, the whole text only
-        # if a wanted column is not found there.
-        cut = raw.find(b'"h.')
-        text = raw[:cut].decode("utf-8", "replace") if cut > 0 else raw.decode("utf-8")
-        where = {m.group(1): m.end() for m in _KEY.finditer(text)}
-        n = _raw(text, "n")
-        deltas = _raw(text, "t")
-        if type(n) is not int or not isinstance(deltas, list) or len(deltas) != n:
-            raise ValueError("bad header")
-        if not set(map(type, deltas)) <= {int}:
-            raise ValueError("bad time")
-        times = [v / 1000.0 for v in accumulate(deltas)]
-        out = {}
-        full = None
-        for name in names:
-            if name in where:
-                col, _ = _JSON.raw_decode(text, where[name])
-            else:
-                if cut <= 0:
-                    continue
-                if full is None:
-                    full = raw.decode("utf-8")
-                col = _raw(full, name)
-                if col is None:
-                    continue
-            if not isinstance(col, list):
-                raise ValueError("column")
-            if col and col[0] == "d":
-                if not set(map(type, col[1:])) <= {int}:
-                    raise ValueError("bad delta")
-                col = list(accumulate(col[1:]))
-            if len(col) != n or not set(map(type, col)) <= _NUMERIC:
-                raise ValueError("column")
-            out[name] = col
-        return times, out
-    except RecordingError:
-        raise
-    except (ValueError, KeyError, TypeError, IndexError, zlib.error, RecursionError, OverflowError,
-            UnicodeDecodeError) as e:
-        raise RecordingError(f"a data chunk is corrupt ({type(e).__name__})") from None
+    raw = _inflate(blob)
+    # The encoder writes the GPU columns first: read up to the host's, the whole text only
+    # if a wanted column is not found there.
+    cut = raw.find(b'"h.')
+    text = raw[:cut].decode("utf-8", "replace") if cut > 0 else raw.decode("utf-8")
+    where = {m.group(1): m.end() for m in _KEY.finditer(text)}
+    times = _times(_raw(text, "n"), _raw(text, "t"))
+    out = {}
+    full = None
+    for name in names:
+        if name in where:
+            col, _ = _JSON.raw_decode(text, where[name])
+        elif cut > 0:
+            full = full if full is not None else raw.decode("utf-8")
+            col = _raw(full, name)
+        else:
+            col = None
+        if col is None:
+            continue
+        col = _column(col, len(times))
+        if not set(map(type, col)) <= _NUMERIC:
+            raise ValueError("column")
+        out[name] = col
+    return times, out
 
 
 def _raw(text: str, key: str):
