@@ -4,7 +4,7 @@ import dataclasses
 import json
 
 from traintop import cli
-from traintop.analyze import analyze, recorded_alerts_apply
+from traintop.analyze import analyze
 from traintop.collectors.simulated import Simulator
 from traintop.monitor import Monitor
 from traintop.recording import RecordingReader, RecordingWriter
@@ -28,7 +28,7 @@ def test_recorded_alerts_and_columnar_summary_match_a_full_rerun(tmp_path):
     path = tmp_path / "s.ttrec"
     record(path)
     reader = RecordingReader(str(path))
-    assert recorded_alerts_apply(reader, None)
+    assert reader.judged_by(None)
     fast = analyze(reader, name="s")
     slow = analyze(RecordingReader(str(path)), name="s", rerun=True)
     assert "while recording" in " ".join(fast.notes) and not any("while recording" in n for n in slow.notes)
@@ -48,7 +48,7 @@ def test_other_thresholds_or_rules_mean_a_rerun(tmp_path, capsys):
     record(path)
     strict = Thresholds().with_overrides(starvation_window_s=2000)  # needs 1000 s of data: none here
     reader = RecordingReader(str(path))
-    assert not recorded_alerts_apply(reader, strict)
+    assert not reader.judged_by(strict)
     report = analyze(reader, config=strict)
     assert "starvation" not in {f.rule for f in report.findings}  # judged again, by the stricter rule
     # a file recorded by an older rules version is judged again too
@@ -59,7 +59,7 @@ def test_other_thresholds_or_rules_mean_a_rerun(tmp_path, capsys):
     db.execute("UPDATE meta SET value = ? WHERE key = 'rules'", (json.dumps({"version": 1, "thresholds": {}}),))
     db.commit()
     db.close()
-    assert not recorded_alerts_apply(RecordingReader(str(other)), None)
+    assert not RecordingReader(str(other)).judged_by(None)
     assert cli.main(["analyze", str(path), "--rerun"]) == 0
     assert "while recording" not in capsys.readouterr().out
 

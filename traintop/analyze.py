@@ -17,7 +17,7 @@ from array import array
 from dataclasses import asdict, dataclass, field
 
 from traintop.monitor import Monitor
-from traintop.rules import DEFAULT, RULES_VERSION, Severity, Thresholds, default_engine
+from traintop.rules import Severity, Thresholds, default_engine
 from traintop.units import GiB, fmt_duration
 
 WASTE_FROM_UTIL = {"starvation", "underuse"}
@@ -151,15 +151,8 @@ class _Acc:
         return total / 3600.0
 
 
-def recorded_alerts_apply(source, config: Thresholds | None) -> bool:
-    """Did the rules that judged this recording (version, thresholds) match the ones asked for?"""
-    meta = source.rules_meta() if hasattr(source, "rules_meta") else None
-    return bool(meta) and meta.get("version") == RULES_VERSION \
-        and meta.get("thresholds") == asdict(config or DEFAULT)
-
-
 def analyze(source, config: Thresholds | None = None, name: str = "", rerun: bool = False) -> Report:
-    if not rerun and recorded_alerts_apply(source, config):
+    if not rerun and hasattr(source, "judged_by") and source.judged_by(config):  # logs are never judged
         return _from_recorded(source, name)
     info = source.info
     monitor = Monitor(info, engine=default_engine(config) if config else None)

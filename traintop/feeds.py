@@ -131,8 +131,7 @@ class ReplayFeed(Feed):
         self._wall: float | None = None
         self._recorded_alerts = None
         try:
-            from traintop.analyze import recorded_alerts_apply
-            if recorded_alerts_apply(reader, monitor.engine.config):
+            if hasattr(reader, "judged_by") and reader.judged_by(monitor.engine.config):
                 self._recorded_alerts = reader.alerts()
         except (RecordingError, sqlite3.Error, ValueError):  # an unreadable alerts table costs speed only
             self._recorded_alerts = None

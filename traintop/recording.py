@@ -310,13 +310,17 @@ class RecordingReader:
             except (RecordingError, sqlite3.Error, TypeError):
                 self.skipped_chunks += 1
 
-    def rules_meta(self) -> dict | None:
-        """Which rules judged this recording while it was made (None: unknown, an older file)."""
+    def judged_by(self, config=None) -> bool:
+        """Were its recorded alerts made by these rules (this version, ``config`` or the default
+        thresholds)? Then they can stand for re-running the rules; an older file says nothing."""
+        from traintop.rules import DEFAULT, RULES_VERSION
+
         try:
             meta = json.loads(self.meta.get("rules", "null"))
         except ValueError:
-            return None
-        return meta if isinstance(meta, dict) else None
+            return False
+        return isinstance(meta, dict) and meta.get("version") == RULES_VERSION \
+            and meta.get("thresholds") == asdict(config or DEFAULT)
 
     def alerts(self) -> list[Alert]:
         out = []
