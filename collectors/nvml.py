@@ -63,6 +63,8 @@ class NvmlCollector:
         self._unsupported: set[tuple[int, str]] = set()
         self.errors: dict[str, int] = {}
         self._util_ts = [0] * count
+        self._reasons_fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) \
+            or nv.nvmlDeviceGetCurrentClocksThrottleReasons
         self.infos = tuple(self._info(i) for i in range(count))
         self.driver = self._safe(None, "driver", nv.nvmlSystemGetDriverVersion)
         cuda = self._safe(None, "cuda", nv.nvmlSystemGetCudaDriverVersion)
@@ -142,9 +144,7 @@ class NvmlCollector:
         temp = self._safe(i, "temp", nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU)
         sm = self._safe(i, "sm_clock", nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM)
         memclk = self._safe(i, "mem_clock", nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM)
-        reasons_fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) \
-            or nv.nvmlDeviceGetCurrentClocksThrottleReasons
-        reasons = self._safe(i, "reasons", reasons_fn, h)
+        reasons = self._safe(i, "reasons", self._reasons_fn, h)
         slow = self._slow[i]  # replaced whole by the slow thread, never changed in place: no copy, no lock
         window = self._window[i]
         util_min = util_max = None

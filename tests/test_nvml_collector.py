@@ -204,7 +204,8 @@ def test_gpm_metrics_are_windowed_and_replace_the_slow_pcie_call():
     assert g.throttle_power == 25.0 and g.throttle_thermal == 0.0  # 0.25 s of each 1 s held down
     assert (g.ecc_corrected, g.ecc_uncorrected, g.remap_pending) == (7, 0, 0)
     assert (g.pcie_gen, g.pcie_width, g.pcie_gen_max, g.pcie_width_max) == (5, 16, 5, 16)
-    assert c.infos[0].pcie_max_bps == pytest.approx(63.0e9, rel=0.01)
+    from traintop.samples import pcie_bandwidth
+    assert pcie_bandwidth(c.infos[0].pcie_gen_max, c.infos[0].pcie_width_max) == pytest.approx(63.0e9, rel=0.01)
     c.close()
 
 

@@ -56,11 +56,6 @@ class GpuInfo:
     pcie_gen_max: int | None = None  # the link the GPU and its slot can reach
     pcie_width_max: int | None = None
 
-    @property
-    def pcie_max_bps(self) -> float | None:
-        """Usable bandwidth of the full link in each direction, bytes per second."""
-        return pcie_bandwidth(self.pcie_gen_max, self.pcie_width_max)
-
 
 # usable GB/s per lane and direction after line encoding, by PCIe generation
 _PCIE_LANE_GBPS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
