@@ -80,7 +80,7 @@ def bench_ingest(n_gpus: int, quick: bool) -> dict:
 
 def bench_recording(n_gpus: int, quick: bool) -> dict:
     from traintop.collectors.simulated import Simulator
-    from traintop.recording import RecordingReader, RecordingWriter
+    from traintop.recording import RecordingWriter
 
     minutes = 10 if quick else 60
     sim = Simulator("starved,healthy,memory_creep,underused", gpus=n_gpus, interval=0.5, seed=2)
@@ -100,21 +100,11 @@ def bench_recording(n_gpus: int, quick: bool) -> dict:
                             f"{g.mem_total // 2**20} MiB, {g.power_w:.2f} W, {g.power_limit_w:.2f} W, "
                             f"{g.temp_c:.0f}, {g.sm_clock} MHz, {g.mem_clock} MHz, 0x{g.reasons:x}\n")
                         for f in frames for g in f.gpus)
-        t = time.perf_counter()
-        r = RecordingReader(path)
-        open_ms = (time.perf_counter() - t) * 1e3
-        seeks = []
-        for k in range(10):  # cold: a new reader each time, as when a user opens a file and seeks
-            target = r.t_start + (r.t_end - r.t_start) * (k + 0.5) / 10
-            t = time.perf_counter()
-            list(RecordingReader(path).frames(t_from=target - 300, t_to=target))
-            seeks.append((time.perf_counter() - t) * 1e3)
     gpu_samples = len(frames) * n_gpus
     return {
         "minutes": minutes, "bytes": size, "bytes_per_gpu_sample": size / gpu_samples,
         "csv_bytes_per_gpu_sample": csv_bytes / gpu_samples,
         "write_us_per_tick": write_s / len(frames) * 1e6,
-        "open_ms": open_ms, "seek_ms_median": statistics.median(seeks),
     }
 
 
@@ -201,8 +191,6 @@ def main() -> int:
     rows.append(("recording, 8 GPUs at 2 Hz", f"{r['bytes_per_gpu_sample']:.1f} B/GPU-sample",
                  f"nvidia-smi CSV: {r['csv_bytes_per_gpu_sample']:.0f} B; {r['minutes']} min = {r['bytes'] / 1024:.0f} KiB"))
     rows.append(("recording write", f"{r['write_us_per_tick']:.0f} µs/tick", "flush every second"))
-    rows.append(("replay open / seek (5 min window)", f"{r['open_ms']:.1f} / {r['seek_ms_median']:.1f} ms",
-                 f"{r['minutes']} min, 8 GPUs"))
     r = bench_day(q)
     res["day_8gpu"] = r
     span = f"{r['hours']:g} h × 8 GPUs at 2 Hz"
