@@ -16,6 +16,7 @@ from traintop.errors import RecordingError
 from traintop.feeds import Feed, ReplayFeed
 from traintop.monitor import Monitor
 from traintop.recording import RecordingWriter
+from traintop.text import one_line
 from traintop.view import View, build_view
 from traintop.widgets.alerts_panel import AlertsPanel
 from traintop.widgets.gpu_panel import GpuPanel
@@ -102,7 +103,7 @@ class TraintopApp(App):
         self._apply_size()
         self.refresh_view()
         if self.banner:
-            self.notify(self.banner, timeout=8)
+            self.say(self.banner, timeout=8)
         if self.start_feed:
             self.feed.start(self._notify_from_feed)
 
@@ -171,24 +172,31 @@ class TraintopApp(App):
                 self._replay_bar.show(f.t_start, f.t_end, f.position, f.speed, f.playing)
 
     def _show_status(self, view: View) -> None:
+        # Names, driver and label come from the driver or a file: made safe here, once.
         names = {}
         for g in view.gpus:
-            names[g.info.name] = names.get(g.info.name, 0) + 1
+            name = one_line(g.info.name, 200)
+            names[name] = names.get(name, 0) + 1
         gpus = ", ".join(f"{n}× {name}" for name, n in names.items()) or "no GPU"
-        bits = [view.hostname or "", gpus]
+        bits = [one_line(view.hostname or "", 200), gpus]
         if view.driver:
-            bits.append(f"driver {view.driver}")
+            bits.append(f"driver {one_line(view.driver, 100)}")
         if self.mode in ("demo", "replay", "simulated") and view.label:
-            bits.append(view.label)
+            bits.append(one_line(view.label, 200))
         rec = self.monitor.recorder
         problem = view.recording_error or view.source_error
+        problem = one_line(problem, 500) if problem else None
         replay = None
         if isinstance(self.feed, ReplayFeed) and self.feed.at_end:
             replay = "end of recording"
         self._status.show(
             mode=self.mode, text=" · ".join(b for b in bits if b), t=view.t, paused=self.paused,
-            recording=rec.path if rec is not None and not view.recording_error else None,
+            recording=one_line(rec.path) if rec is not None and not view.recording_error else None,
             problem=problem, replay=replay)
+
+    def say(self, message: str, **kw) -> None:
+        """A toast. Its text may quote a file name or an error: shown as text, never markup."""
+        self.notify(one_line(message, 1000), markup=False, **kw)
 
     # -- actions --------------------------------------------------------------------
     def action_help(self) -> None:
@@ -226,13 +234,13 @@ class TraintopApp(App):
         # Closing checkpoints and vacuums the file: seconds for a long session, so off the UI loop.
         try:
             rec.close()
-            self.call_from_thread(self.notify, f"Recording saved: {rec.path}")
+            self.call_from_thread(self.say, f"Recording saved: {rec.path}")
         except RecordingError as e:
-            self.call_from_thread(self.notify, str(e), severity="error")
+            self.call_from_thread(self.say, str(e), severity="error")
 
     def action_record(self) -> None:
         if isinstance(self.feed, ReplayFeed):
-            self.notify("This is a replay: it is already a recording.", severity="warning")
+            self.say("This is a replay: it is already a recording.", severity="warning")
             return
         mon = self.monitor
         if mon.recorder is not None:
@@ -246,10 +254,10 @@ class TraintopApp(App):
             path = os.path.join(self.record_dir, time.strftime("traintop-%Y%m%d-%H%M%S.ttrec"))
             rec = RecordingWriter(path, mon.info)
         except (RecordingError, OSError) as e:
-            self.notify(f"Cannot record: {e}", severity="error")
+            self.say(f"Cannot record: {e}", severity="error")
             return
         with mon.lock:
             mon.recording_error = None
             mon.attach_recorder(rec)
-        self.notify(f"Recording to {path}")
+        self.say(f"Recording to {path}")
         self.refresh_view()

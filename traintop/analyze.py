@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 
 from traintop.monitor import Monitor
 from traintop.rules import Severity, Thresholds, default_engine
+from traintop.text import plain
 from traintop.units import GiB, fmt_duration
 
 WASTE_FROM_UTIL = {"starvation", "underuse"}
@@ -363,7 +364,8 @@ def render_text(r: Report) -> str:
     if any(by_rule.values()):
         out.append("")
         out.append("GPU-hours lost by finding: " + "; ".join(f"{k} {v:.3f}" for k, v in by_rule.items() if v))
-    return "\n".join(out)
+    # names, alert texts and notes come from the file: nothing in them may act on a terminal
+    return plain("\n".join(out))
 
 
 def render_json(r: Report) -> str:

@@ -11,6 +11,13 @@ import time
 
 from traintop import __version__
 from traintop.errors import NoGpuError, TraintopError
+from traintop.text import plain
+
+
+def echo(message: str) -> None:
+    """One line to stderr. Messages quote file names, commands and file content: control
+    characters in them are shown, never sent to the terminal as such."""
+    print(f"traintop: {plain(message)}", file=sys.stderr)
 
 
 def _positive_int(text: str) -> int:
@@ -45,7 +52,7 @@ def _seconds(text: str) -> float:
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, exit 2, like every other error
-        self.exit(2, f"traintop: {message} (see traintop --help)\n")
+        self.exit(2, f"traintop: {plain(message)} (see traintop --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -122,9 +129,9 @@ def _run_app(args, monitor, feed, mode: str, banner: str | None = None) -> int:
     app = build_app(monitor, feed, mode=mode, banner=banner, max_fps=args.fps)
     app.run()
     if monitor.recording_error:
-        print(f"traintop: {monitor.recording_error}", file=sys.stderr)
+        echo(monitor.recording_error)
     if monitor.recorder is not None and not monitor.recording_error:
-        print(f"traintop: recording saved to {monitor.recorder.path}", file=sys.stderr)
+        echo(f"recording saved to {monitor.recorder.path}")
     return 0
 
 
@@ -136,14 +143,14 @@ def cmd_live(args) -> int:
         monitor, feed = sessions.live_session(args.interval, pid=args.pid, record=args.record,
                                               require_gpu=not explicit, config=args.thresholds)
     except NoGpuError as e:
-        print(f"traintop: {e}; playing the embedded demo (a recorded H200 session) instead.", file=sys.stderr)
+        echo(f"{e}; playing the embedded demo (a recorded H200 session) instead.")
         monitor, feed = sessions.demo_session()
         return _run_app(args, monitor, feed, "demo", banner="No NVIDIA GPU here: this is a recorded H200 session.")
     banner = None if monitor.info.gpus else "No NVIDIA GPU visible: showing the host and the process only."
     if args.pid is not None and monitor.info.gpus:
         note = _gpu_use_note(monitor, feed, args.pid)
         if note:
-            print(f"traintop: {note}", file=sys.stderr)
+            echo(note)
             banner = note
     return _run_app(args, monitor, feed, "live", banner=banner)
 
@@ -185,8 +192,7 @@ def cmd_run(args) -> int:
 
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     proc, log = launch(cmd, args.log)
-    print(f"traintop: started PID {proc.pid} with the probe: {' '.join(cmd)}; its output goes to {log}",
-          file=sys.stderr)
+    echo(f"started PID {proc.pid} with the probe: {' '.join(cmd)}; its output goes to {log}")
     monitor, feed = sessions.live_session(args.interval, pid=proc.pid, record=args.record, require_gpu=False,
                                           config=args.thresholds)
     if args.no_ui:
@@ -200,12 +206,11 @@ def cmd_run(args) -> int:
             time.sleep(args.interval * 2)  # a last sample shows the end
             feed.stop()
             monitor.close()
-        print(f"traintop: the job exited with {rc}" + (f"; recorded to {args.record}" if args.record else ""),
-              file=sys.stderr)
+        echo(f"the job exited with {rc}" + (f"; recorded to {args.record}" if args.record else ""))
         return rc
     _run_app(args, monitor, feed, "live")
     if proc.poll() is None:
-        print(f"traintop: the job (PID {proc.pid}) goes on; its output: {log}", file=sys.stderr)
+        echo(f"the job (PID {proc.pid}) goes on; its output: {log}")
     return 0
 
 
@@ -257,7 +262,7 @@ def cmd_record(args) -> int:
     else:
         monitor, feed = sessions.live_session(args.interval, pid=args.pid, record=args.file, require_gpu=False,
                                               config=args.thresholds)
-    say = (lambda *a: None) if args.quiet else (lambda msg: print(f"traintop: {msg}", file=sys.stderr))
+    say = (lambda *a: None) if args.quiet else echo
     n_gpus = len(monitor.info.gpus)
     say(f"recording {n_gpus} GPU{'s' if n_gpus != 1 else ''} every {args.interval:g} s to {args.file}"
         + ("" if args.duration else "; Ctrl-C stops"))
@@ -318,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         args.thresholds = load_thresholds(args.config, args.set)
         return COMMANDS[args.command](args)
     except TraintopError as e:
-        print(f"traintop: {e}", file=sys.stderr)
+        echo(str(e))
         return 2
     except KeyboardInterrupt:
         return 130

@@ -18,6 +18,7 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass
 
+from traintop.text import plain
 from traintop.units import fmt_bytes
 
 PASS, WARN, FAIL, INFO = "pass", "warn", "fail", "info"
@@ -225,7 +226,8 @@ def render(checks: list[Check]) -> str:
         out.append(f"{mark[c.status]:<5} {c.name}: {c.detail}")
         if c.fix and c.status in (WARN, FAIL):
             out.append(f"      fix: {c.fix}")
-    return "\n".join(out)
+    # details quote nvidia-smi, the driver and the training environment: shown, never acted on
+    return plain("\n".join(out))
 
 
 def to_json(checks: list[Check]) -> str:

@@ -10,12 +10,18 @@ from textual.containers import VerticalScroll
 from textual.widget import Widget
 
 from traintop.rules.engine import Alert
+from traintop.text import one_line
 from traintop.units import fmt_duration
 from traintop.widgets.render import SEVERITY_ICON, SEVERITY_STYLE
 
 
 def _clock(t: float) -> str:
     return time.strftime("%H:%M:%S", time.localtime(t))
+
+
+def _subject(subject: str) -> str:
+    # alerts come from recordings too: every text in them is outside text
+    return one_line(subject.replace("gpu", "GPU "), 40)
 
 
 class AlertsBody(Widget):
@@ -73,19 +79,19 @@ class AlertsPanel(VerticalScroll):
             if k:
                 out.append("\n")
             style = SEVERITY_STYLE.get(int(a.severity), "")
-            out.append(f"{SEVERITY_ICON.get(int(a.severity), '•')} {a.title}", style=style)
-            since = f" · {a.subject.replace('gpu', 'GPU ')} · since {_clock(a.start)}"
+            out.append(f"{SEVERITY_ICON.get(int(a.severity), '•')} {one_line(a.title, 200)}", style=style)
+            since = f" · {_subject(a.subject)} · since {_clock(a.start)}"
             if now is not None:
                 since += f" ({fmt_duration(now - a.start)})"
             out.append(since + "\n", style="dim")
-            out.append(f"  {a.evidence}\n")
+            out.append(f"  {one_line(a.evidence, 2000)}\n")
             remedies = a.remedies if k == 0 else a.remedies[:1]
             for r in remedies:
                 out.append("  → ", style="bold cyan")
-                out.append(f"{r}\n")
+                out.append(f"{one_line(r, 2000)}\n")
         if recent and not compact:
             out.append("\nEnded: ", style="dim bold")
-            out.append("; ".join(
-                f"{a.title} ({a.subject}) {_clock(a.start)}–{_clock(a.end)}" for a in recent[:4]), style="dim")
+            out.append("; ".join(f"{one_line(a.title, 200)} ({one_line(a.subject, 40)}) "
+                                 f"{_clock(a.start)}–{_clock(a.end)}" for a in recent[:4]), style="dim")
         out.rstrip()
         return out

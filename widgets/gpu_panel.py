@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from traintop.widgets.lines import TextLines
 
+from traintop.text import one_line
 from traintop.units import GiB, fmt_rate
 from traintop.view import GpuView
 from traintop.widgets.render import level_style, spark
@@ -20,17 +21,19 @@ class GpuPanel(TextLines):
         self.index = index
         self.view: GpuView | None = None
         self.compact = False
+        self._titles: tuple[str, str] | None = None
 
     def show(self, view: GpuView, compact: bool) -> None:
         self.view = view
         self.compact = compact
         info, s = view.info, view.sample
-        title = f"GPU {self.index} · {info.name}"
-        subtitle = " ".join(f"\\[{b}]" for b in view.badges)  # escaped: not a markup tag
-        if title != self.border_title:
-            self.border_title = title
-        if subtitle != self.border_subtitle:
-            self.border_subtitle = subtitle
+        # Text, never markup: the name comes from the driver or a file.
+        title = f"GPU {self.index} · {one_line(info.name, 200)}"
+        subtitle = " ".join(f"[{b}]" for b in view.badges)
+        if (title, subtitle) != self._titles:
+            self._titles = (title, subtitle)
+            self.border_title = Text(title)
+            self.border_subtitle = Text(subtitle)
         self.set_class(view.alert_level == 2, "-warning")
         self.set_class(view.alert_level >= 3, "-critical")
         self.refresh()
@@ -89,7 +92,7 @@ class GpuPanel(TextLines):
         v, s = self.view, self.view.sample
         out = Text(no_wrap=True, overflow="ellipsis")
         out.append(f"GPU {self.index} ", style="bold")
-        out.append(v.info.name.replace("NVIDIA ", ""), style="bold")
+        out.append(one_line(v.info.name.replace("NVIDIA ", ""), 200), style="bold")
         for b in v.badges:
             out.append(f" [{b}]", style="bold yellow" if b != "PWR CAP" else "cyan")
         if v.alert_level:

@@ -7,6 +7,7 @@ import time
 from rich.text import Text
 from traintop.widgets.lines import TextLines
 
+from traintop.text import one_line
 from traintop.units import fmt_bytes, fmt_rate
 from traintop.view import ProcessView, RankView
 from traintop.widgets.memory_chart import memory_chart
@@ -25,7 +26,7 @@ def rank_line(rv: RankView) -> Text:
     r = rv.sample
     out = Text()
     where = f" · GPU {rv.gpu}" if rv.gpu is not None else ""
-    out.append(f"{r.label}{where}: ", style="bold")
+    out.append(f"{one_line(r.label, 40)}{where}: ", style="bold")
     if not r.cuda:
         out.append("no CUDA in this process", style="yellow")
     else:
@@ -59,11 +60,16 @@ class ProcessPanel(TextLines):
         self.view: ProcessView | None = None
         self.compact = False
         self.border_title = "Process"
+        self._title = "Process"
 
     def show(self, view: ProcessView, compact: bool) -> None:
         self.view, self.compact = view, compact
         p = view.sample
-        self.border_title = f"Process {p.pid} · {p.name}" if p else "Process"
+        # Text, never markup: the name is whatever the process calls itself.
+        title = f"Process {p.pid} · {one_line(p.name, 100)}" if p else "Process"
+        if title != self._title:
+            self._title = title
+            self.border_title = Text(title)
         self.refresh()
 
     def render(self) -> Text:
@@ -77,7 +83,7 @@ class ProcessPanel(TextLines):
             return out
         if not p.alive:
             when = time.strftime("%H:%M:%S", time.localtime(v.ended_at)) if v.ended_at else "recently"
-            out.append(f"PID {p.pid} ({p.name}) ended at {when}; its history stays on screen.", style="bold yellow")
+            out.append(f"PID {p.pid} ({one_line(p.name, 100)}) ended at {when}; its history stays on screen.", style="bold yellow")
             return out
         workers = p.loader_workers
         gpu_mem = ", ".join(f"GPU {i} {fmt_bytes(b)}" for i, b in sorted(v.gpu_mem.items())) or "no GPU memory"
@@ -91,7 +97,7 @@ class ProcessPanel(TextLines):
                 out.append(f"  workers {len(workers)} ({busy} at 100 %)",
                            style="bold yellow" if busy else "dim")
             return out
-        out.append(p.cmdline[: max(10, (self.content_size.width or 60))] + "\n", style="dim")
+        out.append(one_line(p.cmdline[: max(10, (self.content_size.width or 60))]) + "\n", style="dim")
         out.append(f"CPU {p.cpu_percent or 0:.0f} %  RSS {fmt_bytes(p.rss)}  threads {p.threads or 0}"
                    f"  I/O ↓{fmt_rate(p.read_rate)} ↑{fmt_rate(p.write_rate)}\n")
         out.append("GPU memory (NVML, an upper bound): ", style="dim")
