@@ -32,7 +32,7 @@ def test_series_absent_from_a_frame_reads_none():
     s = Store(capacity=10)
     s.add(frame(0.0, util=1.0, host=True))
     s.add(frame(1.0, util=2.0, host=False))
-    assert s.window("host.cpu") == [10.0, None]
+    assert s.window("host.cpu_percent") == [10.0, None]
 
 
 def test_time_window_selects_by_sample_time():

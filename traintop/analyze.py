@@ -281,14 +281,14 @@ def _summarise_path(path: str, names: dict, ids: list[int]):
 
 def _summarise(source, names: dict, ids: list[int]):
     """Per-GPU accumulators over the chunks ``ids`` (in time order), from their columns only."""
-    from traintop.codec import SCHEMES
+    from traintop.codec import SCHEMES, gpu_column
 
     accs: dict[int, _Acc] = {}
     first = last = None
     n = 0
     nan = float("nan")
     indices = sorted(names) or list(range(64))
-    wanted = [f"g{i}.{c}" for i in indices for c in _GPU_COLS]
+    wanted = [gpu_column(i, c) for i in indices for c in _GPU_COLS]
     before = getattr(source, "skipped_chunks", 0)
     for codec, times, cols in source.columns(wanted, ids):
         if not times:
@@ -298,8 +298,10 @@ def _summarise(source, names: dict, ids: list[int]):
         first = times[0] if first is None else first
         last = times[-1]
         for gi in sorted({int(k[1:k.index(".")]) for k in cols}):
-            p = f"g{gi}."
-            u, pw = cols.get(p + "util"), cols.get(p + "power_w")
+            def col(name: str, gi=gi):
+                return cols.get(gpu_column(gi, name))
+
+            u, pw = col("util"), col("power_w")
             u_vals = [v for v in u if v is not None] if u else []
             pw_vals = [v for v in pw if v is not None] if pw else []
             if not u_vals and not pw_vals:
@@ -317,20 +319,20 @@ def _summarise(source, names: dict, ids: list[int]):
                 acc.power_sum += sum(pw_vals) / scale["power_w"]
                 acc.power_n += len(pw_vals)
                 s.power_peak = max(s.power_peak or 0.0, max(pw_vals) / scale["power_w"])
-            limit = _last(cols.get(p + "power_limit_w"))
+            limit = _last(col("power_limit_w"))
             s.power_limit = limit / scale["power_limit_w"] if limit is not None else s.power_limit
-            mem = max([v for v in cols.get(p + "mem_used") or () if v is not None], default=None)  # MiB
+            mem = max([v for v in col("mem_used") or () if v is not None], default=None)  # MiB
             if mem is not None:
                 s.mem_peak_gib = max(s.mem_peak_gib or 0.0, mem / 1024)
-            total = _last(cols.get(p + "mem_total"))
+            total = _last(col("mem_total"))
             s.mem_total_gib = total / 1024 if total is not None else s.mem_total_gib
-            temp = max([v for v in cols.get(p + "temp_c") or () if v is not None], default=None)
+            temp = max([v for v in col("temp_c") or () if v is not None], default=None)
             if temp is not None:
                 s.temp_peak = max(s.temp_peak or 0.0, temp / scale["temp_c"])
             acc.t.extend(times)
             u100 = 100.0 * scale["util"]
             acc.unused_util.extend([1 - v / u100 if v is not None else nan for v in u] if u else [nan] * len(times))
-            sm, mx = cols.get(p + "sm_clock"), _last(cols.get(p + "sm_clock_max"))
+            sm, mx = col("sm_clock"), _last(col("sm_clock_max"))
             acc.unused_clock.extend([1 - v / mx if v and mx else nan for v in sm] if sm else [nan] * len(times))
     return accs, first, last, n, getattr(source, "skipped_chunks", 0) - before
 

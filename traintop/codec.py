@@ -17,6 +17,7 @@ from itertools import accumulate
 from typing import Any
 
 from traintop.errors import RecordingError
+from traintop.metrics import checked_name
 from traintop.samples import Frame, GpuProcess, GpuSample, HostSample, ProcessSample, ProcInfo, RankSample
 from traintop.units import MiB
 
@@ -63,6 +64,11 @@ SCHEMES = {
     "cols2+zlib": (GPU_FIELDS, HOST_FIELDS, PROC_FIELDS, RANK_FIELDS, 1, 1),
 }
 RANK_INT_FIELDS = {"pid", "rank", "world_size", "device", "alloc_retries", "ooms", "steps"}
+
+
+def gpu_column(index: int, name: str) -> str:
+    """A GPU series' column in a chunk (``g0.power_w``): the vocabulary's names (traintop.metrics)."""
+    return f"g{index}.{checked_name('gpu', name)}"
 
 
 def _q(v: Any, scale) -> int | None:

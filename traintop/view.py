@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from traintop.metrics import gpu_key, host_key, proc_key, rank_id, rank_key
 from traintop.monitor import Monitor
+from traintop.rules.config import DEFAULT, Thresholds
 from traintop.rules.engine import Alert
 from traintop.samples import (
     POWER_BRAKE_REASONS,
@@ -61,6 +63,7 @@ class ProcessView:
     ended_at: float | None
     gpu_mem: dict  # GPU index -> bytes NVML attributes to this process tree
     ranks: list = field(default_factory=list)  # RankView per probed process
+    thresholds: Thresholds = DEFAULT  # what the rules call a saturated worker, a long input wait
 
 
 @dataclass(frozen=True)
@@ -78,8 +81,10 @@ class View:
     active: list[Alert]
     recent: list[Alert]
     recording_error: str | None = None
-    source_error: str | None = None
+    source_error: str | None = None  # one line for the status bar: why data is missing or stale
     extra: dict = field(default_factory=dict)
+    collector_errors: dict = field(default_factory=dict)  # collector -> "collector X failing: why"
+    thresholds: Thresholds = DEFAULT
 
 
 def badges_for(sample: GpuSample) -> tuple[str, ...]:
@@ -104,19 +109,19 @@ def build_view(monitor: Monitor, points: int = SERIES_POINTS) -> View:
         recent = [a for a in reversed(monitor.engine.alerts) if not a.active][:10]
         gpus = []
         for g in frame.gpus if frame else ():
-            p = f"gpu{g.index}."
+            i = g.index
             level = max((a.severity for a in active if a.subject == f"gpu{g.index}"), default=0)
             gpus.append(GpuView(
                 info=infos.get(g.index) or GpuInfo(index=g.index, name="GPU"),
                 sample=g,
-                util=store.last(p + "util", points),
-                power=store.last(p + "power", points),
-                mem=store.last(p + "mem_used", points),
-                temp=store.last(p + "temp", points),
+                util=store.last(gpu_key(i, "util"), points),
+                power=store.last(gpu_key(i, "power_w"), points),
+                mem=store.last(gpu_key(i, "mem_used"), points),
+                temp=store.last(gpu_key(i, "temp_c"), points),
                 badges=("STALE",) + badges_for(g) if g.index in frame.stale_gpus else badges_for(g),
                 alert_level=int(level),
             ))
-        host = HostView(frame.host if frame else None, store.last("host.cpu", points))
+        host = HostView(frame.host if frame else None, store.last(host_key("cpu_percent"), points))
         proc = frame.process if frame else None
         gpu_mem: dict[int, int] = {}
         if proc is not None and frame is not None:
@@ -126,31 +131,34 @@ def build_view(monitor: Monitor, points: int = SERIES_POINTS) -> View:
                 if used:
                     gpu_mem[g.index] = sum(used)
         ranks = []
-        probed = list(frame.ranks if frame else ())
-        if any(r.cuda for r in probed):  # launchers (torchrun) carry a probe too: show the ranks
-            probed = [r for r in probed if r.cuda or r.steps]
-        for k, r in enumerate(probed):
-            key = f"rank{r.rank if r.rank is not None else k}."
+        probed = [(rank_id(r, k), r) for k, r in enumerate(frame.ranks if frame else ())]
+        if any(r.cuda for _, r in probed):  # launchers (torchrun) carry a probe too: show the ranks
+            probed = [(subject, r) for subject, r in probed if r.cuda or r.steps]
+        for subject, r in probed:
             gpu = nvml_used = None
             for g in frame.gpus:
                 for gp in g.processes:
                     if gp.pid == r.pid:
                         gpu, nvml_used = g.index, gp.used_bytes
             # The store keeps the GPU's used memory, not per-process history: the chart says so.
-            nvml_series = store.last(f"gpu{gpu}.mem_used", points) if gpu is not None else []
-            waits = [v for v in store.window(key + "input_wait", 10.0) if v is not None]
-            ranks.append(RankView(r, gpu, nvml_used, store.last(key + "allocated", points),
-                                  store.last(key + "reserved", points), nvml_series,
-                                  store.last(key + "step_time", points),
+            nvml_series = store.last(gpu_key(gpu, "mem_used"), points) if gpu is not None else []
+            waits = [v for v in store.window(rank_key(subject, "input_wait"), 10.0) if v is not None]
+            ranks.append(RankView(r, gpu, nvml_used, store.last(rank_key(subject, "allocated"), points),
+                                  store.last(rank_key(subject, "reserved"), points), nvml_series,
+                                  store.last(rank_key(subject, "step_time"), points),
                                   sum(waits) / len(waits) if waits else None))
-        pview = ProcessView(proc, store.last("proc.cpu", points), monitor.ended_at, gpu_mem, ranks)
+        pview = ProcessView(proc, store.last(proc_key("cpu_percent"), points), monitor.ended_at, gpu_mem, ranks,
+                            monitor.engine.config)
         if frame is not None and frame.stale_gpus and not monitor.source_error:
             stale = f"GPU {', '.join(map(str, frame.stale_gpus))}: the driver did not answer in time (data stale)"
         else:
             stale = None
+        failing = {name: f"collector {name} failing: {why}" for name, why in monitor.collector_errors.items()}
         return View(
             t=frame.t if frame else None, kind=info.kind, label=info.label, driver=info.driver,
             cuda_driver=info.cuda_driver, hostname=info.hostname, interval=info.interval,
             gpus=gpus, host=host, process=pview, active=active, recent=recent,
-            recording_error=monitor.recording_error, source_error=monitor.source_error or stale,
+            recording_error=monitor.recording_error,
+            source_error=monitor.source_error or "; ".join(failing.values()) or stale,
+            collector_errors=failing, thresholds=monitor.engine.config,
         )

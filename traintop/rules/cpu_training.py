@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from traintop.rules.engine import Finding, RuleContext, Severity
-from traintop.store import present
 
 
 class TrainingOnCpu:
@@ -21,11 +20,10 @@ class TrainingOnCpu:
 
     def evaluate(self, ctx: RuleContext):
         c = ctx.config
-        frame = ctx.store.latest
-        proc = frame.process if frame else None
+        frame, proc = ctx.frame, ctx.process
         if proc is None or not proc.alive:
             return
-        cpu = present(ctx.store.window("proc.cpu", c.cpu_training_window_s))
+        cpu = ctx.proc_window("cpu_percent", c.cpu_training_window_s)
         if len(cpu) < 5 or sum(cpu) / len(cpu) < c.cpu_training_min_cpu:
             return
         pids = {m.pid for m in proc.members} | {proc.pid}

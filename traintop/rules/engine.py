@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Callable, Iterable, Protocol
 
+from traintop import metrics
 from traintop.rules.config import DEFAULT, Thresholds
-from traintop.store import Store
+from traintop.samples import Frame, GpuSample, HostSample, ProcessSample, RankSample
+from traintop.store import Store, mean, present
 
 
 class Severity(IntEnum):
@@ -70,13 +72,72 @@ class RuleContext:
     is_active: Callable[[str, str], bool]  # an alert is raised (possibly waiting to clear)
     is_holding: Callable[[str, str], bool] = lambda rule, subject: False  # its condition holds now
 
-    def gpus(self) -> tuple:
+    @property
+    def frame(self) -> Frame | None:
+        return self.store.latest
+
+    @property
+    def process(self) -> ProcessSample | None:
+        """The attached job's latest sample (alive or not), if one is attached."""
+        frame = self.store.latest
+        return frame.process if frame else None
+
+    @property
+    def host(self) -> HostSample | None:
+        frame = self.store.latest
+        return frame.host if frame else None
+
+    def gpus(self) -> tuple[GpuSample, ...]:
         """The latest sample of every GPU."""
         frame = self.store.latest
         return frame.gpus if frame else ()
 
     def gpu_indices(self) -> list[int]:
         return [g.index for g in self.gpus()]
+
+    def ranks(self) -> list[tuple[str, RankSample]]:
+        """Every probed rank of the latest frame with its subject (``rank0``; the series prefix too)."""
+        frame = self.store.latest
+        return [(metrics.rank_id(r, k), r) for k, r in enumerate(frame.ranks if frame else ())]
+
+    # -- series: names from traintop.metrics (an unknown name raises) --------------------------
+    def values(self, key: str, window_s: float) -> list[float]:
+        """The values present over the last ``window_s`` seconds."""
+        return present(self.store.window(key, window_s))
+
+    def pairs(self, key: str, window_s: float, *, min_n: int = 0, min_span: float = 0.0) -> list[tuple[float, float]]:
+        """(t, value) pairs over the window; [] unless at least ``min_n`` of them span ``min_span`` of it."""
+        pairs = self.store.window_pairs(key, window_s)
+        if len(pairs) < max(min_n, 1) or pairs[-1][0] - pairs[0][0] < min_span * window_s:
+            return []
+        return pairs
+
+    def gpu_window(self, index: int, name: str, window_s: float) -> list[float]:
+        return self.values(metrics.gpu_key(index, name), window_s)
+
+    def gpu_mean(self, index: int, name: str, window_s: float) -> float | None:
+        return mean(self.gpu_window(index, name, window_s))
+
+    def gpu_reasons(self, index: int, window_s: float) -> list[int]:
+        """The clock-event reason masks over the window."""
+        return [int(r) for r in self.gpu_window(index, "reasons", window_s)]
+
+    def gpu_pairs(self, index: int, name: str, window_s: float, *, min_n: int = 0,
+                  min_span: float = 0.0) -> list[tuple[float, float]]:
+        return self.pairs(metrics.gpu_key(index, name), window_s, min_n=min_n, min_span=min_span)
+
+    def rank_window(self, rank_subject: str, name: str, window_s: float) -> list[float]:
+        return self.values(metrics.rank_key(rank_subject, name), window_s)
+
+    def rank_pairs(self, rank_subject: str, name: str, window_s: float, *, min_n: int = 0,
+                   min_span: float = 0.0) -> list[tuple[float, float]]:
+        return self.pairs(metrics.rank_key(rank_subject, name), window_s, min_n=min_n, min_span=min_span)
+
+    def host_window(self, name: str, window_s: float) -> list[float]:
+        return self.values(metrics.host_key(name), window_s)
+
+    def proc_window(self, name: str, window_s: float) -> list[float]:
+        return self.values(metrics.proc_key(name), window_s)
 
 
 class Rule(Protocol):

@@ -21,13 +21,11 @@ class Fragmentation:
 
     def evaluate(self, ctx: RuleContext):
         c = ctx.config
-        frame = ctx.store.latest
-        gpus = {g.index: g for g in (frame.gpus if frame else ())}
-        for k, r in enumerate(frame.ranks if frame else ()):
+        gpus = {g.index: g for g in ctx.gpus()}
+        for subject, r in ctx.ranks():
             if not r.cuda or not r.reserved or r.allocated is None:
                 continue
-            subject = f"rank{r.rank if r.rank is not None else k}"
-            retries = [v for v in ctx.store.window(f"{subject}.alloc_retries", 60.0) if v is not None]
+            retries = ctx.rank_window(subject, "alloc_retries", 60.0)
             rising = len(retries) >= 2 and retries[-1] > retries[0]
             unused = r.reserved - r.allocated
             frac = unused / r.reserved

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from traintop.metrics import gpu_subject
 from traintop.rules.engine import Finding, RuleContext, Severity
-from traintop.store import present
 
 # The XIDs people meet most; the full list is NVIDIA's "XID Errors" document.
 XID_MEANING = {
@@ -48,12 +48,12 @@ class GpuErrors:
     )
 
     def evaluate(self, ctx: RuleContext):
-        c, store = ctx.config, ctx.store
+        c = ctx.config
         for g in ctx.gpus():
             i = g.index
-            xids = [int(x) for x in present(store.window(f"gpu{i}.xid", 300.0))]
-            unc = present(store.window(f"gpu{i}.ecc_uncorrected", 300.0))
-            corr = store.window_pairs(f"gpu{i}.ecc_corrected", 60.0)
+            xids = [int(x) for x in ctx.gpu_window(i, "xid", 300.0)]
+            unc = ctx.gpu_window(i, "ecc_uncorrected", 300.0)
+            corr = ctx.gpu_pairs(i, "ecc_corrected", 60.0)
             parts, sev = [], Severity.WARNING
             if xids:
                 last = xids[-1]
@@ -71,4 +71,4 @@ class GpuErrors:
                 parts.append("a memory row remap is pending (needs a GPU reset)")
             if parts:
                 text = "; ".join(parts) if xids else f"GPU {i}: " + "; ".join(parts)
-                yield Finding(f"gpu{i}", text, sev)
+                yield Finding(gpu_subject(i), text, sev)

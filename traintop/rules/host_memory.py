@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from traintop.rules.engine import Finding, RuleContext, Severity
-from traintop.store import present
 from traintop.units import GiB, fmt_bytes
 
 
@@ -20,12 +19,11 @@ class HostMemoryPressure:
     )
 
     def evaluate(self, ctx: RuleContext):
-        frame = ctx.store.latest
-        h = frame.host if frame else None
+        h = ctx.host
         if h is None or not h.mem_total:
             return
         frac = h.mem_used / h.mem_total if h.mem_used is not None else 0.0
-        swap = present(ctx.store.window("host.swap_used", 60.0))
+        swap = ctx.host_window("swap_used", 60.0)
         swap_rise = swap[-1] - swap[0] if len(swap) >= 2 else 0.0
         if frac >= ctx.config.host_mem_frac:
             yield Finding("host", f"host RAM {frac * 100:.0f} % used ({fmt_bytes(h.mem_used)} of {fmt_bytes(h.mem_total)})",

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from traintop.metrics import gpu_subject
 from traintop.rules.engine import Finding, RuleContext, Severity
-from traintop.store import present
 from traintop.units import fmt_bytes
 
 
@@ -20,11 +20,10 @@ class IdleWhileAlive:
     )
 
     def evaluate(self, ctx: RuleContext):
-        frame = ctx.store.latest
-        proc = frame.process if frame else None
+        proc = ctx.process
         for g in ctx.gpus():
             i = g.index
-            util = present(ctx.store.window(f"gpu{i}.util", ctx.config.idle_window_s))
+            util = ctx.gpu_window(i, "util", ctx.config.idle_window_s)
             if len(util) < 8 or not g.processes:
                 continue
             mean_u, p90 = sum(util) / len(util), sorted(util)[int(0.9 * (len(util) - 1))]
@@ -38,6 +37,6 @@ class IdleWhileAlive:
                 continue
             held = sum(p.used_bytes or 0 for p in mine)
             who = f"PID {proc.pid}" if proc is not None else f"{len(mine)} process(es)"
-            yield Finding(f"gpu{i}", f"GPU {i} averages {mean_u:.1f} % utilization over the last "
+            yield Finding(gpu_subject(i), f"GPU {i} averages {mean_u:.1f} % utilization over the last "
                                      f"{ctx.config.idle_window_s:.0f} s while {who} "
                                      f"holds {fmt_bytes(held)} on it")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from traintop.rules.engine import Finding, RuleContext, Severity
-from traintop.store import present
 
 
 class Imbalance:
@@ -24,7 +23,7 @@ class Imbalance:
             return
         means = {}
         for g in gpus:
-            u = present(ctx.store.window(f"gpu{g.index}.util", ctx.config.imbalance_window_s))
+            u = ctx.gpu_window(g.index, "util", ctx.config.imbalance_window_s)
             if len(u) >= 10:
                 means[g.index] = sum(u) / len(u)
         if len(means) < 2:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from traintop.metrics import gpu_subject
 from traintop.rules.engine import Finding, RuleContext, Severity
 from traintop.samples import REASON_GPU_IDLE
-from traintop.store import present
 
 
 class ClocksBelowMax:
@@ -24,14 +24,14 @@ class ClocksBelowMax:
             i = g.index
             if not g.sm_clock_max:
                 continue
-            util = present(ctx.store.window(f"gpu{i}.util", 20.0))
-            clocks = present(ctx.store.window(f"gpu{i}.sm_clock", 20.0))
-            reasons = [int(r) for r in present(ctx.store.window(f"gpu{i}.reasons", 20.0))]
+            util = ctx.gpu_window(i, "util", 20.0)
+            clocks = ctx.gpu_window(i, "sm_clock", 20.0)
+            reasons = ctx.gpu_reasons(i, 20.0)
             if len(util) < 8 or len(clocks) < 8 or not reasons:
                 continue
             if sum(util) / len(util) < c.low_clocks_min_util or any(r & ~REASON_GPU_IDLE for r in reasons):
                 continue  # not busy, or a reason (power cap, thermal, app clocks...) explains it
             mean_clock = sum(clocks) / len(clocks)
             if mean_clock < c.low_clocks_frac * g.sm_clock_max:
-                yield Finding(f"gpu{i}", f"GPU {i} busy at {sum(util) / len(util):.0f} % with its SM clock at "
+                yield Finding(gpu_subject(i), f"GPU {i} busy at {sum(util) / len(util):.0f} % with its SM clock at "
                                          f"{mean_clock:.0f} of {g.sm_clock_max} MHz and no clock-event reason")

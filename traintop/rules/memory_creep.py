@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from traintop.metrics import gpu_key, gpu_subject, rank_key
 from traintop.rules.engine import Finding, RuleContext, Severity
 from traintop.store import linear_fit
 from traintop.units import GiB, MiB, fmt_bytes, fmt_duration
@@ -22,7 +23,6 @@ class MemoryCreep:
     )
 
     def evaluate(self, ctx: RuleContext):
-        c = ctx.config
         for g in ctx.gpus():
             found = self._fit(ctx, g)
             if found is not None:
@@ -31,12 +31,11 @@ class MemoryCreep:
     @staticmethod
     def _series(ctx: RuleContext, g) -> tuple[str, str]:
         """The probe's allocated bytes for a rank on this GPU (ground truth), else NVML's used."""
-        frame = ctx.store.latest
         pids = {p.pid for p in g.processes}
-        for k, r in enumerate(frame.ranks):
+        for subject, r in ctx.ranks():
             if r.pid in pids and r.allocated is not None:
-                return f"rank{r.rank if r.rank is not None else k}.allocated", f"{r.label}'s allocated memory"
-        return f"gpu{g.index}.mem_used", "memory"
+                return rank_key(subject, "allocated"), f"{r.label}'s allocated memory"
+        return gpu_key(g.index, "mem_used"), "memory"
 
     def _fit(self, ctx: RuleContext, g):
         """The shortest recent window (30 s, half the window, the window) with a steady rise:
@@ -48,8 +47,8 @@ class MemoryCreep:
         min_rise = max(512 * MiB, c.creep_min_rise_frac * total)
         windows = sorted({min(30.0, c.creep_window_s), c.creep_window_s / 2, c.creep_window_s})
         for w in windows:
-            pairs = ctx.store.window_pairs(key, w)
-            if len(pairs) < 10 or pairs[-1][0] - pairs[0][0] < 0.8 * w:
+            pairs = ctx.pairs(key, w, min_n=10, min_span=0.8)
+            if not pairs:
                 continue
             fit = linear_fit(pairs)
             if fit is None:
@@ -69,5 +68,5 @@ class MemoryCreep:
                 text += f"; at this rate it is full in {fmt_duration(tto)}"
                 if tto <= c.creep_critical_tto_s:
                     sev = Severity.CRITICAL
-            return Finding(f"gpu{i}", text, sev)
+            return Finding(gpu_subject(i), text, sev)
         return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from traintop.metrics import gpu_subject
 from traintop.rules.engine import Finding, RuleContext, Severity
 from traintop.units import GiB, fmt_bytes
 
@@ -19,8 +20,7 @@ class OtherProcess:
     )
 
     def evaluate(self, ctx: RuleContext):
-        frame = ctx.store.latest
-        proc = frame.process if frame else None
+        proc = ctx.process
         if proc is None or not proc.alive:
             return  # without an attached job there is no "other"
         ours = {m.pid for m in proc.members} | {proc.pid}
@@ -28,4 +28,4 @@ class OtherProcess:
             others = [p for p in g.processes if p.pid not in ours and (p.used_bytes or 0) >= ctx.config.other_process_min_gib * GiB]
             if others:
                 listed = ", ".join(f"PID {p.pid} ({fmt_bytes(p.used_bytes)})" for p in others[:4])
-                yield Finding(f"gpu{g.index}", f"GPU {g.index}: {listed} beside the job (PID {proc.pid})")
+                yield Finding(gpu_subject(g.index), f"GPU {g.index}: {listed} beside the job (PID {proc.pid})")

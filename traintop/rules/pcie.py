@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from traintop.metrics import gpu_subject
 from traintop.rules.engine import Finding, RuleContext, Severity
 from traintop.samples import pcie_bandwidth
-from traintop.store import present
 from traintop.units import fmt_bytes
 
 
@@ -25,20 +25,18 @@ class PcieBottleneck:
     )
 
     def evaluate(self, ctx: RuleContext):
-        c, store = ctx.config, ctx.store
+        c = ctx.config
         w = c.pcie_window_s
         for g in ctx.gpus():
-            i = g.index
-            rx = store.window_pairs(f"gpu{i}.pcie_rx", w)
-            util = present(store.window(f"gpu{i}.util", w))
+            i, subject = g.index, gpu_subject(g.index)
+            rx = ctx.gpu_pairs(i, "pcie_rx", w, min_n=3, min_span=0.4)
+            u_mean = ctx.gpu_mean(i, "util", w)
             link = pcie_bandwidth(g.pcie_gen_max, g.pcie_width_max) or pcie_bandwidth(g.pcie_gen, g.pcie_width)
-            if len(rx) < 3 or not util or not link or rx[-1][0] - rx[0][0] < w * 0.4:
+            if not rx or u_mean is None or not link:
                 continue
             rx_mean = sum(v for _, v in rx) / len(rx)
-            u_mean = sum(util) / len(util)
-            sm = present(store.window(f"gpu{i}.sm_active", w))
-            sm_mean = sum(sm) / len(sm) if sm else None
-            threshold = c.pcie_min_link_frac * (0.85 if ctx.is_active(self.id, f"gpu{i}") else 1.0)
+            sm_mean = ctx.gpu_mean(i, "sm_active", w)
+            threshold = c.pcie_min_link_frac * (0.85 if ctx.is_active(self.id, subject) else 1.0)
             # Copies count as "utilization" (on an H200, 2 GiB copies with a little compute read
             # 96 %); SM activity says whether the GPU computes while the link is full.
             waiting = u_mean < c.pcie_max_util or (sm_mean is not None and sm_mean < c.pcie_max_sm_active)
@@ -55,4 +53,4 @@ class PcieBottleneck:
             if g.pcie_gen and g.pcie_gen_max and g.pcie_width and g.pcie_width_max \
                     and (g.pcie_gen < g.pcie_gen_max or g.pcie_width < g.pcie_width_max):
                 text += f"; the link runs at Gen{g.pcie_gen} x{g.pcie_width} of Gen{g.pcie_gen_max} x{g.pcie_width_max}"
-            yield Finding(f"gpu{i}", text)
+            yield Finding(subject, text)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from traintop.metrics import gpu_subject
 from traintop.rules.engine import Finding, RuleContext, Severity
 from traintop.samples import REASON_SW_POWER_CAP
-from traintop.store import present
 
 
 class PowerCapAtFullLoad:
@@ -18,22 +18,20 @@ class PowerCapAtFullLoad:
     def evaluate(self, ctx: RuleContext):
         c = ctx.config
         w = c.power_cap_window_s
-        store = ctx.store
         for g in ctx.gpus():
             i = g.index
-            reasons = [int(r) for r in present(store.window(f"gpu{i}.reasons", w))]
-            util = present(store.window(f"gpu{i}.util", w))
-            power = present(store.window(f"gpu{i}.power", w))
-            if len(reasons) < 4 or not util:
+            reasons = ctx.gpu_reasons(i, w)
+            u_mean = ctx.gpu_mean(i, "util", w)
+            power = ctx.gpu_mean(i, "power_w", w)
+            if len(reasons) < 4 or u_mean is None:
                 continue
             cap_frac = sum(1 for r in reasons if r & REASON_SW_POWER_CAP) / len(reasons)
-            u_mean = sum(util) / len(util)
             if cap_frac < 0.5 or u_mean < c.power_cap_min_util:
                 continue
             text = f"GPU {i} at {u_mean:.0f} % utilization with the power cap active {cap_frac * 100:.0f} % of the last {w:.0f} s"
-            if power and g.power_limit_w:
-                text += f" ({sum(power) / len(power):.0f} W of {g.power_limit_w:.0f} W)"
-            held = present(store.window(f"gpu{i}.throttle_power", w))
-            if held:
-                text += f"; clocks held down by the power limit {sum(held) / len(held):.0f} % of the time"
-            yield Finding(f"gpu{i}", text)
+            if power is not None and g.power_limit_w:
+                text += f" ({power:.0f} W of {g.power_limit_w:.0f} W)"
+            held = ctx.gpu_mean(i, "throttle_power", w)
+            if held is not None:
+                text += f"; clocks held down by the power limit {held:.0f} % of the time"
+            yield Finding(gpu_subject(i), text)

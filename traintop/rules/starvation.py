@@ -9,8 +9,9 @@ and busy counts as spiky on its own.
 
 from __future__ import annotations
 
+from traintop.metrics import gpu_subject
 from traintop.rules.engine import Finding, RuleContext, Severity
-from traintop.store import mean, present
+from traintop.store import mean
 from traintop.units import fmt_range
 
 
@@ -43,13 +44,12 @@ def _idle_to_busy(utils: list[float], idle: float, busy: float) -> int:
 
 def _input_wait(ctx: RuleContext, gpu: int) -> float | None:
     """Mean input-wait share over the window of the probed ranks on this GPU."""
-    frame = ctx.store.latest
+    frame = ctx.frame
     if frame is None or not frame.ranks:
         return None
     pids = {p.pid for g in frame.gpus if g.index == gpu for p in g.processes}
-    keys = [f"rank{r.rank if r.rank is not None else k}.input_wait" for k, r in enumerate(frame.ranks)
-            if r.pid in pids or (len(frame.gpus) == 1 and r.cuda)]
-    vals = [v for key in keys for v in present(ctx.store.window(key, ctx.config.starvation_window_s))]
+    vals = [v for subject, r in ctx.ranks() if r.pid in pids or (len(frame.gpus) == 1 and r.cuda)
+            for v in ctx.rank_window(subject, "input_wait", ctx.config.starvation_window_s)]
     return sum(vals) / len(vals) if len(vals) >= 3 else None
 
 
@@ -75,24 +75,20 @@ class Starvation:
     def evaluate(self, ctx: RuleContext):
         c = ctx.config
         w = c.starvation_window_s
-        store = ctx.store
         for i in ctx.gpu_indices():
-            key = f"gpu{i}.util"
-            pairs = store.window_pairs(key, w)
-            if len(pairs) < 8 or pairs[-1][0] - pairs[0][0] < w * 0.5:
-                continue
-            if ctx.is_holding("pcie", f"gpu{i}"):
-                continue  # the copies to the GPU explain the gaps better than the loader
-            active = ctx.is_active(self.id, f"gpu{i}")
+            subject = gpu_subject(i)
+            pairs = ctx.gpu_pairs(i, "util", w, min_n=8, min_span=0.5)
+            if not pairs or ctx.is_holding("pcie", subject):
+                continue  # too little history, or the copies to the GPU explain the gaps better than the loader
+            active = ctx.is_active(self.id, subject)
             utils = [v for _, v in pairs]
             n = len(utils)
             mu = sum(utils) / n
             idle_frac = sum(1 for v in utils if v < c.starvation_idle_util) / n
             busy_frac = sum(1 for v in utils if v >= c.starvation_busy_util) / n
             transitions = _idle_to_busy(utils, c.starvation_idle_util, c.starvation_busy_util)
-            lows = store.window(f"gpu{i}.util_min", w)
-            highs = store.window(f"gpu{i}.util_max", w)
-            windowed = [(lo, hi) for lo, hi in zip(lows, highs) if lo is not None and hi is not None]
+            lows, highs = dict(ctx.gpu_pairs(i, "util_min", w)), ctx.gpu_pairs(i, "util_max", w)
+            windowed = [(lows[t], hi) for t, hi in highs if t in lows]
             spiky_ticks = sum(1 for lo, hi in windowed
                               if lo < c.starvation_idle_util and hi >= c.starvation_busy_util)
             spiky_tick_frac = spiky_ticks / len(windowed) if windowed else 0.0
@@ -128,13 +124,12 @@ class Starvation:
                 text += f" while {cpu_note}"
             if wait is not None:
                 text += f"; the job waits for its next batch {wait * 100:.0f} % of the time (measured in the job)"
-            yield Finding(f"gpu{i}", text, strong=strong_spiky or waits or low_util_cpu_bound)
+            yield Finding(subject, text, strong=strong_spiky or waits or low_util_cpu_bound)
 
     @staticmethod
     def _cpu_evidence(ctx: RuleContext) -> str | None:
         c = ctx.config
-        frame = ctx.store.latest
-        proc = frame.process if frame else None
+        proc = ctx.process
         if proc is not None and proc.alive:
             workers = proc.loader_workers
             hot = [wk for wk in workers if (wk.cpu_percent or 0) >= c.starvation_busy_worker_cpu]
@@ -142,10 +137,10 @@ class Starvation:
                 cpu = mean([wk.cpu_percent or 0 for wk in hot])
                 return f"{len(hot)} of {len(workers)} loader workers sit at {cpu:.0f} % CPU"
         w = c.starvation_window_s
-        iowait = present(ctx.store.window("host.iowait", w))
+        iowait = ctx.host_window("iowait", w)
         if iowait and (m := sum(iowait) / len(iowait)) >= 20:
             return f"the host waits on I/O {m:.0f} % of the time"
-        cpu = present(ctx.store.window("host.cpu", w))
+        cpu = ctx.host_window("cpu_percent", w)
         if cpu and (m := sum(cpu) / len(cpu)) >= 90:
             return f"host CPU is at {m:.0f} %"
         return None

@@ -22,12 +22,10 @@ class StepTimeRegression:
 
     def evaluate(self, ctx: RuleContext):
         c = ctx.config
-        frame = ctx.store.latest
         w = c.step_regression_window_s
-        for k, r in enumerate(frame.ranks if frame else ()):
-            key = f"rank{r.rank if r.rank is not None else k}.step_time"
-            pairs = ctx.store.window_pairs(key, w * 11)
-            if len(pairs) < 12:
+        for subject, r in ctx.ranks():
+            pairs = ctx.rank_pairs(subject, "step_time", w * 11, min_n=12)
+            if not pairs:
                 continue
             t_end = pairs[-1][0]
             recent = [v for t, v in pairs if t > t_end - w]
@@ -37,6 +35,6 @@ class StepTimeRegression:
             now, base = statistics.median(recent), statistics.median(before)
             if base <= 0 or now / base < c.step_regression_ratio:
                 continue
-            yield Finding(f"rank{r.rank if r.rank is not None else k}",
+            yield Finding(subject,
                           f"{r.label}'s steps take {now * 1000:.0f} ms over the last {w:.0f} s, "
                           f"{now / base:.1f}× the {base * 1000:.0f} ms before")

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from traintop.metrics import gpu_subject
 from traintop.rules.engine import Finding, RuleContext, Severity
 from traintop.samples import POWER_BRAKE_REASONS, THERMAL_REASONS, reason_names
-from traintop.store import present
 
 
 class ThermalThrottle:
@@ -23,11 +23,10 @@ class ThermalThrottle:
     def evaluate(self, ctx: RuleContext):
         c = ctx.config
         w = c.thermal_window_s
-        store = ctx.store
         for g in ctx.gpus():
             i = g.index
-            reasons = [int(r) for r in present(store.window(f"gpu{i}.reasons", w))]
-            temps = present(store.window(f"gpu{i}.temp", w))
+            reasons = ctx.gpu_reasons(i, w)
+            temps = ctx.gpu_window(i, "temp_c", w)
             slowdown = g.temp_slowdown_c
             n = max(len(reasons), 1)
             thermal_frac = sum(1 for r in reasons if r & THERMAL_REASONS) / n
@@ -35,7 +34,7 @@ class ThermalThrottle:
             hot_frac = 0.0
             if temps and slowdown:
                 hot_frac = sum(1 for t in temps if t >= slowdown - c.thermal_margin_c) / len(temps)
-            counted = present(store.window(f"gpu{i}.throttle_thermal", w))  # NVML's thermal violation time
+            counted = ctx.gpu_window(i, "throttle_thermal", w)  # NVML's thermal violation time
             counted_frac = sum(counted) / len(counted) / 100.0 if counted else 0.0
             frac = max(thermal_frac, hot_frac, brake_frac, counted_frac)
             if len(reasons) + len(temps) + len(counted) < 4 or frac < c.thermal_min_frac:
@@ -52,4 +51,4 @@ class ThermalThrottle:
             if g.sm_clock and g.sm_clock_max:
                 parts.append(f"SM clock {g.sm_clock} of {g.sm_clock_max} MHz")
             sev = Severity.CRITICAL if brake_frac >= c.thermal_min_frac else None
-            yield Finding(f"gpu{i}", "; ".join(parts), sev)
+            yield Finding(gpu_subject(i), "; ".join(parts), sev)

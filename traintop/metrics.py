@@ -1,0 +1,121 @@
+"""The one vocabulary of series names: the sample dataclasses' numeric fields, plus a few derived series.
+
+A series key is ``<group>.<name>``: ``gpu0.power_w``, ``host.cpu_percent``, ``proc.rss``,
+``rank1.input_wait``. The names are the fields of ``GpuSample``, ``HostSample``,
+``ProcessSample`` and ``RankSample`` as they are (no renaming anywhere: the store, the codec,
+``analyze``, the rules and the widgets' view-models all speak these), and the ``DERIVED``
+series computed from a frame. ``check_key`` raises ``UnknownSeries`` for any other name, so a
+misspelt name fails loudly instead of silently switching a rule off.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import fields
+from functools import lru_cache
+from typing import Callable, Iterator
+
+from traintop.samples import Frame, GpuSample, HostSample, ProcessSample, RankSample
+
+# What names a sample rather than measuring it: never a series.
+IDENTITY = frozenset({"index", "pid", "rank", "world_size", "device", "alive", "cuda"})
+
+
+def _numeric_fields(cls) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls)
+                 if f.name not in IDENTITY and str(f.type).replace(" ", "") in ("float|None", "int|None"))
+
+
+# Derived series: name -> value from the sample (None when not known).
+DERIVED: dict[str, dict[str, Callable]] = {
+    "gpu": {"nprocs": lambda g: len(g.processes)},
+    "host": {},
+    "proc": {
+        "alive": lambda p: 1.0 if p.alive else 0.0,
+        "workers": lambda p: len(p.loader_workers),
+    },
+    "rank": {},
+}
+
+FIELDS: dict[str, tuple[str, ...]] = {
+    "gpu": _numeric_fields(GpuSample),
+    "host": _numeric_fields(HostSample),
+    "proc": _numeric_fields(ProcessSample),
+    "rank": _numeric_fields(RankSample),
+}
+
+VOCABULARY: dict[str, frozenset[str]] = {g: frozenset(FIELDS[g]) | frozenset(DERIVED[g]) for g in FIELDS}
+
+_KEY = re.compile(r"(gpu\d+|host|proc|rank\d+)\.([a-z_0-9]+)\Z")
+
+
+class UnknownSeries(KeyError):
+    """A series name outside the vocabulary: a programming error, never data."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "unknown series"
+
+
+def group_of(key: str) -> str:
+    return key.rstrip("0123456789")
+
+
+@lru_cache(maxsize=4096)
+def check_key(key: str) -> str:
+    """``key`` if it names a series of the vocabulary; raises UnknownSeries otherwise."""
+    m = _KEY.match(key)
+    if not m or m.group(2) not in VOCABULARY[group_of(m.group(1))]:
+        raise UnknownSeries(f"unknown series {key!r}: not a field of the samples nor a derived series "
+                            "(traintop/metrics.py)")
+    return key
+
+
+def checked_name(group: str, name: str) -> str:
+    """``name`` if it is a series of ``group`` (gpu, host, proc, rank); raises UnknownSeries otherwise."""
+    if name not in VOCABULARY[group]:
+        raise UnknownSeries(f"unknown {group} series {name!r} (traintop/metrics.py)")
+    return name
+
+
+def gpu_key(index: int, name: str) -> str:
+    return f"gpu{index}.{checked_name('gpu', name)}"
+
+
+def host_key(name: str) -> str:
+    return f"host.{checked_name('host', name)}"
+
+
+def proc_key(name: str) -> str:
+    return f"proc.{checked_name('proc', name)}"
+
+
+def rank_id(rank: RankSample, position: int) -> str:
+    """The subject and series prefix of a probed rank: its rank number, else its place in the frame."""
+    return f"rank{rank.rank if rank.rank is not None else position}"
+
+
+def rank_key(rank_subject: str, name: str) -> str:
+    return f"{rank_subject}.{checked_name('rank', name)}"
+
+
+def gpu_subject(index: int) -> str:
+    return f"gpu{index}"
+
+
+def _group(prefix: str, sample, names: tuple[str, ...], derived: dict) -> Iterator[tuple[str, float | None]]:
+    for name in names:
+        yield prefix + name, getattr(sample, name)
+    for name, fn in derived.items():
+        yield prefix + name, fn(sample)
+
+
+def frame_metrics(frame: Frame) -> Iterator[tuple[str, float | None]]:
+    """Flatten a frame into (series key, value) pairs: every series of the vocabulary it has."""
+    for g in frame.gpus:
+        yield from _group(f"gpu{g.index}.", g, FIELDS["gpu"], DERIVED["gpu"])
+    if frame.host is not None:
+        yield from _group("host.", frame.host, FIELDS["host"], DERIVED["host"])
+    if frame.process is not None:
+        yield from _group("proc.", frame.process, FIELDS["proc"], DERIVED["proc"])
+    for k, r in enumerate(frame.ranks):
+        yield from _group(rank_id(r, k) + ".", r, FIELDS["rank"], DERIVED["rank"])
