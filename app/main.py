@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 
 from textual import work
@@ -12,10 +11,10 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.widgets import Footer
 
-from traintop.errors import RecordingError
+from traintop.errors import RecordingError, TraintopError
 from traintop.feeds import Feed, ReplayFeed
 from traintop.monitor import Monitor
-from traintop.recording import RecordingWriter
+from traintop.recording import new_recording_path
 from traintop.text import one_line
 from traintop.view import View, build_view
 from traintop.widgets.alerts_panel import AlertsPanel
@@ -28,11 +27,6 @@ from traintop.widgets.status_bar import StatusBar
 
 COMPACT_WIDTH = 120
 COMPACT_HEIGHT = 36
-
-
-def default_recording_dir() -> str:
-    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
-    return os.path.join(base, "traintop", "recordings")
 
 
 class FrameReady(Message):
@@ -69,7 +63,7 @@ class TraintopApp(App):
         self.feed = feed
         self.mode = mode
         self.start_feed = start_feed
-        self.record_dir = record_dir or default_recording_dir()
+        self.record_dir = record_dir
         self.banner = banner
         self.paused = False
         self._pending = False
@@ -242,22 +236,15 @@ class TraintopApp(App):
         if isinstance(self.feed, ReplayFeed):
             self.say("This is a replay: it is already a recording.", severity="warning")
             return
-        mon = self.monitor
-        if mon.recorder is not None:
-            with mon.lock:
-                rec, mon.recorder = mon.recorder, None
+        rec = self.monitor.stop_recording()
+        if rec is not None:
             self._close_recording(rec)
             self.refresh_view()
             return
         try:
-            os.makedirs(self.record_dir, mode=0o700, exist_ok=True)
-            path = os.path.join(self.record_dir, time.strftime("traintop-%Y%m%d-%H%M%S.ttrec"))
-            rec = RecordingWriter(path, mon.info)
-        except (RecordingError, OSError) as e:
+            path = self.monitor.start_recording(new_recording_path(self.record_dir))
+        except TraintopError as e:
             self.say(f"Cannot record: {e}", severity="error")
             return
-        with mon.lock:
-            mon.recording_error = None
-            mon.attach_recorder(rec)
         self.say(f"Recording to {path}")
         self.refresh_view()

@@ -9,7 +9,7 @@ import pytest
 
 from traintop.codec import roundtrip
 from traintop.collectors.simulated import Simulator
-from traintop.errors import RecordingError
+from traintop.errors import RecordingError, TraintopError
 from traintop.monitor import Monitor
 from traintop.recording import SCHEMA_VERSION, RecordingReader, RecordingWriter
 
@@ -157,3 +157,27 @@ def test_recordings_of_the_previous_codec_still_replay():
     assert len(frames) > 1000 and r.skipped_chunks == 0
     g = frames[500].gpus[0]
     assert g.power_w is not None and g.power_w != round(g.power_w)  # 0.1 W kept by the old codec
+
+
+def test_one_recording_route_for_record_option_and_r_key(tmp_path, monkeypatch):
+    """--record (the session builder) and the dashboard's r key both go through Monitor.start_recording."""
+    from traintop import sessions
+
+    routes = []
+    real = Monitor.start_recording
+    monkeypatch.setattr(Monitor, "start_recording", lambda self, path, **kw: routes.append(path) or real(self, path, **kw))
+    a = str(tmp_path / "a.ttrec")
+    monitor, feed = sessions.simulated_session("healthy", realtime=False, history_s=0, record=a)
+    feed.prefill(3)
+    assert routes == [a] and monitor.recorder.path == a
+    with pytest.raises(TraintopError):
+        monitor.start_recording(str(tmp_path / "b.ttrec"))  # one file at a time
+    rec = monitor.stop_recording()
+    feed.prefill(2)  # not written: the recorder is detached at once
+    rec.close()
+    assert len(list(RecordingReader(a).frames())) == 3
+    assert monitor.stop_recording() is None
+    monitor.start_recording(str(tmp_path / "c.ttrec"))
+    feed.prefill(4)
+    monitor.close()
+    assert len(list(RecordingReader(str(tmp_path / "c.ttrec")).frames())) == 4

@@ -10,7 +10,7 @@ import json
 import threading
 from dataclasses import asdict
 
-from traintop.errors import RecordingError
+from traintop.errors import RecordingError, TraintopError
 from traintop.rules import RULES_VERSION, RulesEngine, default_engine
 from traintop.rules.engine import Alert
 from traintop.samples import Frame, SessionInfo
@@ -27,9 +27,32 @@ class Monitor:
         self.lock = threading.RLock()
         self.recording_error: str | None = None
         self.source_error: str | None = None
+        self.collector_errors: dict[str, str] = {}  # collector -> why it fails now (live sampling)
         self.ended_at: float | None = None
         if recorder is not None:
             self.attach_recorder(recorder)
+
+    def start_recording(self, path: str, **writer_options) -> str:
+        """Record from now on into a new file at ``path`` (the one route for ``--record`` and the
+        dashboard's ``r`` key). Raises RecordingError (one line) when it cannot be created."""
+        from traintop.recording import RecordingWriter
+
+        with self.lock:
+            if self.recorder is not None:
+                raise TraintopError(f"already recording to {self.recorder.path}")
+            recorder = RecordingWriter(path, self.info, **writer_options)
+            self.recording_error = None
+            self.attach_recorder(recorder)
+        return path
+
+    def stop_recording(self):
+        """Stop recording at once (no frame is written after this returns) and hand back the writer,
+        or None. The caller closes it: closing checkpoints and compacts the file, seconds for a long
+        session, so a UI does it off its event loop."""
+        with self.lock:
+            recorder, self.recorder = self.recorder, None
+            self.recording_error = None
+        return recorder
 
     def attach_recorder(self, recorder) -> None:
         """Record from now on. The file says which rules judged it, and gets the alerts already

@@ -75,6 +75,21 @@ def info_from_json(text: str) -> SessionInfo:
                        extra=extra if isinstance(extra, dict) else {})
 
 
+def default_recording_dir() -> str:
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return os.path.join(base, "traintop", "recordings")
+
+
+def new_recording_path(directory: str | None = None) -> str:
+    """A fresh time-stamped file name in ``directory`` (the per-user default if None), created 0700."""
+    directory = directory or default_recording_dir()
+    try:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+    except OSError as e:
+        raise RecordingError(f"cannot create {directory}: {e.strerror or e}") from None
+    return os.path.join(directory, time.strftime("traintop-%Y%m%d-%H%M%S.ttrec"))
+
+
 class RecordingWriter:
     def __init__(self, path: str, info: SessionInfo, *, chunk_frames: int = 600,
                  flush_every: float = 1.0, overwrite: bool = False, clock=time.monotonic) -> None:

@@ -12,7 +12,7 @@ from traintop.errors import NoGpuError, TraintopError
 from traintop.feeds import ReplayFeed, SourceFeed
 from traintop.live import LiveSampler
 from traintop.monitor import Monitor
-from traintop.recording import RecordingReader, RecordingWriter
+from traintop.recording import RecordingReader
 from traintop.rules import Thresholds, default_engine
 from traintop.samples import SessionInfo
 from traintop.store import Store
@@ -32,8 +32,10 @@ def _store_for(interval: float) -> Store:
     return Store(capacity=max(1200, min(6000, int(900 / interval))))
 
 
-def _open_recorder(record: str | None, info: SessionInfo):
-    return RecordingWriter(record, info) if record else None
+def _recording(monitor: Monitor, record: str | None) -> Monitor:
+    if record:
+        monitor.start_recording(record)
+    return monitor
 
 
 def live_session(interval: float = 0.5, pid: int | None = None, record: str | None = None,
@@ -63,7 +65,7 @@ def live_session(interval: float = 0.5, pid: int | None = None, record: str | No
                           probes=ProbeClient() if proc is not None else None,
                           gpu_timeout=max(1.0, 2 * interval))
     engine = default_engine(config) if config else None
-    monitor = Monitor(info, store=_store_for(interval), engine=engine, recorder=_open_recorder(record, info))
+    monitor = _recording(Monitor(info, store=_store_for(interval), engine=engine), record)
     feed = SourceFeed(monitor, sampler, interval, kind="live")
     feed.closers = [sampler.close]
     return monitor, feed
@@ -82,8 +84,8 @@ def simulated_session(scenario: str = "healthy", gpus: int = 1, seed: int = 0, i
     except ValueError as e:
         raise TraintopError(str(e)) from None
     info = sim.info()
-    monitor = Monitor(info, store=_store_for(interval), recorder=_open_recorder(record, info),
-                      engine=default_engine(config) if config else None)
+    monitor = _recording(Monitor(info, store=_store_for(interval), engine=default_engine(config) if config else None),
+                         record)
     feed = SourceFeed(monitor, sim, interval, kind="simulated")
     feed.prefill(n_hist)
     return monitor, feed
