@@ -40,7 +40,7 @@ def per_call_us(fn, n: int, repeat: int = 3) -> float:
 
 
 def bench_tick(n_gpus: int, quick: bool) -> dict:
-    from test_nvml_collector import fake_nvml
+    from fakes import make_fake_nvml as fake_nvml
 
     from traintop.collectors.nvml import NvmlCollector
 

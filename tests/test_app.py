@@ -1,18 +1,12 @@
 """The dashboard driven by Pilot: layout, keys, replay controls, live updates, tiny terminals."""
 
 import asyncio
-import os
-import sys
 
-sys.path.insert(0, os.path.dirname(__file__))
-
-from helpers import demo_app, sim_app  # noqa: E402
-
-from traintop.widgets.alerts_panel import AlertsPanel  # noqa: E402
-from traintop.widgets.gpu_panel import GpuPanel  # noqa: E402
-from traintop.widgets.help_screen import HelpScreen  # noqa: E402
-from traintop.widgets.replay_bar import ReplayBar  # noqa: E402
-from traintop.widgets.status_bar import StatusBar  # noqa: E402
+from traintop.widgets.alerts_panel import AlertsPanel
+from traintop.widgets.gpu_panel import GpuPanel
+from traintop.widgets.help_screen import HelpScreen
+from traintop.widgets.replay_bar import ReplayBar
+from traintop.widgets.status_bar import StatusBar
 
 
 def run(coro):
@@ -23,7 +17,7 @@ def alerts_text(app) -> str:
     return str(app.query_one("#alerts-body").render())
 
 
-def test_one_panel_per_gpu_and_alerts_with_evidence():
+def test_one_panel_per_gpu_and_alerts_with_evidence(sim_app):
     async def go():
         app, monitor, _ = sim_app("starved,healthy", gpus=2)
         async with app.run_test(size=(160, 48)) as pilot:
@@ -37,7 +31,7 @@ def test_one_panel_per_gpu_and_alerts_with_evidence():
     run(go())
 
 
-def test_compact_layout_in_a_tmux_pane_and_down_to_40x12():
+def test_compact_layout_in_a_tmux_pane_and_down_to_40x12(sim_app):
     async def go():
         app, _, _ = sim_app("starved")
         async with app.run_test(size=(80, 24)) as pilot:
@@ -54,7 +48,7 @@ def test_compact_layout_in_a_tmux_pane_and_down_to_40x12():
     run(go())
 
 
-def test_help_opens_and_closes():
+def test_help_opens_and_closes(sim_app):
     async def go():
         app, _, _ = sim_app()
         async with app.run_test(size=(100, 30)) as pilot:
@@ -65,7 +59,7 @@ def test_help_opens_and_closes():
     run(go())
 
 
-def test_live_pause_freezes_display_but_not_sampling():
+def test_live_pause_freezes_display_but_not_sampling(sim_app):
     async def go():
         app, monitor, feed = sim_app()
         async with app.run_test(size=(100, 30)) as pilot:
@@ -82,7 +76,7 @@ def test_live_pause_freezes_display_but_not_sampling():
     run(go())
 
 
-def test_feed_thread_updates_the_screen():
+def test_feed_thread_updates_the_screen(sim_app):
     async def go():
         app, monitor, feed = sim_app(start_feed=True, interval=0.05, history_s=5)
         async with app.run_test(size=(100, 30)) as pilot:
@@ -97,7 +91,7 @@ def test_feed_thread_updates_the_screen():
     run(go())
 
 
-def test_redraws_are_capped_but_the_newest_frame_is_drawn():
+def test_redraws_are_capped_but_the_newest_frame_is_drawn(sim_app):
     async def go():
         # sampling at 20 Hz, drawing at most 4 frames a second
         app, monitor, feed = sim_app(start_feed=True, interval=0.05, history_s=5, max_fps=4)
@@ -121,7 +115,7 @@ def test_redraws_are_capped_but_the_newest_frame_is_drawn():
     run(go())
 
 
-def test_replay_controls():
+def test_replay_controls(demo_app):
     async def go():
         app, monitor, feed = demo_app(100)
         async with app.run_test(size=(120, 40)) as pilot:
@@ -150,7 +144,7 @@ def test_replay_controls():
     run(go())
 
 
-def test_seek_rebuilds_history_and_alerts():
+def test_seek_rebuilds_history_and_alerts(demo_app):
     async def go():
         app, monitor, feed = demo_app(10)
         async with app.run_test(size=(120, 40)) as pilot:
@@ -163,7 +157,7 @@ def test_seek_rebuilds_history_and_alerts():
     run(go())
 
 
-def test_replay_plays_on_its_own_clock():
+def test_replay_plays_on_its_own_clock(demo_app):
     async def go():
         app, monitor, feed = demo_app(50)
         feed.speed = 16.0
@@ -177,7 +171,13 @@ def test_replay_plays_on_its_own_clock():
     run(go())
 
 
-def test_record_key_writes_a_recording(tmp_path):
+def test_record_key_writes_a_recording(tmp_path, monkeypatch, sim_app):
+    from traintop.monitor import Monitor
+
+    routes = []  # the r key records through the core's one route, like --record
+    real = Monitor.start_recording
+    monkeypatch.setattr(Monitor, "start_recording", lambda self, path, **kw: routes.append(path) or real(self, path, **kw))
+
     async def go():
         app, monitor, feed = sim_app(record_dir=str(tmp_path))
         async with app.run_test(size=(100, 30)) as pilot:
@@ -191,12 +191,12 @@ def test_record_key_writes_a_recording(tmp_path):
             await app.workers.wait_for_complete()  # the file is closed off the UI loop
     run(go())
     files = list(tmp_path.glob("*.ttrec"))
-    assert len(files) == 1
+    assert len(files) == 1 and routes == [str(files[0])]
     from traintop.recording import RecordingReader
     assert len(list(RecordingReader(str(files[0])).frames())) == 5
 
 
-def test_recording_failure_is_shown_and_live_view_goes_on():
+def test_recording_failure_is_shown_and_live_view_goes_on(sim_app):
     class Broken:
         path = "/full/disk.ttrec"
 
@@ -225,7 +225,7 @@ def test_recording_failure_is_shown_and_live_view_goes_on():
     run(go())
 
 
-def test_updates_continue_while_help_is_open():
+def test_updates_continue_while_help_is_open(sim_app):
     async def go():
         app, monitor, feed = sim_app(start_feed=True, interval=0.05, history_s=5)
         async with app.run_test(size=(100, 30)) as pilot:
@@ -240,7 +240,7 @@ def test_updates_continue_while_help_is_open():
     run(go())
 
 
-def test_process_exit_keeps_history_and_says_when():
+def test_process_exit_keeps_history_and_says_when(sim_app):
     import dataclasses
 
     from traintop.widgets.process_panel import ProcessPanel
@@ -261,7 +261,7 @@ def test_process_exit_keeps_history_and_says_when():
     run(go())
 
 
-def test_no_color_is_honoured(monkeypatch):
+def test_no_color_is_honoured(monkeypatch, sim_app):
     monkeypatch.setenv("NO_COLOR", "1")
     app, _, _ = sim_app()
     assert app.no_color
@@ -274,3 +274,20 @@ def test_sparklines_use_fixed_scales():
     assert spark([3.0, 3.0, 3.0], 0, 100, 3).plain == "▁▁▁"
     assert spark([100.0, 50.0, 0.0], 0, 100, 3).plain == "█▅▁"
     assert spark([None, 100.0], 0, 100, 4).plain == "   █"  # missing is blank, never 0
+
+
+def test_process_panel_reads_the_starvation_thresholds_from_the_view():
+    from traintop.rules import Thresholds
+    from traintop.samples import RankSample
+    from traintop.view import RankView
+    from traintop.widgets.process_panel import rank_line
+
+    rv = RankView(RankSample(pid=1, rank=0, cuda=True, input_wait=0.5), 0, None, [], [], [], [])
+
+    def style_of_wait(thresholds):
+        line = rank_line(rv, thresholds)
+        start = line.plain.index("input wait")
+        return {str(s.style) for s in line.spans if s.start <= start < s.end}
+
+    assert style_of_wait(Thresholds()) == {"bold yellow"}  # 50 % ≥ the default 30 %
+    assert style_of_wait(Thresholds(starvation_input_wait=0.6)) == {"dim"}

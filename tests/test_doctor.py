@@ -1,23 +1,18 @@
 """traintop doctor: each check's verdict and fix, with a fake NVML and real subprocesses."""
 
-import os
 import subprocess
 import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-
-from test_nvml_collector import _with_hopper_extras, fake_nvml  # noqa: E402
-
-from traintop import doctor  # noqa: E402
+from traintop import doctor
 
 
 def statuses(checks):
     return {c.name: c.status for c in checks}
 
 
-def test_visible_gpu_other_processes_and_persistence():
+def test_visible_gpu_other_processes_and_persistence(fake_nvml):
     nv, _ = fake_nvml(n=2)
     nv.nvmlDeviceGetPersistenceMode = lambda h: 0
     checks, cuda = doctor.nvml_checks(nv)
@@ -28,7 +23,7 @@ def test_visible_gpu_other_processes_and_persistence():
     assert "NVIDIA H200" in checks[0].detail and "580.159.04" in checks[0].detail
 
 
-def test_no_gpu_is_one_fail_with_the_fix():
+def test_no_gpu_is_one_fail_with_the_fix(fake_nvml):
     nv, _ = fake_nvml(init_error=9)
     checks, cuda = doctor.nvml_checks(nv)
     assert [c.status for c in checks] == ["fail"] and cuda is None and "driver" in checks[0].fix
@@ -70,15 +65,15 @@ def test_cli_exit_code_and_json():
     assert '"status": "fail"' in r.stdout and "Traceback" not in r.stderr
 
 
-def test_health_lines_pcie_ecc_gpm_and_events():
+def test_health_lines_pcie_ecc_gpm_and_events(fake_nvml, with_hopper_extras):
     nv, calls = fake_nvml(n=1)
-    checks, _ = doctor.nvml_checks(_with_hopper_extras(nv, calls))
+    checks, _ = doctor.nvml_checks(with_hopper_extras(nv, calls))
     by = {c.name: c for c in checks}
     assert by["PCIe link"].status == "pass" and "Gen5 x16 (max Gen5 x16)" in by["PCIe link"].detail
     assert by["Memory errors (ECC)"].status == "pass" and "7 corrected" in by["Memory errors (ECC)"].detail
     assert by["GPM metrics"].status == "pass" and by["XID events"].status == "pass"
     nv, calls = fake_nvml(n=1)
-    _with_hopper_extras(nv, calls, gpm=False)
+    with_hopper_extras(nv, calls, gpm=False)
     nv.nvmlDeviceGetCurrPcieLinkWidth = lambda h: 8
     nv.nvmlDeviceGetTotalEccErrors = lambda h, kind, counter: 2
     nv.nvmlDeviceGetRemappedRows = lambda h: (0, 1, 1, 0)

@@ -9,18 +9,14 @@ import time
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-
-from test_nvml_collector import NVMLError, fake_nvml  # noqa: E402
-
-from traintop.collectors.nvml import NvmlCollector  # noqa: E402
-from traintop.collectors.process import ProcessCollector  # noqa: E402
-from traintop.live import LiveSampler  # noqa: E402
-from traintop.monitor import Monitor  # noqa: E402
-from traintop.view import build_view  # noqa: E402
+from traintop.collectors.nvml import NvmlCollector
+from traintop.collectors.process import ProcessCollector
+from traintop.live import LiveSampler
+from traintop.monitor import Monitor
+from traintop.view import build_view
 
 
-def test_a_hanging_nvml_call_marks_the_gpu_stale_and_sampling_goes_on():
+def test_a_hanging_nvml_call_marks_the_gpu_stale_and_sampling_goes_on(fake_nvml):
     nv, _ = fake_nvml(n=2)
     release = threading.Event()
     real = nv.nvmlDeviceGetUtilizationRates
@@ -46,13 +42,13 @@ def test_a_hanging_nvml_call_marks_the_gpu_stale_and_sampling_goes_on():
     sampler.close()
 
 
-def test_any_nvml_error_mid_run_leaves_fields_none():
+def test_any_nvml_error_mid_run_leaves_fields_none(fake_nvml, nvml_error):
     nv, _ = fake_nvml(n=1)
     col = NvmlCollector(nv)
     assert col.sample()[0].power_w == 612.5
     for code in (15, 999, 10, 2):  # GPU lost, unknown, timeout, invalid argument
         def boom(*a, code=code):
-            raise NVMLError(code)
+            raise nvml_error(code)
         nv.nvmlDeviceGetPowerUsage = boom
         nv.nvmlDeviceGetTemperature = boom
         (g,) = col.sample()
@@ -71,8 +67,7 @@ def test_attached_process_replaced_by_a_new_pid():
     assert not col.sample().alive  # stays ended even if the PID number is reused later
 
 
-def test_a_terminal_resized_to_40x12_and_back():
-    from helpers import sim_app
+def test_a_terminal_resized_to_40x12_and_back(sim_app):
 
     async def go():
         app, _, feed = sim_app("starved,healthy", gpus=2)
@@ -159,3 +154,32 @@ def test_sigkill_of_the_record_command_keeps_all_but_the_last_second(tmp_path):
     frames = list(RecordingReader(str(out)).frames())
     assert len(frames) >= 30, "the command's committed samples did not survive"
     assert killed_at - frames[-1].t <= 2.0  # samples are committed every second
+
+
+def test_a_failing_collector_is_counted_and_its_reason_shown():
+    from traintop.feeds import SourceFeed
+    from traintop.samples import HostSample, SessionInfo
+
+    class Host:
+        broken = True
+
+        def sample(self):
+            if self.broken:
+                raise RuntimeError("psutil: /proc/stat\nunreadable")
+            return HostSample(cpu_percent=12.0)
+
+    host = Host()
+    sampler = LiveSampler(host=host)
+    mon = Monitor(SessionInfo(kind="live"))
+    feed = SourceFeed(mon, sampler, 0.5)
+    for _ in range(3):
+        feed._tick()  # the frame still comes: the host's fields are missing, nothing else
+    assert mon.store.frames_seen == 3 and mon.store.latest.host is None
+    assert sampler.failures == {"host": 3}
+    view = build_view(mon)
+    assert view.collector_errors["host"] == "collector host failing: RuntimeError: psutil: /proc/stat\\x0aunreadable"
+    assert "collector host failing" in view.source_error
+    host.broken = False
+    feed._tick()
+    view = build_view(mon)
+    assert not view.collector_errors and view.source_error is None and sampler.failures == {"host": 3}

@@ -3,38 +3,33 @@
 Update after an intended change: scripts/test tests/test_snapshots.py --snapshot-update
 """
 
-import os
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-
-from helpers import demo_app  # noqa: E402
 
 # Moments in the demo: the healthy phase (power cap, info only), data starvation, memory creep.
 HEALTHY, STARVED, LEAK = 45.0, 110.0, 217.0
 
 
 @pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=["80x24", "160x48"])
-def test_dashboard(snap_compare, size):
+def test_dashboard(snap_compare, size, demo_app):
     app, _, _ = demo_app(HEALTHY)
     assert snap_compare(app, terminal_size=size)
 
 
 @pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=["80x24", "160x48"])
-def test_starvation_alert(snap_compare, size):
+def test_starvation_alert(snap_compare, size, demo_app):
     app, _, _ = demo_app(STARVED)
     assert snap_compare(app, terminal_size=size)
 
 
 @pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=["80x24", "160x48"])
-def test_replay_memory_creep(snap_compare, size):
+def test_replay_memory_creep(snap_compare, size, demo_app):
     app, _, _ = demo_app(LEAK, mode="replay")
     assert snap_compare(app, terminal_size=size)
 
 
-def test_help_screen(snap_compare):
+def test_help_screen(snap_compare, demo_app):
     app, _, _ = demo_app(HEALTHY)
     assert snap_compare(app, press=["question_mark"], terminal_size=(80, 24))
 

@@ -98,6 +98,9 @@ class SourceFeed(Feed):
 
     def _tick(self) -> None:
         self.monitor.ingest(self.source.next_frame())
+        failing = getattr(self.source, "failing", None)  # live collectors that raise (LiveSampler)
+        if failing is not None:
+            self.monitor.collector_errors = dict(failing)
 
 
 class ReplayFeed(Feed):

@@ -2,7 +2,9 @@
 
 The GPU read runs on a helper thread with a time limit: a driver call that hangs makes
 the tick report those GPUs as stale (fields None) instead of stopping the sampler, and
-no second call is started until the hung one returns.
+no second call is started until the hung one returns. A collector that raises costs only
+its own fields: the failure is counted (``failures``) and its reason kept (``failing``, one
+line per collector, until it answers again) for the dashboard to show.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 
 from traintop.samples import Frame, GpuSample
+from traintop.text import one_line
 
 
 class LiveSampler:
@@ -27,6 +30,21 @@ class LiveSampler:
         self._pending: Future | None = None
         self.stale_since: float | None = None
         self.timeouts = 0
+        self.failures: dict[str, int] = {}  # collector -> exceptions so far
+        self.failing: dict[str, str] = {}  # collector -> its last error, while it keeps failing
+
+    def _failed(self, name: str, e: Exception) -> None:
+        self.failures[name] = self.failures.get(name, 0) + 1
+        self.failing[name] = one_line(f"{type(e).__name__}: {e}", 120)
+
+    def _call(self, name: str, fn, *args, fallback=None):
+        try:
+            out = fn(*args)
+        except Exception as e:  # a collector bug must not stop sampling; its fields read as None
+            self._failed(name, e)
+            return fallback
+        self.failing.pop(name, None)
+        return out
 
     def _gpus(self) -> tuple[tuple[GpuSample, ...], tuple[int, ...]]:
         if self.gpu is None:
@@ -40,22 +58,24 @@ class LiveSampler:
             self.stale_since = self.stale_since or self._clock()
             indices = tuple(i.index for i in self.gpu.infos)
             return tuple(GpuSample(index=i) for i in indices), indices
-        except Exception:  # a collector bug must not stop sampling; the fields read as None
+        except Exception as e:  # a collector bug must not stop sampling; the fields read as None
             self._pending = None
+            self._failed("GPU", e)
             indices = tuple(i.index for i in self.gpu.infos)
             return tuple(GpuSample(index=i) for i in indices), indices
         self._pending = None
         self.stale_since = None
+        self.failing.pop("GPU", None)
         return gpus, ()
 
     def next_frame(self) -> Frame:
         t = self._clock()
         gpus, stale = self._gpus()
-        host = self.host.sample() if self.host is not None else None
-        proc = self.process.sample() if self.process is not None else None
+        host = self._call("host", self.host.sample) if self.host is not None else None
+        proc = self._call("process", self.process.sample) if self.process is not None else None
         ranks = ()
         if self.probes is not None and proc is not None and proc.alive:
-            ranks = self.probes.sample(self.process.channel_pids())
+            ranks = self._call("probe", lambda: self.probes.sample(self.process.channel_pids()), fallback=())
         return Frame(t=t, gpus=gpus, host=host, process=proc, ranks=ranks, stale_gpus=stale)
 
     def close(self) -> None:

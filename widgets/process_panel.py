@@ -7,6 +7,7 @@ import time
 from rich.text import Text
 from traintop.widgets.lines import TextLines
 
+from traintop.rules.config import DEFAULT, Thresholds
 from traintop.text import one_line
 from traintop.units import fmt_bytes, fmt_rate
 from traintop.view import ProcessView, RankView
@@ -22,7 +23,7 @@ NO_PROBE = ("No probe in this job: NVML's per-process figure is an upper bound (
             "`traintop run -- python train.py` or add `import traintop.probe`.")
 
 
-def rank_line(rv: RankView) -> Text:
+def rank_line(rv: RankView, thresholds: Thresholds = DEFAULT) -> Text:
     r = rv.sample
     out = Text()
     where = f" · GPU {rv.gpu}" if rv.gpu is not None else ""
@@ -50,7 +51,7 @@ def rank_line(rv: RankView) -> Text:
             out.append(f" ({r.step_time * 1000:.0f} ms)", style="dim")
     wait = rv.input_wait_10s if rv.input_wait_10s is not None else r.input_wait
     if wait is not None:
-        out.append(f" · input wait {wait * 100:.0f} %", style="bold yellow" if wait >= 0.3 else "dim")
+        out.append(f" · input wait {wait * 100:.0f} %", style="bold yellow" if wait >= thresholds.starvation_input_wait else "dim")
     return out
 
 
@@ -88,12 +89,12 @@ class ProcessPanel(TextLines):
         workers = p.loader_workers
         gpu_mem = ", ".join(f"GPU {i} {fmt_bytes(b)}" for i, b in sorted(v.gpu_mem.items())) or "no GPU memory"
         if self.compact and v.ranks:
-            return rank_line(v.ranks[0]).append(f"  (+{len(v.ranks) - 1} ranks)" if len(v.ranks) > 1 else "")
+            return rank_line(v.ranks[0], v.thresholds).append(f"  (+{len(v.ranks) - 1} ranks)" if len(v.ranks) > 1 else "")
         if self.compact:
             out.append(f"PID {p.pid} ", style="bold")
             out.append(f"CPU {p.cpu_percent or 0:.0f} %  RSS {fmt_bytes(p.rss)}  {gpu_mem}", style="")
             if workers:
-                busy = sum(1 for w in workers if (w.cpu_percent or 0) >= 85)
+                busy = sum(1 for w in workers if (w.cpu_percent or 0) >= v.thresholds.starvation_busy_worker_cpu)
                 out.append(f"  workers {len(workers)} ({busy} at 100 %)",
                            style="bold yellow" if busy else "dim")
             return out
@@ -116,7 +117,7 @@ class ProcessPanel(TextLines):
             return out
         for rv in v.ranks[:8]:
             out.append("\n")
-            out.append_text(rank_line(rv))
+            out.append_text(rank_line(rv, v.thresholds))
         first = v.ranks[0]
         if first.step_time and any(x is not None for x in first.step_time):
             times = [x for x in first.step_time if x is not None]
