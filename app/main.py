@@ -2,23 +2,27 @@
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import deque
 
+from rich.text import Text
 from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.widgets import Footer
 
 from traintop.errors import RecordingError, TraintopError
-from traintop.feeds import Feed, ReplayFeed
+from traintop.feeds import Feed
 from traintop.monitor import Monitor
 from traintop.recording import new_recording_path
 from traintop.text import one_line
 from traintop.view import View, build_view
 from traintop.widgets.alerts_panel import AlertsPanel
 from traintop.widgets.gpu_panel import GpuPanel
+from traintop.widgets.gpu_table import GpuTable
 from traintop.widgets.help_screen import HelpScreen
 from traintop.widgets.host_panel import HostPanel
 from traintop.widgets.process_panel import ProcessPanel
@@ -27,6 +31,32 @@ from traintop.widgets.status_bar import StatusBar
 
 COMPACT_WIDTH = 120
 COMPACT_HEIGHT = 36
+PANEL_ROWS = 7  # a GPU's full panel
+COMPACT_PANEL_ROWS = 3
+ALERTS_MIN_ROWS = 8  # what the GPUs leave to the alerts before they fall back to one line each
+COMPACT_ALERTS_MIN_ROWS = 4
+NOTICE_S = 6.0
+REPLAY_ACTIONS = {"seek", "seek_fraction", "step", "speed"}
+ALERTS_KEYS = Binding.Group("alerts", compact=True)
+
+
+def gpu_layout(n: int, width: int, height: int, replay_bar: bool, focused: bool) -> tuple[str, int]:
+    """How the GPUs are shown: ("panels"|"table"|"focus"|"none", rows the table may use)."""
+    compact = width < COMPACT_WIDTH or height < COMPACT_HEIGHT
+    avail = height - 2 - (1 if replay_bar else 0)  # status line and footer
+    if n == 0:
+        return "none", 0
+    if focused:
+        return "focus", 0
+    if compact:
+        room = avail - 2 - COMPACT_ALERTS_MIN_ROWS  # host and process lines
+        if n * COMPACT_PANEL_ROWS <= room:
+            return "panels", 0
+        return "table", max(1, room)
+    room = avail - ALERTS_MIN_ROWS
+    if n * PANEL_ROWS <= room:
+        return "panels", 0
+    return "table", max(1, room - 3)  # the table's border and header
 
 
 class FrameReady(Message):
@@ -41,13 +71,22 @@ class TraintopApp(App):
         Binding("q", "quit", "quit"),
         Binding("question_mark", "help", "help"),
         Binding("p,space", "pause", "pause"),
-        Binding("r", "record", "record", show=False),
+        Binding("p,space", "resume", "resume"),
         Binding("left", "seek(-10)", "-10s", show=False),
         Binding("right", "seek(10)", "+10s", show=False),
-        Binding("comma", "step(-1)", "step back", show=False),
-        Binding("full_stop", "step(1)", "step", show=False),
         Binding("left_square_bracket", "speed(-1)", "slower", show=False),
         Binding("right_square_bracket", "speed(1)", "faster", show=False),
+        Binding("up", "scroll_alerts(-1)", "alerts", group=ALERTS_KEYS),
+        Binding("down", "scroll_alerts(1)", "alerts", group=ALERTS_KEYS),
+        Binding("pageup", "scroll_alerts(-10)", show=False),
+        Binding("pagedown", "scroll_alerts(10)", show=False),
+        Binding("g", "focus_gpu(1)", "one GPU"),
+        Binding("G", "focus_gpu(-1)", "previous GPU", show=False),
+        Binding("escape", "all_gpus", "all GPUs"),
+        Binding("n", "next_page", "more GPUs"),
+        Binding("r", "record", "record"),
+        Binding("comma", "step(-1)", "step back", show=False),
+        Binding("full_stop", "step(1)", "step", show=False),
         Binding("home", "seek_fraction(0)", "start", show=False),
         Binding("end", "seek_fraction(1)", "end", show=False),
     ] + [Binding(str(d), f"seek_fraction({d / 10})", show=False) for d in range(10)]
@@ -61,6 +100,7 @@ class TraintopApp(App):
         self._redraw_timer = None
         self.monitor = monitor
         self.feed = feed
+        self.replay = feed.replay_controls()
         self.mode = mode
         self.start_feed = start_feed
         self.record_dir = record_dir
@@ -71,33 +111,47 @@ class TraintopApp(App):
         self.last_view: View | None = None
         self._status: StatusBar | None = None  # set on mount
         self._panels: list[GpuPanel] = []
+        self.focused_gpu: int | None = None  # the GPU index whose full panel is shown alone
+        self.gpu_page = 0
+        self.gpu_mode = "none"
+        self._pages = 1
+        self._bindings_state: tuple | None = None
+        self._notice_timer = None
+        # Replay commands run in order on a worker thread (a seek rebuilds minutes of history).
+        self._jobs: deque = deque()
+        self._jobs_lock = threading.Lock()
+        self._jobs_running = False
+        self._pending_position: float | None = None
 
     # -- layout -----------------------------------------------------------------
     def compose(self) -> ComposeResult:
         yield StatusBar()
-        if isinstance(self.feed, ReplayFeed):
+        if self.replay is not None:
             yield ReplayBar()
         with Horizontal(id="main"):
-            yield VerticalScroll(id="gpus")
+            with Vertical(id="left"):
+                with Vertical(id="gpus"):
+                    yield GpuTable()
+                yield AlertsPanel()
             with Vertical(id="side"):
                 yield HostPanel()
                 yield ProcessPanel()
-        yield AlertsPanel()
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         # References, not queries: app.query_one searches the active screen, which is the
         # help screen while it is open.
         self._status = self.query_one(StatusBar)
-        self._gpus = self.query_one("#gpus", VerticalScroll)
+        self._gpus = self.query_one("#gpus", Vertical)
+        self._table = self.query_one(GpuTable)
         self._host = self.query_one(HostPanel)
         self._process = self.query_one(ProcessPanel)
         self._alerts = self.query_one(AlertsPanel)
-        self._replay_bar = self.query_one(ReplayBar) if isinstance(self.feed, ReplayFeed) else None
+        self._replay_bar = self.query_one(ReplayBar) if self.replay is not None else None
         self._apply_size()
         self.refresh_view()
         if self.banner:
-            self.say(self.banner, timeout=8)
+            self.say(self.banner, timeout=12)
         if self.start_feed:
             self.feed.start(self._notify_from_feed)
 
@@ -120,6 +174,34 @@ class TraintopApp(App):
     def compact(self) -> bool:
         return bool(self._compact)
 
+    # -- messages: one line in the status bar, over nothing ------------------------
+    def say(self, message: str, severity: str = "information", timeout: float | None = None) -> None:
+        """Show ``message`` in the status line for a while (toasts covered the panels). It may
+        quote a file name or an error: shown as text, never markup."""
+        if self._status is None:
+            return
+        self._status.show_notice(one_line(message, 1000), severity)
+        if self._notice_timer is not None:
+            self._notice_timer.stop()
+        seconds = timeout or (2 * NOTICE_S if severity == "error" else NOTICE_S)
+        self._notice_timer = self.set_timer(seconds, self._clear_notice)
+
+    def _clear_notice(self) -> None:
+        self._notice_timer = None
+        if self._status is not None:
+            self._status.show_notice(None)
+
+    def notify(self, message, *, title: str = "", severity: str = "information", timeout: float | None = None,
+               markup: bool = True) -> None:
+        # Textual's own messages (ctrl+c: "press q to quit") carry markup; ours call say().
+        text = str(message)
+        if markup:
+            try:
+                text = Text.from_markup(text).plain
+            except Exception:  # not markup after all: show it as it is
+                pass
+        self.say(f"{title}: {text}" if title else text, severity, timeout)
+
     # -- data in ------------------------------------------------------------------
     def _notify_from_feed(self) -> None:
         # Runs on the feed's thread: coalesce, so a slow terminal never builds a queue.
@@ -129,7 +211,7 @@ class TraintopApp(App):
 
     def on_frame_ready(self, _: FrameReady) -> None:
         self._pending = False
-        if self.paused or not self.is_running or self._redraw_timer is not None:
+        if self.paused or not self.is_running or self._redraw_timer is not None or self._jobs_running:
             return
         wait = self._last_redraw + self.min_redraw_s - time.monotonic()
         if wait > 0:  # draw the newest frame once the redraw budget allows
@@ -151,23 +233,50 @@ class TraintopApp(App):
         compact = self.compact
         with self.batch_update():
             self._show_status(view)
-            if [p.index for p in self._panels] != [g.sample.index for g in view.gpus]:
-                for p in self._panels:
-                    p.remove()
-                self._panels = [GpuPanel(g.sample.index) for g in view.gpus]
-                self._gpus.mount_all(self._panels)
-            for panel, gv in zip(self._panels, view.gpus):
-                panel.show(gv, compact)
+            self._show_gpus(view, compact)
             self._host.show(view.host, compact)
             self._process.show(view.process, compact)
-            self._alerts.show(view.active, view.recent, view.t, compact)
+            self._alerts.show(view, compact)
             if self._replay_bar is not None:
-                f = self.feed
-                self._replay_bar.show(f.t_start, f.t_end, f.position, f.speed, f.playing)
+                self._show_replay_bar()
+        self._refresh_bindings_if_changed()
+
+    def _show_gpus(self, view: View, compact: bool) -> None:
+        indices = [g.sample.index for g in view.gpus]
+        if [p.index for p in self._panels] != indices:
+            for p in self._panels:
+                p.remove()
+            self._panels = [GpuPanel(i) for i in indices]
+            self._gpus.mount_all(self._panels)
+        if self.focused_gpu is not None and self.focused_gpu not in indices:
+            self.focused_gpu = None
+        w, h = self.size
+        mode, rows = gpu_layout(len(indices), w, h, self._replay_bar is not None, self.focused_gpu is not None)
+        self.gpu_mode = mode
+        self.screen.set_class(mode == "none", "-no-gpu")
+        self._table.display = mode == "table"
+        if mode == "table":
+            n = len(view.gpus)
+            per_page = rows if n <= rows else max(1, rows - 1)
+            self._pages = -(-n // per_page)
+            self.gpu_page %= self._pages
+            first = self.gpu_page * per_page
+            shown = list(view.gpus[first:first + per_page])
+            more = n - len(shown)
+            self._table.styles.height = len(shown) + (1 if more else 0) + (0 if compact else 3)
+            self._table.show(shown, n, more, wide=not compact)
+        else:
+            self._pages = 1
+        for panel, gv in zip(self._panels, view.gpus):
+            visible = mode == "panels" or (mode == "focus" and gv.sample.index == self.focused_gpu)
+            panel.display = visible
+            panel.set_class(mode == "focus", "-focused")
+            if visible:
+                panel.show(gv, compact and mode != "focus")
 
     def _show_status(self, view: View) -> None:
         # Names, driver and label come from the driver or a file: made safe here, once.
-        names = {}
+        names: dict[str, int] = {}
         for g in view.gpus:
             name = one_line(g.info.name, 200)
             names[name] = names.get(name, 0) + 1
@@ -180,49 +289,144 @@ class TraintopApp(App):
         rec = self.monitor.recorder
         problem = view.recording_error or view.source_error
         problem = one_line(problem, 500) if problem else None
-        replay = None
-        if isinstance(self.feed, ReplayFeed) and self.feed.at_end:
-            replay = "end of recording"
+        replay = "end of recording" if self.replay is not None and self.replay.at_end else None
+        text = " · ".join(dict.fromkeys(b for b in bits if b))  # a GPU-less recording's label is "no GPU" too
         self._status.show(
-            mode=self.mode, text=" · ".join(b for b in bits if b), t=view.t, paused=self.paused,
+            mode=self.mode, text=text, t=view.t, paused=self.paused,
             recording=one_line(rec.path) if rec is not None and not view.recording_error else None,
             problem=problem, replay=replay)
 
-    def say(self, message: str, **kw) -> None:
-        """A toast. Its text may quote a file name or an error: shown as text, never markup."""
-        self.notify(one_line(message, 1000), markup=False, **kw)
+    def _show_replay_bar(self) -> None:
+        rc = self.replay
+        with self._jobs_lock:
+            pending = self._pending_position
+        self._replay_bar.show(rc.t_start, rc.t_end, rc.position if pending is None else pending, rc.speed,
+                              rc.playing)
+
+    # -- which keys apply now (the footer shows those) --------------------------------
+    def _is_paused(self) -> bool:
+        return (not self.replay.playing) if self.replay is not None else self.paused
+
+    def check_action(self, action: str, parameters: tuple) -> bool | None:
+        if action in REPLAY_ACTIONS:
+            return self.replay is not None
+        if action == "record":
+            return self.replay is None
+        if action == "pause":
+            return not self._is_paused()
+        if action == "resume":
+            return self._is_paused()
+        if action == "focus_gpu":
+            return self.last_view is not None and len(self.last_view.gpus) > 1
+        if action == "all_gpus":
+            return self.focused_gpu is not None
+        if action == "next_page":
+            return self.gpu_mode == "table" and self._pages > 1
+        return True
+
+    def _refresh_bindings_if_changed(self) -> None:
+        state = (self._is_paused(), self.focused_gpu, self.gpu_mode, self._pages,
+                 len(self.last_view.gpus) if self.last_view else 0)
+        if state != self._bindings_state:
+            self._bindings_state = state
+            self.refresh_bindings()
 
     # -- actions --------------------------------------------------------------------
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
 
     def action_pause(self) -> None:
-        if isinstance(self.feed, ReplayFeed):
-            self.feed.toggle_pause()
-        else:
-            self.paused = not self.paused
+        if self.replay is not None:
+            self._replay_job(self.replay.toggle_pause)
+            return
+        self.paused = not self.paused
         self.refresh_view()
 
+    action_resume = action_pause
+
+    def action_scroll_alerts(self, lines: int) -> None:
+        self._alerts.scroll_relative(y=int(lines), animate=False)
+
+    def action_focus_gpu(self, direction: int) -> None:
+        gpus = [g.sample.index for g in self.last_view.gpus] if self.last_view else []
+        if len(gpus) < 2:
+            return
+        if self.focused_gpu is None:
+            k = 0 if int(direction) > 0 else len(gpus) - 1
+        else:
+            k = gpus.index(self.focused_gpu) + int(direction)
+        self.focused_gpu = gpus[k] if 0 <= k < len(gpus) else None  # past the last: all GPUs again
+        self.refresh_view()
+
+    def action_all_gpus(self) -> None:
+        self.focused_gpu = None
+        self.refresh_view()
+
+    def action_next_page(self) -> None:
+        self.gpu_page = (self.gpu_page + 1) % max(1, self._pages)
+        self.refresh_view()
+
+    # -- replay: commands queued to a worker, seeks coalesced -------------------------
+    def _replay_job(self, job, seek_to: float | None = None) -> None:
+        with self._jobs_lock:
+            if seek_to is not None:
+                if self._jobs and self._jobs[-1][1] is not None:  # a newer target replaces a waiting one
+                    self._jobs.pop()
+                self._pending_position = seek_to
+            self._jobs.append((job, seek_to))
+            start = not self._jobs_running
+            self._jobs_running = True
+        if start:
+            self._run_replay_jobs()
+        if self._replay_bar is not None:
+            self._show_replay_bar()
+
+    @work(thread=True, group="replay")
+    def _run_replay_jobs(self) -> None:
+        while True:
+            with self._jobs_lock:
+                if not self._jobs:
+                    self._jobs_running = False
+                    self._pending_position = None
+                    break
+                job, _ = self._jobs.popleft()
+            try:
+                job()
+            except Exception as e:  # a damaged recording: say so, keep the dashboard
+                self.call_from_thread(self.say, f"replay: {type(e).__name__}: {e}", "error")
+        if self.is_running:
+            self.call_from_thread(self.refresh_view)
+
+    def _target(self) -> float:
+        with self._jobs_lock:
+            pending = self._pending_position
+        return pending if pending is not None else (self.replay.position or 0.0)
+
+    def _seek_to(self, t: float) -> None:
+        rc = self.replay
+        if rc is None or rc.t_start is None:
+            return
+        t = min(max(t, rc.t_start), rc.t_end)
+        self._replay_job(lambda: rc.seek(t), seek_to=t)
+
     def action_seek(self, seconds: float) -> None:
-        if isinstance(self.feed, ReplayFeed):
-            self.feed.seek_relative(float(seconds))
-            self.refresh_view()
+        if self.replay is not None:
+            self._seek_to(self._target() + float(seconds))
 
     def action_seek_fraction(self, frac: float) -> None:
-        if isinstance(self.feed, ReplayFeed):
-            self.feed.seek_fraction(float(frac))
-            self.refresh_view()
+        rc = self.replay
+        if rc is not None and rc.t_start is not None:
+            self._seek_to(rc.t_start + (rc.t_end - rc.t_start) * float(frac))
 
     def action_step(self, direction: int) -> None:
-        if isinstance(self.feed, ReplayFeed):
-            self.feed.step(int(direction))
-            self.refresh_view()
+        if self.replay is not None:
+            self._replay_job(lambda: self.replay.step(int(direction)))
 
     def action_speed(self, direction: int) -> None:
-        if isinstance(self.feed, ReplayFeed):
-            (self.feed.faster if int(direction) > 0 else self.feed.slower)()
-            self.refresh_view()
+        if self.replay is not None:
+            self._replay_job(self.replay.faster if int(direction) > 0 else self.replay.slower)
 
+    # -- recording ----------------------------------------------------------------------
     @work(thread=True, exclusive=False)
     def _close_recording(self, rec) -> None:
         # Closing checkpoints and vacuums the file: seconds for a long session, so off the UI loop.
@@ -230,12 +434,9 @@ class TraintopApp(App):
             rec.close()
             self.call_from_thread(self.say, f"Recording saved: {rec.path}")
         except RecordingError as e:
-            self.call_from_thread(self.say, str(e), severity="error")
+            self.call_from_thread(self.say, str(e), "error")
 
     def action_record(self) -> None:
-        if isinstance(self.feed, ReplayFeed):
-            self.say("This is a replay: it is already a recording.", severity="warning")
-            return
         rec = self.monitor.stop_recording()
         if rec is not None:
             self._close_recording(rec)
@@ -244,7 +445,7 @@ class TraintopApp(App):
         try:
             path = self.monitor.start_recording(new_recording_path(self.record_dir))
         except TraintopError as e:
-            self.say(f"Cannot record: {e}", severity="error")
+            self.say(f"Cannot record: {e}", "error")
             return
         self.say(f"Recording to {path}")
         self.refresh_view()

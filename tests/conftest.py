@@ -63,3 +63,36 @@ def nvml_error():
 def with_hopper_extras():
     """Add GPM, violation counters, ECC, link and event calls to a fake NVML."""
     return add_hopper_extras
+
+
+def _attached_app(name, offset, **kw):
+    import pathlib
+
+    from traintop import sessions
+    from traintop.app.factory import build_app
+
+    path = pathlib.Path(__file__).parent / "fixtures" / "h200" / name
+    monitor, feed = sessions.replay_session(str(path))
+    feed.playing = False
+    feed.seek(feed.t_start + offset)
+    return build_app(monitor, feed, mode="replay", start_feed=False, **kw), monitor, feed
+
+
+@pytest.fixture
+def attached_app():
+    """A real H200 recording of a job attached by PID (its probe found), paused at an offset:
+    ``attached_app("attach-starved-probe.ttrec", 30)``."""
+    return _attached_app
+
+
+def _footer_text(app) -> str:
+    from textual.widgets._footer import FooterKey, FooterLabel
+
+    keys = [f"{k.key_display} {k.description}".strip() for k in app.screen.query(FooterKey)]
+    return " · ".join(keys + [str(lbl.render()) for lbl in app.screen.query(FooterLabel)])
+
+
+@pytest.fixture
+def footer_text():
+    """What the footer shows now: ``footer_text(app)``."""
+    return _footer_text

@@ -1,6 +1,7 @@
 """The dashboard driven by Pilot: layout, keys, replay controls, live updates, tiny terminals."""
 
 import asyncio
+import re
 
 from traintop.widgets.alerts_panel import AlertsPanel
 from traintop.widgets.gpu_panel import GpuPanel
@@ -48,15 +49,66 @@ def test_compact_layout_in_a_tmux_pane_and_down_to_40x12(sim_app):
     run(go())
 
 
-def test_help_opens_and_closes(sim_app):
+def test_help_scrolls_closes_with_esc_q_or_question_mark_and_ignores_other_keys(demo_app):
+    from textual import events
+
     async def go():
-        app, _, _ = sim_app()
-        async with app.run_test(size=(100, 30)) as pilot:
+        app, _, _ = demo_app(45)
+        async with app.run_test(size=(80, 24)) as pilot:
+            for close in ("escape", "q", "question_mark"):
+                await pilot.press("question_mark")
+                assert isinstance(app.screen, HelpScreen)
+                # two keys typed fast, before the screen handles either (this popped the screen twice)
+                app.post_message(events.Key("a", "a"))
+                app.post_message(events.Key("b", "b"))
+                await pilot.pause()
+                assert isinstance(app.screen, HelpScreen) and app.is_running
+                await pilot.press("p", "r")  # the dashboard's keys do not act behind the help
+                assert not app.paused and app.monitor.recorder is None
+                await pilot.press(close)
+                assert not isinstance(app.screen, HelpScreen) and app.is_running
+            # a close key twice in a row closes the help once and never pops the dashboard
             await pilot.press("question_mark")
+            app.post_message(events.Key("escape", None))
+            app.post_message(events.Key("escape", None))
+            await pilot.pause()
+            assert not isinstance(app.screen, HelpScreen) and app.is_running
+            # cut off at 80x24: the scrolling keys scroll it
+            await pilot.press("question_mark")
+            box = app.screen.query_one("#help-box")
+            assert box.max_scroll_y > 0
+            await pilot.press("down", "down")
+            assert box.scroll_y == 2
+            await pilot.press("end")
+            assert box.scroll_y == box.max_scroll_y
+            await pilot.press("home")
+            assert box.scroll_y == 0
             assert isinstance(app.screen, HelpScreen)
-            await pilot.press("x")
-            assert not isinstance(app.screen, HelpScreen)
+        assert app.return_code in (0, None)
     run(go())
+
+
+def test_an_uncaught_exception_gives_a_non_zero_exit(monkeypatch, sim_app):
+    import argparse
+
+    from traintop import cli
+    from traintop.app.main import TraintopApp
+
+    def broken(self):
+        raise RuntimeError("a bug")
+
+    original_run = TraintopApp.run
+
+    async def press_help(pilot):
+        await pilot.press("question_mark")
+
+    monkeypatch.setattr(TraintopApp, "action_help", broken)
+    monkeypatch.setattr(TraintopApp, "run", lambda self: original_run(self, headless=True, size=(80, 24),
+                                                                         auto_pilot=press_help))
+    _, monitor, feed = sim_app()
+    assert cli._run_app(argparse.Namespace(fps=2), monitor, feed, "simulated") != 0
+
+
 
 
 def test_live_pause_freezes_display_but_not_sampling(sim_app):
@@ -115,33 +167,42 @@ def test_redraws_are_capped_but_the_newest_frame_is_drawn(sim_app):
     run(go())
 
 
+async def press(pilot, *keys):
+    """Press keys one by one, each replay command done (they run on a worker) before the next."""
+    for key in keys:
+        await pilot.press(key)
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause()
+
+
 def test_replay_controls(demo_app):
     async def go():
         app, monitor, feed = demo_app(100)
         async with app.run_test(size=(120, 40)) as pilot:
             start_pos = feed.position
-            await pilot.press("full_stop")
+            await press(pilot, "full_stop")
             assert feed.position > start_pos and not feed.playing
-            await pilot.press("right")
+            await press(pilot, "right")
             assert abs(feed.position - (start_pos + 10.5)) < 1.0
-            await pilot.press("left")
-            await pilot.press("left")
+            await press(pilot, "left", "left")
             assert feed.position < start_pos
-            await pilot.press("right_square_bracket")
+            await press(pilot, "right_square_bracket")
             assert feed.speed == 2.0
-            await pilot.press("left_square_bracket", "left_square_bracket")
+            await press(pilot, "left_square_bracket", "left_square_bracket")
             assert feed.speed == 0.5
-            await pilot.press("end")
+            await press(pilot, "end")
             assert feed.position == feed.t_end and feed.at_end
-            await pilot.press("home")
+            await press(pilot, "home")
             assert feed.position == feed.t_start
-            await pilot.press("5")
+            await press(pilot, "5")
             assert abs((feed.position - feed.t_start) / (feed.t_end - feed.t_start) - 0.5) < 0.01
-            await pilot.press("space")
+            await press(pilot, "space")
             assert feed.playing
             bar = app.query_one(ReplayBar)
             assert bar.start == feed.t_start
     run(go())
+
+
 
 
 def test_seek_rebuilds_history_and_alerts(demo_app):
@@ -291,3 +352,152 @@ def test_process_panel_reads_the_starvation_thresholds_from_the_view():
 
     assert style_of_wait(Thresholds()) == {"bold yellow"}  # 50 % ≥ the default 30 %
     assert style_of_wait(Thresholds(starvation_input_wait=0.6)) == {"dim"}
+
+
+def test_gpu_line_marks_information_apart_from_alerts(demo_app):
+    async def go():
+        app, monitor, _ = demo_app(45)  # the healthy phase: only the power-cap information is up
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            assert [a.severity for a in app.last_view.active] == [1]
+            line = app.query_one(GpuPanel).render().plain.splitlines()[0]
+            assert "ℹ info" in line and "▲" not in line and "alert" not in line
+            assert not app.query_one(AlertsPanel).has_class("-firing")
+    run(go())
+
+
+def no_gpu_recording(tmp_path, monkeypatch) -> str:
+    """A short live recording of a host with no GPU."""
+    from traintop import sessions
+    from traintop.collectors import nvml
+    from traintop.errors import NoGpuError
+
+    def no_nvml(*a, **k):
+        raise NoGpuError("NVML: no GPU")
+
+    monkeypatch.setattr(nvml, "NvmlCollector", no_nvml)
+    path = str(tmp_path / "nogpu.ttrec")
+    monitor, feed = sessions.live_session(0.1, record=path, require_gpu=False)
+    for _ in range(3):
+        feed.step()
+    feed.stop()
+    monitor.close()
+    return path
+
+
+def test_a_gpu_less_recording_says_no_gpu_once_and_claims_no_gpu_figures(tmp_path, monkeypatch):
+    from traintop import sessions
+    from traintop.app.factory import build_app
+
+    monitor, feed = sessions.replay_session(no_gpu_recording(tmp_path, monkeypatch))
+    feed.playing = False
+    feed.seek(feed.t_end)
+    app = build_app(monitor, feed, mode="replay", start_feed=False)
+
+    async def go():
+        async with app.run_test(size=(160, 48)) as pilot:
+            await pilot.pause()
+            status = app.query_one(StatusBar).render().plain
+            assert status.count("no GPU") == 1
+            text = alerts_text(app)
+            assert "No problems detected" in text and "host CPU" in text
+            assert "GPU utilization" not in text and "power" not in text and "temperature" not in text
+            # the wide column goes to the host and the job, the alerts fill the other: nothing blank
+            side, left = app.query_one("#side").region, app.query_one("#left").region
+            assert side.width > left.width
+            assert app.query_one(AlertsPanel).region.height == left.height
+    run(go())
+
+
+def test_big_terminals_give_the_alerts_the_rows_the_gpus_leave(sim_app):
+    async def go():
+        app, _, _ = sim_app("starved,memory_creep", gpus=2)
+        for size in ((160, 48), (200, 50)):
+            async with app.run_test(size=size) as pilot:
+                await pilot.pause()
+                alerts = app.query_one(AlertsPanel)
+                left = app.query_one("#left").region
+                gpu_bottom = max(p.region.bottom for p in app.query(GpuPanel))
+                assert alerts.region.y == gpu_bottom and alerts.region.bottom == left.bottom
+                assert alerts.max_scroll_y == 0  # both GPUs' alerts, every remedy, on screen
+                assert len(app.last_view.active) >= 2
+            app, _, _ = sim_app("starved,memory_creep", gpus=2)
+    run(go())
+
+
+def test_alerts_scroll_with_keys_the_footer_shows_and_pause_says_resume(sim_app, footer_text):
+    async def go():
+        app, _, _ = sim_app("starved,memory_creep", gpus=2)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            alerts = app.query_one(AlertsPanel)
+            assert alerts.max_scroll_y > 0
+            footer = footer_text(app)
+            assert "↑↓ alerts" in footer.replace(" ", "").replace("alerts", " alerts") or "alerts" in footer
+            assert "p pause" in footer
+            await pilot.press("down", "down")
+            assert alerts.scroll_y == 2
+            await pilot.press("pagedown")
+            assert alerts.scroll_y > 2
+            await pilot.press("up")
+            await pilot.press("p")
+            await pilot.pause()
+            assert "p resume" in footer_text(app) and "p pause" not in footer_text(app)
+            await pilot.press("p")
+            await pilot.pause()
+            assert "p pause" in footer_text(app)
+    run(go())
+
+
+def test_wrapped_alert_lines_hang_and_numbers_keep_their_units(sim_app):
+    from rich.text import Text
+
+    from traintop.widgets.wrap import NBSP, hang_wrap, keep_units
+
+    s = keep_units("  GPU 0 idle 34 % of the last 20 s in 1.0 s gaps (mean utilization 63 %) while 2 of 2 "
+                   "loader workers sit at 90 % CPU and memory is 22.5 GiB")
+    for width in range(14, 60):
+        lines = [t.plain for t in hang_wrap(Text(s), width, 2)]
+        assert all(len(x) <= width for x in lines)
+        assert all(x.startswith("  ") and not x.startswith("   ") for x in lines)
+        assert " ".join(x.strip() for x in lines) == s.strip()
+        assert not any(re.search(r"\d$", a) and re.match(r"\s*(%|s\b|GiB)", b) for a, b in zip(lines, lines[1:]))
+    assert f"34{NBSP}%" in s and f"22.5{NBSP}GiB" in s and f"GPU{NBSP}0" in s
+
+    async def go():
+        app, _, _ = sim_app("starved")
+        async with app.run_test(size=(60, 30)) as pilot:
+            await pilot.pause()
+            lines = alerts_text(app).splitlines()
+            ev = [k for k, x in enumerate(lines) if x.startswith("  ") and "idle" in x][0]
+            assert lines[ev + 1].startswith("  ") and lines[ev + 1].strip()  # the evidence wraps, hanging
+            assert not any(re.search(r"\d$", a) and re.match(r"\s*(%|s\b|GiB|W\b)", b)
+                           for a, b in zip(lines, lines[1:]))
+    run(go())
+
+
+def test_a_narrow_pane_shows_the_input_wait(attached_app):
+    async def go():
+        app, _, _ = attached_app("attach-starved-probe.ttrec", 30)
+        async with app.run_test(size=(60, 20)) as pilot:
+            await pilot.pause()
+            from traintop.widgets.process_panel import ProcessPanel
+            panel = app.query_one(ProcessPanel)
+            shown = "".join(seg.text for seg in panel.render_line(0))
+            assert "input wait" in shown
+    run(go())
+
+
+def test_messages_show_in_the_status_line_and_cover_no_panel(sim_app):
+    from textual.widgets._toast import Toast
+
+    async def go():
+        app, _, _ = sim_app(banner="NVML not found; playing the embedded demo")
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            assert "NVML not found" in app.query_one(StatusBar).render().plain
+            assert not app.query(Toast)
+            app.notify("[b]ctrl+q[/b] to quit")
+            await pilot.pause()
+            assert "ctrl+q to quit" in app.query_one(StatusBar).render().plain and not app.query(Toast)
+    run(go())

@@ -132,7 +132,7 @@ def _run_app(args, monitor, feed, mode: str, banner: str | None = None) -> int:
         echo(monitor.recording_error)
     if monitor.recorder is not None and not monitor.recording_error:
         echo(f"recording saved to {monitor.recorder.path}")
-    return 0
+    return app.return_code or 0  # 1 after an uncaught exception (Textual printed it)
 
 
 def cmd_live(args) -> int:

@@ -23,6 +23,23 @@ class FrameSource(Protocol):
     def next_frame(self) -> Frame: ...
 
 
+class ReplayControls(Protocol):
+    """What a feed that plays a recording lets a user do (``Feed.replay_controls()``)."""
+
+    t_start: float | None
+    t_end: float | None
+    position: float | None
+    speed: float
+    playing: bool
+    at_end: bool
+
+    def toggle_pause(self) -> None: ...
+    def seek(self, t: float) -> None: ...
+    def step(self, direction: int = 1) -> None: ...
+    def faster(self) -> None: ...
+    def slower(self) -> None: ...
+
+
 class Feed:
     """Base: a thread that ticks; subclasses implement ``_tick``."""
 
@@ -44,6 +61,10 @@ class Feed:
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name=f"traintop-{self.kind}", daemon=True)
             self._thread.start()
+
+    def replay_controls(self) -> ReplayControls | None:
+        """Pause, seek, step and speed where the feed plays a recording; None for live data."""
+        return None
 
     def stop(self) -> None:
         self._stop.set()
@@ -178,6 +199,9 @@ class ReplayFeed(Feed):
         return n
 
     # -- commands (any thread) ----------------------------------------------
+    def replay_controls(self) -> ReplayControls:
+        return self
+
     def toggle_pause(self) -> None:
         with self._lock:
             if self.at_end and not self.playing:

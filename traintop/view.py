@@ -36,6 +36,7 @@ class GpuView:
     temp: list
     badges: tuple[str, ...]
     alert_level: int  # highest active alert severity on this GPU (0 none)
+    alert_title: str | None = None  # the title of that alert
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,30 @@ class ProcessView:
 
 
 @dataclass(frozen=True)
+class AlertView:
+    """An alert as it stood when the view was built: the engine keeps changing its own Alert
+    objects on the feed's thread while the widgets draw on theirs."""
+
+    rule: str
+    title: str
+    subject: str
+    severity: int
+    start: float
+    end: float | None
+    evidence: str
+    remedies: tuple[str, ...]
+    id: int = 0
+
+    @property
+    def active(self) -> bool:
+        return self.end is None
+
+    @classmethod
+    def of(cls, a: Alert) -> "AlertView":
+        return cls(a.rule, a.title, a.subject, int(a.severity), a.start, a.end, a.evidence, tuple(a.remedies), a.id)
+
+
+@dataclass(frozen=True)
 class View:
     t: float | None
     kind: str
@@ -78,8 +103,8 @@ class View:
     gpus: list[GpuView]
     host: HostView
     process: ProcessView
-    active: list[Alert]
-    recent: list[Alert]
+    active: tuple[AlertView, ...]
+    recent: tuple[AlertView, ...]
     recording_error: str | None = None
     source_error: str | None = None  # one line for the status bar: why data is missing or stale
     extra: dict = field(default_factory=dict)
@@ -105,12 +130,12 @@ def build_view(monitor: Monitor, points: int = SERIES_POINTS) -> View:
         frame: Frame | None = store.latest
         info = monitor.info
         infos = {g.index: g for g in info.gpus}
-        active = sorted(monitor.engine.active, key=lambda a: (-a.severity, a.start))
-        recent = [a for a in reversed(monitor.engine.alerts) if not a.active][:10]
+        active = tuple(AlertView.of(a) for a in sorted(monitor.engine.active, key=lambda a: (-a.severity, a.start)))
+        recent = tuple(AlertView.of(a) for a in [a for a in reversed(monitor.engine.alerts) if not a.active][:10])
         gpus = []
         for g in frame.gpus if frame else ():
             i = g.index
-            level = max((a.severity for a in active if a.subject == f"gpu{g.index}"), default=0)
+            mine = [a for a in active if a.subject == f"gpu{g.index}"]  # most severe first
             gpus.append(GpuView(
                 info=infos.get(g.index) or GpuInfo(index=g.index, name="GPU"),
                 sample=g,
@@ -119,7 +144,8 @@ def build_view(monitor: Monitor, points: int = SERIES_POINTS) -> View:
                 mem=store.last(gpu_key(i, "mem_used"), points),
                 temp=store.last(gpu_key(i, "temp_c"), points),
                 badges=("STALE",) + badges_for(g) if g.index in frame.stale_gpus else badges_for(g),
-                alert_level=int(level),
+                alert_level=mine[0].severity if mine else 0,
+                alert_title=mine[0].title if mine else None,
             ))
         host = HostView(frame.host if frame else None, store.last(host_key("cpu_percent"), points))
         proc = frame.process if frame else None

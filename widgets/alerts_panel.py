@@ -9,44 +9,113 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widget import Widget
 
-from traintop.rules.engine import Alert
 from traintop.text import one_line
 from traintop.units import fmt_duration
+from traintop.view import AlertView, View
 from traintop.widgets.render import SEVERITY_ICON, SEVERITY_STYLE
+from traintop.widgets.wrap import hang_wrap, keep_units
+
+Paragraph = tuple[Text, int]  # a logical line and the indent of its wrapped continuation lines
 
 
 def _clock(t: float) -> str:
     return time.strftime("%H:%M:%S", time.localtime(t))
 
 
-def _subject(subject: str) -> str:
-    # alerts come from recordings too: every text in them is outside text
-    return one_line(subject.replace("gpu", "GPU "), 40)
+def subject_label(subject: str) -> str:
+    """"gpu3" -> "GPU 3"; "gpus", "host", "process" as they are. Alerts come from recordings
+    too: every text in them is outside text."""
+    return "GPU " + subject[3:] if subject[:3] == "gpu" and subject[3:].isdigit() else one_line(subject, 40)
+
+
+def watched(view: View | None) -> str:
+    """What "no problems" vouches for: only what is actually watched."""
+    if view is None:
+        return ""
+    parts = []
+    if view.gpus:
+        parts.append("GPU utilization, power, memory and temperature")
+    if view.host.sample is not None:
+        parts.append("host CPU, memory and I/O")
+    if view.process.sample is not None and view.process.sample.alive:
+        parts.append("the job")
+    if not parts:
+        return ""
+    text = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+    verb = "looks" if parts == ["the job"] else "look"
+    return f"{text} {verb} normal" + ("" if view.gpus else " (no GPU in view)")
+
+
+def alert_paragraphs(active, recent, now: float | None, compact: bool, watching: str = "") -> list[Paragraph]:
+    out: list[Paragraph] = []
+    if not active:
+        line = Text("✔ No problems detected", style="bold green")
+        if now is not None and watching:
+            line.append(f" — {watching}.", style="dim")
+        out.append((line, 2))
+    for k, a in enumerate(active):
+        if k:
+            out.append((Text(), 0))
+        style = SEVERITY_STYLE.get(int(a.severity), "")
+        head = Text(f"{SEVERITY_ICON.get(int(a.severity), '•')} {one_line(a.title, 200)}", style=style)
+        since = f" · {subject_label(a.subject)} · since {_clock(a.start)}"
+        if now is not None:
+            since += f" ({fmt_duration(now - a.start)})"
+        head.append(keep_units(since), style="dim")
+        out.append((head, 2))
+        out.append((Text("  " + keep_units(one_line(a.evidence, 2000))), 2))
+        for r in (a.remedies if k == 0 else a.remedies[:1]):
+            line = Text("  → ", style="bold cyan")
+            line.append(keep_units(one_line(r, 2000)))
+            out.append((line, 4))
+    if recent and not compact:
+        out.append((Text(), 0))
+        line = Text("Ended: ", style="dim bold")
+        line.append("; ".join(f"{one_line(a.title, 200)} ({subject_label(a.subject)}) {_clock(a.start)}–{_clock(a.end)}"
+                              for a in recent[:4]), style="dim")
+        out.append((line, 2))
+    return out
 
 
 class AlertsBody(Widget):
-    """The alert text. Its numbers change every second; the screen is laid out again only
-    when the number of lines changes (Static.update() would re-lay out every time)."""
+    """The alert text, wrapped here with hanging indents. Its numbers change every second; the
+    screen is laid out again only when the number of lines changes."""
 
     def __init__(self, **kw) -> None:
         super().__init__(**kw)
-        self._text = Text()
+        self._paras: list[Paragraph] = []
+        self._cache: tuple[int, list[Text]] | None = None
         self._lines = -1
-        self._width = -1
 
-    def set_text(self, text: Text) -> None:
+    def set_paragraphs(self, paras: list[Paragraph]) -> None:
+        self._paras, self._cache = paras, None
         width = self.content_size.width or self.size.width or 80
-        lines = len(text.wrap(self.app.console, width)) if text.plain else 0
-        relayout = lines != self._lines or width != self._width
-        self._text, self._lines, self._width = text, lines, width
+        lines = len(self._wrapped(width))
+        relayout = lines != self._lines
+        self._lines = lines
         self.refresh(layout=relayout)
 
+    def _wrapped(self, width: int) -> list[Text]:
+        if self._cache is None or self._cache[0] != width:
+            lines: list[Text] = []
+            for text, hang in self._paras:
+                lines.extend(hang_wrap(text, width, hang))
+            self._cache = (width, lines)
+        return self._cache[1]
+
+    def get_content_height(self, container, viewport, width: int) -> int:
+        return len(self._wrapped(width))
+
     def render(self) -> Text:
-        return self._text
+        width = self.content_size.width or self.size.width or 80
+        out = Text("\n").join(self._wrapped(width))
+        out.no_wrap = True
+        out.overflow = "crop"
+        return out
 
 
-class AlertsPanel(VerticalScroll):
-    """Scrollable: active alerts (most severe first) with evidence and remedies, then ended ones."""
+class AlertsPanel(VerticalScroll, can_focus=False):
+    """Scrollable (the app binds the keys): active alerts, most severe first, then ended ones."""
 
     def __init__(self, **kw) -> None:
         super().__init__(id="alerts", **kw)
@@ -57,41 +126,19 @@ class AlertsPanel(VerticalScroll):
 
     _shown: tuple | None = None
 
-    def show(self, active: list[Alert], recent: list[Alert], now: float | None, compact: bool) -> None:
-        text = self.render_alerts(active, recent, now, compact)
-        key = (text.plain, compact)
+    def show(self, view: View, compact: bool) -> None:
+        paras = alert_paragraphs(view.active, view.recent, view.t, compact, watched(view))
+        key = (tuple((t.plain, h) for t, h in paras), compact)
         if key == self._shown:
             return
         self._shown = key
-        self.query_one("#alerts-body", AlertsBody).set_text(text)
-        n = len(active)
+        self.query_one("#alerts-body", AlertsBody).set_paragraphs(paras)
+        n = len(view.active)
         self.border_title = f"Alerts ({n} active)" if n else "Alerts"
-        self.set_class(any(a.severity >= 2 for a in active), "-firing")
+        self.set_class(any(a.severity >= 2 for a in view.active), "-firing")
 
     @staticmethod
-    def render_alerts(active: list[Alert], recent: list[Alert], now: float | None, compact: bool) -> Text:
-        out = Text()
-        if not active:
-            out.append("✔ No problems detected", style="bold green")
-            if now is not None:
-                out.append(" — utilization, power, memory and temperature look normal.", style="dim")
-        for k, a in enumerate(active):
-            if k:
-                out.append("\n")
-            style = SEVERITY_STYLE.get(int(a.severity), "")
-            out.append(f"{SEVERITY_ICON.get(int(a.severity), '•')} {one_line(a.title, 200)}", style=style)
-            since = f" · {_subject(a.subject)} · since {_clock(a.start)}"
-            if now is not None:
-                since += f" ({fmt_duration(now - a.start)})"
-            out.append(since + "\n", style="dim")
-            out.append(f"  {one_line(a.evidence, 2000)}\n")
-            remedies = a.remedies if k == 0 else a.remedies[:1]
-            for r in remedies:
-                out.append("  → ", style="bold cyan")
-                out.append(f"{one_line(r, 2000)}\n")
-        if recent and not compact:
-            out.append("\nEnded: ", style="dim bold")
-            out.append("; ".join(f"{one_line(a.title, 200)} ({one_line(a.subject, 40)}) "
-                                 f"{_clock(a.start)}–{_clock(a.end)}" for a in recent[:4]), style="dim")
-        out.rstrip()
-        return out
+    def render_alerts(active: list[AlertView], recent: list[AlertView], now: float | None, compact: bool,
+                      watching: str = "") -> Text:
+        """The alerts as one unwrapped Text (tests and tools)."""
+        return Text("\n").join(t for t, _ in alert_paragraphs(active, recent, now, compact, watching))

@@ -8,7 +8,10 @@ from traintop.widgets.lines import TextLines
 from traintop.text import one_line
 from traintop.units import GiB, fmt_rate
 from traintop.view import GpuView
+from traintop.widgets.gpu_table import alert_mark
 from traintop.widgets.render import level_style, spark
+
+LEVEL_WORD = {1: "info", 2: "alert", 3: "critical"}
 
 
 def _num(v, fmt: str = "{:.0f}") -> str:
@@ -95,8 +98,9 @@ class GpuPanel(TextLines):
         out.append(one_line(v.info.name.replace("NVIDIA ", ""), 200), style="bold")
         for b in v.badges:
             out.append(f" [{b}]", style="bold yellow" if b != "PWR CAP" else "cyan")
-        if v.alert_level:
-            out.append("  ▲ alert", style="bold red" if v.alert_level >= 3 else "bold yellow")
+        if v.alert_level:  # ✖ critical, ▲ warning, ℹ information: only warnings and worse are "alerts"
+            out.append("  ")
+            out.append_text(alert_mark(v.alert_level, LEVEL_WORD.get(v.alert_level)))
         out.append(f"  SM {_num(s.sm_clock)} MHz", style="dim")
         rows = self._rows()
         half = max(20, width // 2)

@@ -13,14 +13,19 @@ HELP = """\
 [b]traintop[/b] watches the GPUs, the host and the training process together,
 and says what is wrong and what to try.
 
-[b]Keys[/b]
+[b]Keys[/b] (the footer shows those that apply now)
   q            quit                       ?       this help
-  p, space     pause the display (live: sampling and recording go on)
-  r            start/stop recording to a file
+  p, space     pause/resume the display (live: sampling and recording go on)
+  ↑ ↓ PgUp PgDn  scroll the alerts
+  g / G        one GPU's full panel: next / previous; Esc: all GPUs again
+  n            next page of GPUs (where even one line each does not fit)
+  r            start/stop recording to a file (live)
   [b]Replay[/b]  ← →  seek ∓10 s   , .  step one sample   [ ]  slower/faster
           home end  start/end      0-9  jump to 0 %…90 %
 
 [b]Panels[/b]
+  GPUs     more than fit as panels: one line each (utilization history,
+           util and SM %, memory, power, temperature, the worst alert).
   GPU      utilization, power vs its limit, memory, temperature vs the
            slowdown threshold; fixed scales (0–100 %, 0–limit W, 0–total).
            \\[PWR CAP] at full load is normal; \\[THERMAL]: clocks cut.
@@ -41,18 +46,34 @@ and says what is wrong and what to try.
   PCIe bottleneck  host-to-device copies near the link's limit, the GPU waiting
   GPU errors       XID events, uncorrectable or fast-rising ECC errors
 
-Press any key to close.
+↑ ↓ PgUp PgDn Home End scroll this help; Esc, q or ? close it.
 """
 
 
+class HelpBox(VerticalScroll):
+    """Takes the focus, so the arrows, PgUp/PgDn and Home/End scroll the help."""
+
+    BINDINGS = [Binding("j", "scroll_down", show=False), Binding("k", "scroll_up", show=False),
+                Binding("space", "page_down", show=False)]
+
+
 class HelpScreen(ModalScreen):
-    BINDINGS = [Binding("escape,q,question_mark", "dismiss", "close")]
+    """Scrolling keys scroll; Esc, q and ? close; every other key does nothing (a modal screen
+    keeps the dashboard's keys away)."""
+
+    BINDINGS = [Binding("escape,q,question_mark", "close", "close")]
 
     def compose(self) -> ComposeResult:
-        with VerticalScroll(id="help-box"):
+        box = HelpBox(id="help-box")
+        box.border_subtitle = "↑↓ PgUp PgDn scroll · Esc q ? close"
+        with box:
             # rich Text keeps each line's indentation (markup in a Static loses it)
             yield Static(Text.from_markup(HELP), id="help-text")
 
-    def on_key(self, event) -> None:
-        event.stop()
-        self.dismiss()
+    def on_mount(self) -> None:
+        self.query_one(HelpBox).focus()
+
+    def action_close(self) -> None:
+        # Keys typed fast can reach this screen after it was dismissed: close it once.
+        if self.app.screen_stack[-1:] == [self]:
+            self.dismiss()

@@ -55,6 +55,35 @@ def rank_line(rv: RankView, thresholds: Thresholds = DEFAULT) -> Text:
     return out
 
 
+def compact_rank_line(rv: RankView, ranks: int, thresholds: Thresholds = DEFAULT) -> Text:
+    """One line for a narrow pane, most telling first: a narrow pane cuts from the right."""
+    r = rv.sample
+    out = Text(no_wrap=True, overflow="ellipsis")
+    where = f" GPU {rv.gpu}" if rv.gpu is not None else ""
+    out.append(f"{one_line(r.label, 40)}{where}", style="bold")
+    if ranks > 1:
+        out.append(f" (+{ranks - 1})", style="dim")
+    wait = rv.input_wait_10s if rv.input_wait_10s is not None else r.input_wait
+    if wait is not None:
+        out.append(f" · input wait {wait * 100:.0f} %",
+                   style="bold yellow" if wait >= thresholds.starvation_input_wait else "")
+    if r.steps:
+        out.append(f" · {r.steps_per_s or 0:.1f} steps/s")
+        if r.step_time:
+            out.append(f" ({r.step_time * 1000:.0f} ms)", style="dim")
+    if not r.cuda:
+        out.append(" · no CUDA in this process", style="yellow")
+    else:
+        gib = lambda b: "–" if b is None else f"{b / 2**30:.1f}"  # noqa: E731
+        out.append(f" · alloc {gib(r.allocated)}", style="green")
+        out.append(f" / res {gib(r.reserved)} GiB", style="yellow")
+        if r.ooms:
+            out.append(f"  OOM {r.ooms}", style="bold red")
+        elif r.alloc_retries:
+            out.append(f"  retries {r.alloc_retries}", style="bold yellow")
+    return out
+
+
 class ProcessPanel(TextLines):
     def __init__(self, **kw) -> None:
         super().__init__(id="process", **kw)
@@ -89,14 +118,15 @@ class ProcessPanel(TextLines):
         workers = p.loader_workers
         gpu_mem = ", ".join(f"GPU {i} {fmt_bytes(b)}" for i, b in sorted(v.gpu_mem.items())) or "no GPU memory"
         if self.compact and v.ranks:
-            return rank_line(v.ranks[0], v.thresholds).append(f"  (+{len(v.ranks) - 1} ranks)" if len(v.ranks) > 1 else "")
+            return compact_rank_line(v.ranks[0], len(v.ranks), v.thresholds)
         if self.compact:
             out.append(f"PID {p.pid} ", style="bold")
-            out.append(f"CPU {p.cpu_percent or 0:.0f} %  RSS {fmt_bytes(p.rss)}  {gpu_mem}", style="")
+            out.append(f"CPU {p.cpu_percent or 0:.0f} %")
             if workers:
                 busy = sum(1 for w in workers if (w.cpu_percent or 0) >= v.thresholds.starvation_busy_worker_cpu)
                 out.append(f"  workers {len(workers)} ({busy} at 100 %)",
                            style="bold yellow" if busy else "dim")
+            out.append(f"  {gpu_mem}  RSS {fmt_bytes(p.rss)}")
             return out
         out.append(one_line(p.cmdline[: max(10, (self.content_size.width or 60))]) + "\n", style="dim")
         out.append(f"CPU {p.cpu_percent or 0:.0f} %  RSS {fmt_bytes(p.rss)}  threads {p.threads or 0}"

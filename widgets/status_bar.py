@@ -11,6 +11,9 @@ MODE_STYLE = {"live": "bold black on green", "demo": "bold black on magenta", "r
               "simulated": "bold black on yellow"}
 
 
+NOTICE_STYLE = {"information": "bold cyan", "warning": "bold yellow", "error": "bold red"}
+
+
 class StatusBar(TextLines):
     def __init__(self, **kw) -> None:
         super().__init__(id="status", **kw)
@@ -21,11 +24,18 @@ class StatusBar(TextLines):
         self.recording: str | None = None
         self.problem: str | None = None
         self.replay: str | None = None
+        self.notice: str | None = None
+        self.notice_severity = "information"
 
     def show(self, *, mode: str, text: str, t: float | None, paused: bool, recording: str | None,
              problem: str | None, replay: str | None = None) -> None:
         self.mode, self.text, self.t, self.paused = mode, text, t, paused
         self.recording, self.problem, self.replay = recording, problem, replay
+        self.refresh()
+
+    def show_notice(self, message: str | None, severity: str = "information") -> None:
+        """A message for a few seconds (the app clears it), where it covers nothing."""
+        self.notice, self.notice_severity = message, severity
         self.refresh()
 
     def render(self) -> Text:
@@ -40,6 +50,8 @@ class StatusBar(TextLines):
             out.append("  ‖ PAUSED", style="bold yellow")
         if self.problem:
             out.append("  ⚠ " + self.problem, style="bold red")
+        if self.notice:
+            out.append("  " + self.notice, style=NOTICE_STYLE.get(self.notice_severity, "bold"))
         if self.recording:
             out.append("  ● REC ", style="bold red")
             out.append(self.recording, style="dim")

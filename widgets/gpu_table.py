@@ -1,0 +1,100 @@
+"""Every GPU on one line each: used when the full panels do not fit (8 or 16 GPUs, a small pane)."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from traintop.text import one_line
+from traintop.units import GiB
+from traintop.view import GpuView
+from traintop.widgets.lines import TextLines
+from traintop.widgets.render import SEVERITY_ICON, SEVERITY_STYLE, level_style, spark
+
+
+def _n(v, fmt: str = "{:.0f}") -> str:
+    return "–" if v is None else fmt.format(v)
+
+
+def alert_mark(level: int, title: str | None) -> Text:
+    """The GPU's worst active alert: ✖ critical, ▲ warning, ℹ information."""
+    if not level:
+        return Text()
+    return Text(f"{SEVERITY_ICON.get(level, '•')} {one_line(title or '', 200)}".rstrip(),
+                style=SEVERITY_STYLE.get(level, ""))
+
+
+def spark_width(width: int, wide: bool, sm: bool) -> int:
+    fixed = (5 + (8 if sm else 0) + 13 + 6 + 6) if wide else (4 + (7 if sm else 0) + 10 + 5 + 5)
+    return max(6, min(60 if wide else 20, width - 3 - 1 - fixed - (24 if wide else 16)))
+
+
+def gpu_row(v: GpuView, sw: int, sm: bool, wide: bool) -> Text:
+    s = v.sample
+    total = s.mem_total or v.info.mem_total
+    limit = s.power_limit_w or v.info.power_limit_w
+    slowdown = s.temp_slowdown_c or v.info.temp_slowdown_c or 90.0
+    used = None if s.mem_used is None else s.mem_used / GiB
+    mem_frac = s.mem_used / total if s.mem_used is not None and total else None
+    pfrac = s.power_w / limit if s.power_w is not None and limit else None
+    tfrac = s.temp_c / slowdown if s.temp_c is not None else None
+    tot = _n(total / GiB if total else None)
+    if wide:
+        cols = [(f"{_n(s.util):>3} %", 0), (f" SM{_n(s.sm_active):>3} %" if sm else "", 1),
+                (f" {_n(used, '{:.1f}'):>5}/{tot:>3} GiB", 2), (f" {_n(s.power_w):>4} W", 3),
+                (f" {_n(s.temp_c):>3} °C", 4)]
+    else:
+        cols = [(f"{_n(s.util):>3}%", 0), (f" SM{_n(s.sm_active):>3}%" if sm else "", 1),
+                (f" {_n(used, '{:.1f}'):>4}/{tot}G", 2), (f" {_n(s.power_w):>3}W", 3),
+                (f" {_n(s.temp_c):>2}°C", 4)]
+    styles = ["green" if (s.util or 0) >= 50 else "yellow", "",
+              level_style(mem_frac, 0.85, 0.95).replace("green", ""),
+              "bold cyan" if pfrac is not None and pfrac >= 0.95 else "cyan", level_style(tfrac, 0.9, 0.97)]
+    out = Text(no_wrap=True, overflow="ellipsis")
+    out.append(f"{s.index:>2} ", style="bold")
+    out.append_text(spark(v.util, 0, 100, sw, "green"))
+    out.append(" ")
+    for text, k in cols:
+        out.append(text, style=styles[k])
+    mark = alert_mark(v.alert_level, v.alert_title)
+    if mark:
+        out.append("  ")
+        out.append_text(mark)
+    for b in v.badges:
+        out.append(f" [{b}]", style="bold yellow" if b != "PWR CAP" else "dim cyan")
+    return out
+
+
+def header(sw: int, sm: bool) -> Text:
+    label = "GPU utilization" if sw >= 12 else "GPU"
+    return Text(f"{label:<{3 + sw + 1}}{'util':>5}" + (" " * 8 if sm else "")
+                + f"{'memory':>13}{'power':>6}{'temp':>6}  alert", style="bold dim")
+
+
+class GpuTable(TextLines):
+    """One row per GPU (a page of them when even that does not fit), with a "+N more" line."""
+
+    def __init__(self, **kw) -> None:
+        super().__init__(id="gpu-table", **kw)
+        self.rows: list[GpuView] = []
+        self.more = 0
+        self.page_key = "n"
+        self.wide = False
+        self.total = 0
+
+    def show(self, rows: list[GpuView], total: int, more: int, wide: bool) -> None:
+        self.rows, self.total, self.more, self.wide = rows, total, more, wide
+        self.border_title = f"GPUs ({total})"
+        self.refresh()
+
+    def render(self) -> Text:
+        width = self.content_size.width or self.size.width or 80
+        sm = any(v.sample.sm_active is not None for v in self.rows)
+        sw = spark_width(width, self.wide, sm)
+        lines = [gpu_row(v, sw, sm, self.wide) for v in self.rows]
+        if self.wide and lines:
+            lines.insert(0, header(sw, sm))
+        if self.more:
+            lines.append(Text(f"+{self.more} more GPUs · {self.page_key}: next page", style="bold yellow"))
+        out = Text("\n").join(lines)
+        out.no_wrap, out.overflow = True, "ellipsis"
+        return out

@@ -1,0 +1,71 @@
+"""Word wrap with a hanging indent, breaking only at plain spaces (never inside a number and its unit)."""
+
+from __future__ import annotations
+
+import re
+
+from rich.cells import cell_len
+from rich.text import Text
+
+NBSP = "\u00a0"
+# a number, then a space, then its unit: the space becomes a no-break space
+_UNIT = re.compile(r"(?<=\d) (?=(?:%|°C|[KMGT]i?B(?:/s)?|B/s|B|kW|W|ms|µs|s|min|h|MHz|GHz|×|x|steps/s|cores?)(?![\w/]))")
+_LABEL = re.compile(r"\b(GPU|rank|PID) (?=\d)")  # "GPU 0" stays on one line too
+
+
+def keep_units(text: str) -> str:
+    """``text`` with no-break spaces between numbers and their units ("22 GiB", "GPU 0")."""
+    return _LABEL.sub(r"\1" + NBSP, _UNIT.sub(NBSP, text))
+
+
+def _fit(plain: str, start: int, width: int) -> int:
+    """The end of the longest prefix of ``plain[start:]`` no wider than ``width`` cells (at least one char)."""
+    end = start
+    used = 0
+    while end < len(plain):
+        w = cell_len(plain[end])
+        if used + w > width and end > start:
+            break
+        used += w
+        end += 1
+    return end
+
+
+def hang_wrap(text: Text, width: int, hang: int = 0) -> list[Text]:
+    """Lines of at most ``width`` cells; continuation lines start with ``hang`` spaces."""
+    width = max(1, width)
+    hang = min(hang, width // 2)
+    out: list[Text] = []
+    for para in text.split("\n", allow_blank=True):
+        plain = para.plain
+        if not plain:
+            out.append(Text())
+            continue
+        words = [(m.start(), m.end()) for m in re.finditer(r"[^ ]+", plain)]
+        first = True
+        i = 0
+        if not words:
+            out.append(para.copy())
+            continue
+        while i < len(words):
+            avail = width if first else width - hang
+            line_start = 0 if first else words[i][0]  # the first line keeps the paragraph's indent
+            prefix = 0 if first else hang
+            end = words[i][1]
+            if cell_len(plain[line_start:end]) > avail:  # one word wider than the line: cut it
+                end = _fit(plain, line_start, avail)
+                if end < words[i][1]:
+                    words[i] = (end, words[i][1])
+                else:
+                    i += 1
+            else:
+                i += 1
+                while i < len(words) and cell_len(plain[line_start:words[i][1]]) <= avail:
+                    end = words[i][1]
+                    i += 1
+            piece = para[line_start:end]
+            if prefix:
+                piece = Text(" " * prefix) + piece
+            out.append(piece)
+            first = False
+    return out
