@@ -28,9 +28,21 @@ ensure_venv() {  # $1: "runtime" or "test" (a test install also serves runtime)
         echo "traintop: creating $VENV with $py" >&2
         "$py" -m venv "$VENV" || { echo "traintop: could not create a virtual environment (install python3-venv)" >&2; return 1; }
     fi
-    echo "traintop: installing traintop$extras into $VENV (first run only)" >&2
+    echo "traintop: installing traintop$extras into $VENV (first run only, about a minute)" >&2
     "$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null 2>&1 || true
-    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "$REPO$extras" \
-        || { echo "traintop: installing dependencies failed (see pip's message above)" >&2; return 1; }
+    # pip and the build backend talk a lot (notices about editable installs, index locations):
+    # keep it, and show it only when the install fails.
+    quiet pip-install "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "$REPO$extras" \
+        || { echo "traintop: installing dependencies failed (pip's output above)" >&2; return 1; }
     echo "$want" > "$VENV/.traintop-$1"
+}
+
+quiet() {  # quiet NAME CMD...: run CMD with its output kept aside; print it only if CMD fails
+    local name="$1" log rc; shift
+    log="$(mktemp "${TMPDIR:-/tmp}/traintop-$name.XXXXXX")" || { "$@"; return; }
+    "$@" >"$log" 2>&1
+    rc=$?
+    [ $rc -ne 0 ] && cat "$log" >&2
+    rm -f "$log"
+    return $rc
 }

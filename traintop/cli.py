@@ -1,8 +1,15 @@
-"""The one entry point: live (default), demo, simulate, record, replay."""
+"""The one entry point: live (default) and one subcommand per way of using traintop.
+
+Adding a command: write ``cmd_NAME(args)`` and ``add_NAME(sub)`` (which registers its parser,
+its own options through the option groups below, and ``handler=cmd_NAME``), and list
+``add_NAME`` in ``COMMANDS``. A command gets only the options it registers; an option it does
+not have is refused with one line.
+"""
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import signal
 import sys
@@ -50,77 +57,56 @@ def _seconds(text: str) -> float:
     return v
 
 
+def _help(text: str) -> str:
+    """argparse formats help with %: text from elsewhere ("100 % busy") must not be read as a format."""
+    return text.replace("%", "%%")
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, exit 2, like every other error
-        self.exit(2, f"traintop: {plain(message)} (see traintop --help)\n")
+        self.exit(2, f"traintop: {plain(message)} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from traintop.collectors.simulated import SCENARIO_HELP
+# -- option groups: each command picks the ones that mean something to it ------------------
+# Defaults are applied after parsing (an option may come before the command: see main()).
+DEFAULTS = {"interval": 0.5, "fps": 2.0, "pid": None, "record": None, "config": None, "set": None}
+BEFORE = "before_"  # dest prefix of the options given before the command
 
-    # Options shared by every command, accepted before or after it.
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--interval", type=_seconds, default=argparse.SUPPRESS,
-                        help="seconds between samples (default 0.5)")
-    common.add_argument("--fps", type=_positive_float, default=argparse.SUPPRESS,
-                        help="most screen redraws a second (default 2); sampling and recording keep --interval")
-    common.add_argument("--pid", type=_positive_int, default=argparse.SUPPRESS,
-                        help="attach to this training process (and its workers)")
-    common.add_argument("--record", metavar="FILE", default=argparse.SUPPRESS,
-                        help="also record the session to FILE")
-    common.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS,
-                        help="rule thresholds (default: ~/.config/traintop/config.toml if it exists)")
-    common.add_argument("--set", metavar="NAME=NUMBER", action="append", default=argparse.SUPPRESS,
-                        help="override one threshold (repeatable)")
 
-    p = _Parser(prog="traintop", parents=[common],
-                description="A terminal dashboard for GPU training jobs that explains what it sees. "
-                "With no command: watch the GPUs live (the embedded demo where no NVIDIA GPU is visible).")
-    p.add_argument("--version", action="version", version=f"traintop {__version__}")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+def add_sampling(p, *, pid: bool = True, prefix: str = "") -> None:
+    g = p.add_argument_group("sampling")
+    g.add_argument("--interval", type=_seconds, metavar="S", default=argparse.SUPPRESS, dest=prefix + "interval",
+                   help="seconds between samples (default 0.5)")
+    if pid:
+        g.add_argument("--pid", type=_positive_int, metavar="N", default=argparse.SUPPRESS, dest=prefix + "pid",
+                       help="attach to this training process (and its workers)")
 
-    sub.add_parser("demo", parents=[common], help="play the embedded demo (a recorded H200 session)")
 
-    scen = "; ".join(f"{k}: {v}" for k, v in SCENARIO_HELP.items())
-    s = sub.add_parser("simulate", parents=[common], help="watch a simulated GPU play a pathology")
-    s.add_argument("--scenario", default="starved", help=f"one name, or one per GPU separated by commas ({scen})")
-    s.add_argument("--gpus", type=_positive_int, default=1)
-    s.add_argument("--seed", type=int, default=0)
+def add_display(p, *, prefix: str = "") -> None:
+    g = p.add_argument_group("display")
+    g.add_argument("--fps", type=_positive_float, metavar="N", default=argparse.SUPPRESS, dest=prefix + "fps",
+                   help="most screen redraws a second (default 2); sampling and recording keep --interval")
 
-    r = sub.add_parser("record", parents=[common], help="record headless (no UI) until Ctrl-C or --duration")
-    r.add_argument("file")
-    r.add_argument("--duration", type=_seconds, help="stop after this many seconds")
-    r.add_argument("--simulate", metavar="SCENARIO", help="record the simulator instead of real GPUs")
-    r.add_argument("--gpus", type=_positive_int, default=1, help="simulated GPUs (with --simulate)")
-    r.add_argument("--seed", type=int, default=0)
-    r.add_argument("--fast", action="store_true", help="with --simulate: generate --duration seconds at once")
-    r.add_argument("--quiet", action="store_true")
 
-    run = sub.add_parser("run", parents=[common], help="start a training command with the probe and attach to it",
-                         usage="traintop run [--record FILE] [--no-ui] [--log FILE] -- COMMAND ...")
-    run.add_argument("--no-ui", action="store_true", help="no dashboard: wait for the job (with --record)")
-    run.add_argument("--log", metavar="FILE", help="the job's output (default: a file in traintop's private directory)")
-    run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="COMMAND")
+def add_output(p, *, prefix: str = "") -> None:
+    g = p.add_argument_group("output")
+    g.add_argument("--record", metavar="FILE", default=argparse.SUPPRESS, dest=prefix + "record",
+                   help="also record the session to FILE (a new file; never overwritten)")
 
-    dr = sub.add_parser("doctor", parents=[common], help="preflight: GPU visible, driver vs torch, a step on cuda")
-    dr.add_argument("--python", help="the training environment's python (default: this one)")
-    dr.add_argument("--json", action="store_true")
 
-    an = sub.add_parser("analyze", parents=[common],
-                        help="report the findings of a recording or an nvidia-smi log (no UI)")
-    an.add_argument("file")
-    an.add_argument("--json", action="store_true", help="JSON instead of text")
-    an.add_argument("--fail-on", choices=["info", "warning", "critical"],
-                    help="exit 1 if a finding is at least this severe (for CI)")
-    an.add_argument("--fields", help="field names, in order, of a header-less nvidia-smi CSV")
-    an.add_argument("--rerun", action="store_true",
-                    help="re-run the rules even where the recording's own alerts apply (same rules, same thresholds)")
+def add_thresholds(p, *, prefix: str = "") -> None:
+    g = p.add_argument_group("thresholds")
+    g.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS, dest=prefix + "config",
+                   help="rule thresholds (default: ~/.config/traintop/config.toml if it exists)")
+    g.add_argument("--set", metavar="NAME=NUMBER", action="append", default=argparse.SUPPRESS, dest=prefix + "set",
+                   help="override one threshold (repeatable; `traintop config` lists the names)")
 
-    rp = sub.add_parser("replay", parents=[common], help="replay a recording or an nvidia-smi log in the dashboard")
-    rp.add_argument("file")
-    rp.add_argument("--fields", help="field names, in order, of a header-less nvidia-smi CSV")
-    rp.add_argument("--speed", type=_seconds, default=1.0, help="playback speed (default 1)")
-    return p
+
+def add_live_options(p, prefix: str = "") -> None:
+    add_sampling(p, prefix=prefix)
+    add_display(p, prefix=prefix)
+    add_output(p, prefix=prefix)
+    add_thresholds(p, prefix=prefix)
 
 
 def _run_app(args, monitor, feed, mode: str, banner: str | None = None) -> int:
@@ -143,9 +129,10 @@ def cmd_live(args) -> int:
         monitor, feed = sessions.live_session(args.interval, pid=args.pid, record=args.record,
                                               require_gpu=not explicit, config=args.thresholds)
     except NoGpuError as e:
-        echo(f"{e}; playing the embedded demo (a recorded H200 session) instead.")
-        monitor, feed = sessions.demo_session()
-        return _run_app(args, monitor, feed, "demo", banner="No NVIDIA GPU here: this is a recorded H200 session.")
+        # Said inside the app: a line printed before it starts is hidden until the user quits.
+        monitor, feed = sessions.demo_session(config=args.thresholds)
+        return _run_app(args, monitor, feed, "demo",
+                        banner=f"{e}; playing the embedded demo (a recorded H200 session) instead.")
     banner = None if monitor.info.gpus else "No NVIDIA GPU visible: showing the host and the process only."
     if args.pid is not None and monitor.info.gpus:
         note = _gpu_use_note(monitor, feed, args.pid)
@@ -174,7 +161,7 @@ def _gpu_use_note(monitor, feed, pid: int) -> str | None:
 def cmd_demo(args) -> int:
     from traintop import sessions
 
-    monitor, feed = sessions.demo_session()
+    monitor, feed = sessions.demo_session(config=args.thresholds)
     return _run_app(args, monitor, feed, "demo", banner="Demo: a recorded H200 session, replayed in a loop.")
 
 
@@ -255,6 +242,8 @@ def cmd_record(args) -> int:
 
     if args.fast and not (args.simulate and args.duration):
         raise TraintopError("--fast needs --simulate and --duration")
+    if args.simulate and args.pid is not None:
+        raise TraintopError("--pid watches a real process: it does not go with --simulate")
     if args.simulate:
         monitor, feed = sessions.simulated_session(args.simulate, gpus=args.gpus, seed=args.seed,
                                                    interval=args.interval, history_s=0, record=args.file,
@@ -264,8 +253,11 @@ def cmd_record(args) -> int:
                                               config=args.thresholds)
     say = (lambda *a: None) if args.quiet else echo
     n_gpus = len(monitor.info.gpus)
-    say(f"recording {n_gpus} GPU{'s' if n_gpus != 1 else ''} every {args.interval:g} s to {args.file}"
-        + ("" if args.duration else "; Ctrl-C stops"))
+    what = f"{n_gpus} GPU{'s' if n_gpus != 1 else ''}"
+    if not n_gpus:
+        why = monitor.info.extra.get("no_gpu") or "NVML sees no GPU"
+        what = f"no GPU ({why}): the host{f' and PID {args.pid}' if args.pid else ''} only,"
+    say(f"recording {what} every {args.interval:g} s to {args.file}" + ("" if args.duration else "; Ctrl-C stops"))
     try:
         if args.fast:
             for _ in range(int(args.duration / args.interval)):
@@ -304,24 +296,188 @@ def _record_until_stopped(feed, duration: float | None, failed=lambda: False) ->
         signal.signal(signal.SIGTERM, old)
 
 
-COMMANDS = {None: cmd_live, "demo": cmd_demo, "simulate": cmd_simulate, "record": cmd_record, "replay": cmd_replay,
-            "run": cmd_run, "analyze": cmd_analyze, "doctor": cmd_doctor}
+def cmd_config(args) -> int:
+    from traintop.config import default_path, describe_thresholds
+
+    print(describe_thresholds(args.thresholds, args.config or default_path()))
+    return 0
 
 
-COMMON_DEFAULTS = {"interval": 0.5, "fps": 2.0, "pid": None, "record": None, "config": None, "set": None}
+# -- commands: one add_NAME (its parser) and one cmd_NAME (what it does) each ------------------
+
+def add_demo(sub) -> None:
+    p = sub.add_parser("demo", help="play the embedded demo (a recorded H200 session)",
+                       description="Play the embedded demo: a real H200 training run, replayed in a loop.")
+    add_display(p)
+    add_thresholds(p)
+    p.set_defaults(handler=cmd_demo)
+
+
+def add_simulate(sub) -> None:
+    from traintop.collectors.simulated import SCENARIO_HELP
+
+    scen = "; ".join(f"{k}: {v}" for k, v in SCENARIO_HELP.items())
+    p = sub.add_parser("simulate", help="watch a simulated GPU play a pathology",
+                       description="Watch a seeded simulator play a pathology in the dashboard.")
+    g = p.add_argument_group("simulator")
+    g.add_argument("--scenario", default="starved", metavar="NAME",
+                   help=_help(f"one name, or one per GPU separated by commas (default starved). {scen}"))
+    g.add_argument("--gpus", type=_positive_int, default=1, metavar="N", help="simulated GPUs (default 1)")
+    g.add_argument("--seed", type=int, default=0, metavar="N", help="random seed: the same seed plays the same run")
+    add_sampling(p, pid=False)
+    add_display(p)
+    add_output(p)
+    add_thresholds(p)
+    p.set_defaults(handler=cmd_simulate)
+
+
+def add_record(sub) -> None:
+    p = sub.add_parser("record", help="record headless (no UI) until Ctrl-C, SIGTERM or --duration",
+                       description="Record headless (no UI) until Ctrl-C, SIGTERM or --duration.")
+    p.add_argument("file", metavar="FILE", help="the recording to create (never overwritten)")
+    g = p.add_argument_group("recording")
+    g.add_argument("--duration", type=_seconds, metavar="S", help="stop after this many seconds")
+    g.add_argument("--quiet", action="store_true", help="print nothing unless something fails")
+    g = p.add_argument_group("simulator")
+    g.add_argument("--simulate", metavar="SCENARIO", help="record the simulator instead of real GPUs")
+    g.add_argument("--gpus", type=_positive_int, default=1, metavar="N", help="simulated GPUs (with --simulate)")
+    g.add_argument("--seed", type=int, default=0, metavar="N", help="the simulator's random seed (with --simulate)")
+    g.add_argument("--fast", action="store_true", help="with --simulate: generate --duration seconds at once")
+    add_sampling(p)
+    add_thresholds(p)
+    p.set_defaults(handler=cmd_record)
+
+
+def add_run(sub) -> None:
+    p = sub.add_parser("run", help="start a training command with the probe and attach to it",
+                       description="Start a training command with the probe injected (no code change) and "
+                       "watch it. Options of traintop go before `--`; everything after it is the command.")
+    g = p.add_argument_group("job")
+    g.add_argument("--no-ui", action="store_true",
+                   help="no dashboard: wait for the job (with --record to keep what was seen)")
+    g.add_argument("--log", metavar="FILE", help="the job's output (default: a file in traintop's private directory)")
+    add_sampling(p, pid=False)
+    add_display(p)
+    add_output(p)
+    add_thresholds(p)
+    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND ...", help="the training command")
+    # argparse shows a REMAINDER as "...": name it, after the options it generated.
+    p.usage = p.format_usage().removeprefix("usage: ").rstrip().removesuffix("...").rstrip() + " -- COMMAND ..."
+    p.set_defaults(handler=cmd_run)
+
+
+def add_doctor(sub) -> None:
+    p = sub.add_parser("doctor", help="preflight: GPU visible, driver vs torch, a step on cuda",
+                       description="Preflight checks, each pass/warn/fail with the fix.")
+    p.add_argument("--python", metavar="PATH", help="the training environment's python (default: this one)")
+    p.add_argument("--json", action="store_true", help="JSON instead of text")
+    p.set_defaults(handler=cmd_doctor)
+
+
+def add_analyze(sub) -> None:
+    p = sub.add_parser("analyze", help="report the findings of a recording or an nvidia-smi log (no UI)",
+                       description="Report the findings of a recording or an nvidia-smi log (no UI).")
+    p.add_argument("file", metavar="FILE", help="a traintop recording (.ttrec) or an nvidia-smi CSV/dmon log")
+    g = p.add_argument_group("report")
+    g.add_argument("--json", action="store_true", help="JSON instead of text")
+    g.add_argument("--fail-on", choices=["info", "warning", "critical"],
+                   help="exit 1 if a finding is at least this severe (for CI)")
+    g.add_argument("--fields", metavar="F1,F2,...", help="field names, in order, of a header-less nvidia-smi CSV")
+    g.add_argument("--rerun", action="store_true",
+                   help="re-run the rules even where the recording's own alerts apply (same rules, same thresholds)")
+    add_thresholds(p)
+    p.set_defaults(handler=cmd_analyze)
+
+
+def add_replay(sub) -> None:
+    p = sub.add_parser("replay", help="replay a recording or an nvidia-smi log in the dashboard",
+                       description="Replay a recording or an nvidia-smi log in the dashboard.")
+    p.add_argument("file", metavar="FILE", help="a traintop recording (.ttrec) or an nvidia-smi CSV/dmon log")
+    g = p.add_argument_group("replay")
+    g.add_argument("--fields", metavar="F1,F2,...", help="field names, in order, of a header-less nvidia-smi CSV")
+    g.add_argument("--speed", type=_seconds, default=1.0, metavar="X", help="playback speed (default 1)")
+    add_display(p)
+    add_thresholds(p)
+    p.set_defaults(handler=cmd_replay)
+
+
+def add_config(sub) -> None:
+    p = sub.add_parser("config", help="list every rule threshold: its name, default and the value in effect",
+                       description="List every rule threshold: its name, its default and the value in effect "
+                       "(after the config file and --set).")
+    add_thresholds(p)
+    p.set_defaults(handler=cmd_config)
+
+
+COMMANDS = [add_demo, add_simulate, add_record, add_replay, add_run, add_analyze, add_doctor, add_config]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="traintop",
+                description="A terminal dashboard for GPU training jobs that explains what it sees. "
+                "With no command: watch the GPUs live (the embedded demo where no NVIDIA GPU is visible). "
+                "A command's options go after it; those it shares with the live view may also come before "
+                "it (traintop --interval 1 simulate).")
+    p.add_argument("--version", action="version", version=f"traintop {__version__}",
+                   help="print the version and exit")
+    add_live_options(p, prefix=BEFORE)
+    p.set_defaults(handler=cmd_live)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for add in COMMANDS:
+        add(sub)
+    return p
+
+
+def subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def _option_dests(parser: argparse.ArgumentParser) -> set[str]:
+    return {a.dest for a in parser._actions if a.option_strings}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    command = args.command
+    cmd_parser = subparsers(parser).get(command) if command else parser
+    if extra:
+        bad = next((a for a in extra if a.startswith("-")), extra[0])
+        name = bad.split("=", 1)[0]
+        where = f"traintop {command}" if command else "traintop"
+        what = f"{name} is not an option of" if bad.startswith("-") else f"unexpected argument {bad!r} for"
+        cmd_parser.exit(2, f"traintop: {plain(what)} `{where}` (see {where} --help)\n")
+    given = {k[len(BEFORE):]: v for k, v in vars(args).items() if k.startswith(BEFORE)}
+    for k in list(vars(args)):
+        if k.startswith(BEFORE):
+            delattr(args, k)
+    accepted = {d for d in _option_dests(cmd_parser) if not d.startswith(BEFORE)} if command else set(given) | set(DEFAULTS)
+    for key, value in given.items():
+        if key not in accepted:
+            flag = "--" + key.replace("_", "-")
+            parser.exit(2, f"traintop: {flag} does not apply to `traintop {command}` "
+                           f"(see traintop {command} --help)\n")
+        if key == "set" and hasattr(args, "set"):
+            args.set = value + args.set
+        elif not hasattr(args, key):
+            setattr(args, key, value)  # after the command wins over before it
+    for key, value in DEFAULTS.items():
+        if key in accepted and not hasattr(args, key):
+            setattr(args, key, value)
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    # (set_defaults would leak into the shared option objects and override a value given before the command)
-    for key, value in COMMON_DEFAULTS.items():
-        if not hasattr(args, key):
-            setattr(args, key, value)
+    args = parse_args(argv)
     try:
-        from traintop.config import load_thresholds
+        if hasattr(args, "config"):
+            from traintop.config import load_thresholds
 
-        args.thresholds = load_thresholds(args.config, args.set)
-        return COMMANDS[args.command](args)
+            args.thresholds = load_thresholds(args.config, args.set)
+        return args.handler(args)
     except TraintopError as e:
         echo(str(e))
         return 2

@@ -9,12 +9,14 @@ Unknown keys and non-numbers are refused with one line; nothing is evaluated.
 
 from __future__ import annotations
 
+import difflib
 import os
 import tomllib
 from dataclasses import fields
 
 from traintop.errors import TraintopError
 from traintop.rules.config import DEFAULT, Thresholds
+from traintop.text import one_line
 
 
 def default_path() -> str:
@@ -28,6 +30,23 @@ def _number(key: str, value, where: str) -> float:
     if value != value or value in (float("inf"), float("-inf")) or value < 0:
         raise TraintopError(f"{where}: {key} must be a finite number ≥ 0")
     return float(value)
+
+
+def _unknown(key: str, names: set[str]) -> str:
+    close = difflib.get_close_matches(key, sorted(names), n=2, cutoff=0.75)
+    hint = f"did you mean {' or '.join(close)}? " if close else ""
+    return f"no threshold is named {key!r}; {hint}`traintop config` lists them all"
+
+
+def describe_thresholds(values: Thresholds, path: str) -> str:
+    """Every threshold with its default and, where it differs, the value in effect."""
+    rows = []
+    for f in fields(Thresholds):
+        now, default = getattr(values, f.name), getattr(DEFAULT, f.name)
+        rows.append(f"  {f.name:<28} {now:>8g}" + ("" if now == default else f"   (default {default:g})"))
+    head = (f"Rule thresholds: set them in {one_line(path)} under [thresholds], or with --set NAME=NUMBER.\n"
+            f"  {'name':<28} {'value':>8}")
+    return "\n".join([head, *rows])
 
 
 def load_thresholds(path: str | None = None, overrides: list[str] | None = None) -> Thresholds:
@@ -48,14 +67,15 @@ def load_thresholds(path: str | None = None, overrides: list[str] | None = None)
             raise TraintopError(f"{file}: [thresholds] must be a table")
         for key, value in table.items():
             if key not in names:
-                raise TraintopError(f"{file}: unknown threshold {key!r} (see traintop/rules/config.py)")
+                raise TraintopError(f"{file}: {_unknown(key, names)}")
             values[key] = _number(key, value, file)
     for item in overrides or []:
         key, sep, raw = item.partition("=")
         key = key.strip()
-        if not sep or key not in names:
-            raise TraintopError(f"--set {item!r}: use --set NAME=NUMBER with a threshold name "
-                                "(see traintop/rules/config.py)")
+        if not sep:
+            raise TraintopError(f"--set {item!r}: use --set NAME=NUMBER (`traintop config` lists the names)")
+        if key not in names:
+            raise TraintopError(f"--set {item!r}: {_unknown(key, names)}")
         try:
             values[key] = _number(key, float(raw), "--set")
         except ValueError:

@@ -154,7 +154,7 @@ def load(path: str, fields: list[str] | None = None) -> ImportedLog:
     if not lines:
         raise ImportFailed(f"{path} is empty")
     first = lines[0].strip()
-    if first.startswith("#"):
+    if first.startswith("#") and {"gpu", "idx"} & set(first.lstrip("#").replace(",", " ").lower().split()):
         return _load_dmon(path, lines)
     if fields:
         return _load_query(path, [", ".join(fields)] + lines)

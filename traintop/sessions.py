@@ -5,6 +5,7 @@ Shared by the TUI, the headless recorder and the tests. No Textual here.
 
 from __future__ import annotations
 
+import os
 import time
 from importlib import resources
 
@@ -33,6 +34,9 @@ def _store_for(interval: float) -> Store:
 
 
 def _recording(monitor: Monitor, record: str | None) -> Monitor:
+    if record and os.path.isdir(record):
+        raise TraintopError(f"{record} is a directory: give a file name in it, e.g. "
+                            f"{os.path.join(record, time.strftime('traintop-%Y%m%d-%H%M%S.ttrec'))}")
     if record:
         monitor.start_recording(record)
     return monitor
@@ -51,16 +55,17 @@ def live_session(interval: float = 0.5, pid: int | None = None, record: str | No
     try:
         # Sampling once a second or slower, a 2-s window halves the cost of the utilization buffer.
         gpu = NvmlCollector(window_s=1.0 if interval < 1.0 else 2.0)
-    except NoGpuError:
+    except NoGpuError as e:
         if require_gpu:
             raise
-        gpu = None
+        gpu, no_gpu = None, str(e)
     if gpu is not None:
         info = gpu.session_info(interval)
         gpu.start_slow()
     else:
         import socket
-        info = SessionInfo(kind="live", hostname=socket.gethostname(), interval=interval, label="no GPU")
+        info = SessionInfo(kind="live", hostname=socket.gethostname(), interval=interval, label="no GPU",
+                           extra={"no_gpu": no_gpu})
     sampler = LiveSampler(gpu=gpu, host=HostCollector(), process=proc,
                           probes=ProbeClient() if proc is not None else None,
                           gpu_timeout=max(1.0, 2 * interval))
@@ -128,11 +133,11 @@ def demo_path() -> str | None:
     return str(ref) if ref.is_file() else None
 
 
-def demo_session():
+def demo_session(config: Thresholds | None = None):
     """The embedded demo: a real H200 recording replayed in a loop."""
     path = demo_path()
     if path is None:
         raise TraintopError("the embedded demo recording is missing from this installation")
-    monitor, feed = replay_session(path, loop=True, kind="demo")
+    monitor, feed = replay_session(path, loop=True, kind="demo", config=config)
     feed.speed = 1.0
     return monitor, feed
