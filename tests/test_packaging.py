@@ -74,3 +74,13 @@ def test_core_never_imports_textual_at_run_time():
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_scripts_show_the_installers_output_only_when_it_fails():
+    lib = REPO / "scripts" / "_venv.sh"
+    ok = subprocess.run(["bash", "-c", f"source {lib}; quiet t bash -c 'echo notice; echo warning >&2'"],
+                        capture_output=True, text=True, timeout=30)
+    assert ok.returncode == 0 and ok.stdout == "" and ok.stderr == ""
+    bad = subprocess.run(["bash", "-c", f"source {lib}; quiet t bash -c 'echo why it failed; exit 3'"],
+                         capture_output=True, text=True, timeout=30)
+    assert bad.returncode == 3 and "why it failed" in bad.stderr
