@@ -35,7 +35,7 @@ def _number(key: str, value, where: str) -> float:
 def _unknown(key: str, names: set[str]) -> str:
     close = difflib.get_close_matches(key, sorted(names), n=2, cutoff=0.75)
     hint = f"did you mean {' or '.join(close)}? " if close else ""
-    return f"no threshold is named {key!r}; {hint}`traintop config` lists them all"
+    return f"unknown threshold {key!r}; {hint}`traintop config` lists them all"
 
 
 def describe_thresholds(values: Thresholds, path: str) -> str:
