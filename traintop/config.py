@@ -35,7 +35,7 @@ def _number(key: str, value, where: str) -> float:
 def _unknown(key: str, names: set[str]) -> str:
     close = difflib.get_close_matches(key, sorted(names), n=2, cutoff=0.75)
     hint = f"did you mean {' or '.join(close)}? " if close else ""
-    return f"unknown threshold {key!r}; {hint}`traintop config` lists them all"
+    return f"unknown threshold {key!r}; {hint}`traintop config` lists them"
 
 
 def describe_thresholds(values: Thresholds, path: str) -> str:
@@ -75,7 +75,7 @@ def load_thresholds(path: str | None = None, overrides: list[str] | None = None)
         if not sep:
             raise TraintopError(f"--set {item!r}: use --set NAME=NUMBER (`traintop config` lists the names)")
         if key not in names:
-            raise TraintopError(f"--set {item!r}: {_unknown(key, names)}")
+            raise TraintopError(f"--set {item!r}: {_unknown(key, names)}; use --set NAME=NUMBER with one of them")
         try:
             values[key] = _number(key, float(raw), "--set")
         except ValueError:
