@@ -108,6 +108,7 @@ class TraintopApp(App):
         self.paused = False
         self._pending = False
         self._compact: bool | None = None
+        self._term_size = (80, 24)
         self.last_view: View | None = None
         self._status: StatusBar | None = None  # set on mount
         self._panels: list[GpuPanel] = []
@@ -165,6 +166,7 @@ class TraintopApp(App):
 
     def _apply_size(self, size=None) -> None:
         w, h = size or self.size
+        self._term_size = (w, h)  # on a resize event, self.size may still be the old one
         compact = w < COMPACT_WIDTH or h < COMPACT_HEIGHT
         if compact != self._compact:
             self._compact = compact
@@ -250,7 +252,7 @@ class TraintopApp(App):
             self._gpus.mount_all(self._panels)
         if self.focused_gpu is not None and self.focused_gpu not in indices:
             self.focused_gpu = None
-        w, h = self.size
+        w, h = self._term_size
         mode, rows = gpu_layout(len(indices), w, h, self._replay_bar is not None, self.focused_gpu is not None)
         self.gpu_mode = mode
         self.screen.set_class(mode == "none", "-no-gpu")

@@ -45,6 +45,9 @@ async def _shot(monitor, feed, mode: str, size, out: str, help_screen: bool = Fa
     print("wrote", out)
 
 
+EIGHT_RANKS = "healthy,starved,underused,thermal,memory_creep,idle,healthy,healthy"
+
+
 def phase_offsets() -> dict[str, float]:
     """Moments in the demo (seconds from its start) where each phase's finding shows."""
     from traintop.recording import RecordingReader
@@ -71,6 +74,11 @@ async def default_set(out_dir: str) -> None:
     for name, offset, mode, size, help_screen in jobs:
         monitor, feed = _demo_at(offset, mode)
         await _shot(monitor, feed, mode, size, os.path.join(out_dir, name), help_screen)
+    # Every GPU on screen: the simulator playing eight ranks with one pathology each.
+    for name, gpus, size in (("gpus8-80x24.svg", 8, (80, 24)), ("gpus8-160x48.svg", 8, (160, 48)),
+                             ("gpus16-120x36.svg", 16, (120, 36))):
+        monitor, feed = sessions.simulated_session(EIGHT_RANKS, gpus=gpus, seed=7, realtime=False)
+        await _shot(monitor, feed, "simulated", size, os.path.join(out_dir, name))
     # The attached view: real H200 recordings of probed jobs (attach by PID; two-rank DDP).
     fixtures = os.path.join(os.path.dirname(HERE), "tests", "fixtures", "h200")
     for name, rec, offset, size in (("attached-starved-160x48.svg", "attach-starved-probe.ttrec", 30, (160, 48)),

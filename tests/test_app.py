@@ -501,3 +501,87 @@ def test_messages_show_in_the_status_line_and_cover_no_panel(sim_app):
             await pilot.pause()
             assert "ctrl+q to quit" in app.query_one(StatusBar).render().plain and not app.query(Toast)
     run(go())
+
+
+MIX = "healthy,starved,underused,thermal,memory_creep,idle,healthy,healthy"
+
+
+def visible_gpus(app) -> set[int]:
+    """The GPUs whose figures are on screen: a visible panel, or a row of the table."""
+    from traintop.widgets.gpu_table import GpuTable
+
+    shown = {p.index for p in app.query(GpuPanel) if p.display and p.region.height}
+    table = app.query_one(GpuTable)
+    if table.display:
+        for line in table.render().plain.splitlines():
+            m = re.match(r"GPU (\d+) ", line)
+            if m:
+                shown.add(int(m.group(1)))
+    return shown
+
+
+def test_eight_and_sixteen_gpus_all_on_screen_in_a_tmux_pane(sim_app):
+    async def go():
+        for gpus, size in ((8, (80, 24)), (16, (80, 24)), (8, (160, 48)), (16, (120, 36)), (4, (80, 24))):
+            app, _, _ = sim_app(MIX, gpus=gpus)
+            async with app.run_test(size=size) as pilot:
+                await pilot.pause()
+                assert visible_gpus(app) == set(range(gpus)), (gpus, size)
+                assert app.query_one("#host").region.height and app.query_one("#process").region.height
+                assert app.query_one(AlertsPanel).region.height >= 4
+                assert "more GPUs" not in app.query_one("#gpu-table").render().plain
+    run(go())
+
+
+def test_too_many_gpus_for_even_one_line_each_page_with_n(sim_app, footer_text):
+    async def go():
+        app, _, _ = sim_app(MIX, gpus=16)
+        async with app.run_test(size=(60, 16)) as pilot:
+            await pilot.pause()
+            first = visible_gpus(app)
+            assert 0 < len(first) < 16
+            assert f"+{16 - len(first)} more GPUs" in app.query_one("#gpu-table").render().plain
+            assert "n more GPUs" in footer_text(app)
+            seen = set(first)
+            for _ in range(5):
+                await pilot.press("n")
+                seen |= visible_gpus(app)
+            assert seen == set(range(16))
+            await pilot.resize_terminal(80, 24)  # room for all: no page key
+            await pilot.pause()
+            assert visible_gpus(app) == set(range(16)) and "more GPUs" not in footer_text(app)
+    run(go())
+
+
+def test_g_focuses_one_gpus_full_panel_and_esc_goes_back(sim_app, footer_text):
+    async def go():
+        app, _, _ = sim_app(MIX, gpus=8)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            assert app.gpu_mode == "table" and "g one GPU" in footer_text(app)
+            assert "all GPUs" not in footer_text(app)
+            await pilot.press("g")
+            assert app.focused_gpu == 0 and visible_gpus(app) == {0}
+            panel = app.query_one("#gpu-0", GpuPanel)
+            assert panel.region.height == 7 and "util" in panel.render().plain  # the full panel, in a pane
+            assert "esc all GPUs" in footer_text(app)
+            await pilot.press("g", "g")
+            assert app.focused_gpu == 2 and visible_gpus(app) == {2}
+            await pilot.press("G")
+            assert app.focused_gpu == 1
+            await pilot.press("escape")
+            assert app.focused_gpu is None and visible_gpus(app) == set(range(8))
+            await pilot.press("G")  # backwards from all: the last GPU
+            assert app.focused_gpu == 7
+    run(go())
+
+
+def test_one_gpu_has_no_focus_key(sim_app, footer_text):
+    async def go():
+        app, _, _ = sim_app("starved")
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            assert "one GPU" not in footer_text(app)
+            await pilot.press("g")
+            assert app.focused_gpu is None
+    run(go())

@@ -55,3 +55,15 @@ def test_attached_job_with_probe(snap_compare, size):
 
 def test_attached_ddp_two_ranks(snap_compare):
     assert snap_compare(attached_app("ddp-2rank.ttrec", 40), terminal_size=(160, 48))
+
+
+# Eight ranks' worth of pathologies, one per GPU (repeated for 16): a busy node as issue 15 saw it.
+MIX = "healthy,starved,underused,thermal,memory_creep,idle,healthy,healthy"
+
+
+@pytest.mark.parametrize("gpus", [1, 2, 4, 8, 16])
+@pytest.mark.parametrize("size", [(80, 24), (120, 36), (160, 48)], ids=["80x24", "120x36", "160x48"])
+def test_every_gpu_on_screen(snap_compare, sim_app, size, gpus):
+    """Full panels where they fit, one line per GPU where they do not: every GPU is on screen."""
+    app, _, _ = sim_app(MIX, gpus=gpus)
+    assert snap_compare(app, terminal_size=size)

@@ -23,12 +23,12 @@ def alert_mark(level: int, title: str | None) -> Text:
                 style=SEVERITY_STYLE.get(level, ""))
 
 
-def spark_width(width: int, wide: bool, sm: bool) -> int:
+def spark_width(width: int, wide: bool, sm: bool, label_w: int) -> int:
     fixed = (5 + (8 if sm else 0) + 13 + 6 + 6) if wide else (4 + (7 if sm else 0) + 10 + 5 + 5)
-    return max(6, min(60 if wide else 20, width - 3 - 1 - fixed - (24 if wide else 16)))
+    return max(6, min(60 if wide else 20, width - label_w - 1 - fixed - (24 if wide else 16)))
 
 
-def gpu_row(v: GpuView, sw: int, sm: bool, wide: bool) -> Text:
+def gpu_row(v: GpuView, sw: int, sm: bool, wide: bool, idx_w: int = 1) -> Text:
     s = v.sample
     total = s.mem_total or v.info.mem_total
     limit = s.power_limit_w or v.info.power_limit_w
@@ -50,7 +50,7 @@ def gpu_row(v: GpuView, sw: int, sm: bool, wide: bool) -> Text:
               level_style(mem_frac, 0.85, 0.95).replace("green", ""),
               "bold cyan" if pfrac is not None and pfrac >= 0.95 else "cyan", level_style(tfrac, 0.9, 0.97)]
     out = Text(no_wrap=True, overflow="ellipsis")
-    out.append(f"{s.index:>2} ", style="bold")
+    out.append(f"GPU {s.index:<{idx_w}} ", style="bold")
     out.append_text(spark(v.util, 0, 100, sw, "green"))
     out.append(" ")
     for text, k in cols:
@@ -64,9 +64,9 @@ def gpu_row(v: GpuView, sw: int, sm: bool, wide: bool) -> Text:
     return out
 
 
-def header(sw: int, sm: bool) -> Text:
-    label = "GPU utilization" if sw >= 12 else "GPU"
-    return Text(f"{label:<{3 + sw + 1}}{'util':>5}" + (" " * 8 if sm else "")
+def header(sw: int, sm: bool, label_w: int) -> Text:
+    label = " " * label_w + "utilization" if sw >= 12 else ""
+    return Text(f"{label:<{label_w + sw + 1}}{'util':>5}" + (" " * 8 if sm else "")
                 + f"{'memory':>13}{'power':>6}{'temp':>6}  alert", style="bold dim")
 
 
@@ -89,10 +89,12 @@ class GpuTable(TextLines):
     def render(self) -> Text:
         width = self.content_size.width or self.size.width or 80
         sm = any(v.sample.sm_active is not None for v in self.rows)
-        sw = spark_width(width, self.wide, sm)
-        lines = [gpu_row(v, sw, sm, self.wide) for v in self.rows]
+        idx_w = max((len(str(v.sample.index)) for v in self.rows), default=1)
+        label_w = 4 + idx_w + 1  # "GPU 12 "
+        sw = spark_width(width, self.wide, sm, label_w)
+        lines = [gpu_row(v, sw, sm, self.wide, idx_w) for v in self.rows]
         if self.wide and lines:
-            lines.insert(0, header(sw, sm))
+            lines.insert(0, header(sw, sm, label_w))
         if self.more:
             lines.append(Text(f"+{self.more} more GPUs · {self.page_key}: next page", style="bold yellow"))
         out = Text("\n").join(lines)
