@@ -38,6 +38,7 @@ COMPACT_ALERTS_MIN_ROWS = 4
 NOTICE_S = 6.0
 REPLAY_ACTIONS = {"seek", "seek_fraction", "step", "speed"}
 ALERTS_KEYS = Binding.Group("alerts", compact=True)
+SEEK_KEYS = Binding.Group("seek", compact=True)
 
 
 def gpu_layout(n: int, width: int, height: int, replay_bar: bool, focused: bool) -> tuple[str, int]:
@@ -72,8 +73,8 @@ class TraintopApp(App):
         Binding("question_mark", "help", "help"),
         Binding("p,space", "pause", "pause"),
         Binding("p,space", "resume", "resume"),
-        Binding("left", "seek(-10)", "-10s", show=False),
-        Binding("right", "seek(10)", "+10s", show=False),
+        Binding("left", "seek(-10)", "seek", group=SEEK_KEYS),
+        Binding("right", "seek(10)", "seek", group=SEEK_KEYS),
         Binding("left_square_bracket", "speed(-1)", "slower", show=False),
         Binding("right_square_bracket", "speed(1)", "faster", show=False),
         Binding("up", "scroll_alerts(-1)", "alerts", group=ALERTS_KEYS),

@@ -585,3 +585,87 @@ def test_one_gpu_has_no_focus_key(sim_app, footer_text):
             await pilot.press("g")
             assert app.focused_gpu is None
     run(go())
+
+
+def test_views_hold_frozen_alerts_the_engine_cannot_change(sim_app):
+    import dataclasses
+
+    from traintop.view import build_view
+
+    _, monitor, feed = sim_app("starved")
+    view = build_view(monitor)
+    live = [a for a in monitor.engine.alerts if a.active]
+    assert live and view.active
+    before = [(a.evidence, a.severity, a.end, a.remedies) for a in view.active]
+    with monitor.lock:  # what the engine does on the feed's thread
+        for a in live:
+            a.evidence = "changed on the feed thread"
+            a.severity = 3
+            a.end = a.start + 1.0
+    assert [(a.evidence, a.severity, a.end, a.remedies) for a in view.active] == before
+    assert all(a.active for a in view.active)
+    try:
+        view.active[0].evidence = "x"
+    except dataclasses.FrozenInstanceError:
+        pass
+    else:
+        raise AssertionError("an alert view can be changed")
+
+
+def test_replay_keys_exist_only_in_replay_and_record_only_live(sim_app, demo_app, footer_text):
+    async def go():
+        app, monitor, feed = sim_app()
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            keys = app.screen.active_bindings
+            assert not {"left", "right", "comma", "full_stop", "home", "end", "5", "left_square_bracket"} & set(keys)
+            assert "r" in keys and "seek" not in footer_text(app) and "r record" in footer_text(app)
+            t = app.last_view.t
+            await pilot.press("right", "5", "home")  # nothing happens, nothing breaks
+            assert app.is_running and app.last_view.t == t
+        app, monitor, feed = demo_app(100)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            keys = app.screen.active_bindings
+            assert {"left", "right", "comma", "full_stop", "home", "end", "5"} <= set(keys)
+            assert "r" not in keys and "record" not in footer_text(app) and "seek" in footer_text(app)
+            await pilot.press("r")
+            assert monitor.recorder is None
+    run(go())
+
+
+def test_seeks_run_off_the_ui_thread_and_coalesce(demo_app):
+    import threading
+
+    async def go():
+        app, monitor, feed = demo_app(60)
+        release = threading.Event()
+        started = threading.Event()
+        calls = []
+        original = feed.seek
+
+        def slow_seek(t):
+            calls.append((t, threading.current_thread() is threading.main_thread()))
+            started.set()
+            release.wait(10)
+            original(t)
+        feed.seek = slow_seek
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause()
+            p0 = feed.position
+            await pilot.press("right")
+            assert started.wait(5)
+            # the first seek is stuck; the UI still answers, and two more presses wait as one
+            await pilot.press("right", "right")
+            await pilot.press("question_mark")
+            assert isinstance(app.screen, HelpScreen)
+            await pilot.press("escape")
+            assert app.query_one(ReplayBar).position == p0 + 30  # the target shows at once
+            release.set()
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            assert [t for t, _ in calls] == [p0 + 10, p0 + 30]
+            assert not any(on_main for _, on_main in calls)
+            assert feed.position == p0 + 30
+            assert app.last_view.t <= feed.position and app.last_view.t > p0 + 25  # drawn after the seek
+    run(go())
