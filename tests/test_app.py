@@ -402,10 +402,14 @@ def test_a_gpu_less_recording_says_no_gpu_once_and_claims_no_gpu_figures(tmp_pat
             text = alerts_text(app)
             assert "No problems detected" in text and "host CPU" in text
             assert "GPU utilization" not in text and "power" not in text and "temperature" not in text
-            # the wide column goes to the host and the job, the alerts fill the other: nothing blank
-            side, left = app.query_one("#side").region, app.query_one("#left").region
-            assert side.width > left.width
-            assert app.query_one(AlertsPanel).region.height == left.height
+            # no blank GPU column: the alerts on top, host and job across the whole width below
+            side, alerts = app.query_one("#side").region, app.query_one(AlertsPanel).region
+            assert side.width == alerts.width == 160 and side.y >= alerts.bottom
+            assert app.query_one("#process").region.bottom == 48 - 1  # down to the footer
+            await pilot.resize_terminal(60, 20)  # a pane: the alerts take the rows above two lines
+            await pilot.pause()
+            assert app.query_one(AlertsPanel).region.bottom == app.query_one("#host").region.y
+            assert app.query_one("#process").region.bottom == 20 - 1
     run(go())
 
 

@@ -129,6 +129,11 @@ class ProcessPanel(TextLines):
             out.append(f"  {gpu_mem}  RSS {fmt_bytes(p.rss)}")
             return out
         out.append(one_line(p.cmdline[: max(10, (self.content_size.width or 60))]) + "\n", style="dim")
+        if v.cpu and any(c is not None for c in v.cpu):  # the job's CPU over time (100 % = one core)
+            top = max([100.0] + [c for c in v.cpu if c is not None])
+            out.append("CPU  ", style="bold")
+            out.append_text(spark(v.cpu, 0, top, max(4, (self.content_size.width or 60) - 14), "green"))
+            out.append(f" {p.cpu_percent or 0:5.0f} %\n")
         out.append(f"CPU {p.cpu_percent or 0:.0f} %  RSS {fmt_bytes(p.rss)}  threads {p.threads or 0}"
                    f"  I/O ↓{fmt_rate(p.read_rate)} ↑{fmt_rate(p.write_rate)}\n")
         out.append("GPU memory (NVML, an upper bound): ", style="dim")
