@@ -124,6 +124,7 @@ class TraintopApp(App):
         self._jobs_lock = threading.Lock()
         self._jobs_running = False
         self._pending_position: float | None = None
+        self._told_job_end = False
 
     # -- layout -----------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -233,6 +234,11 @@ class TraintopApp(App):
         self._last_redraw = time.monotonic()
         view = build_view(self.monitor)
         self.last_view = view
+        end = view.process.job_end
+        if end is not None and not self._told_job_end:  # `traintop run`: say at once how the job ended
+            self._told_job_end = True
+            self.say(f"{end.describe(capital=True)}. Its history stays on screen; q quits with its status.",
+                     severity="error" if end.status else "information", timeout=15)
         compact = self.compact
         with self.batch_update():
             self._show_status(view)

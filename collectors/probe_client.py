@@ -15,7 +15,7 @@ import socket
 import statistics
 import time
 
-from traintop.probe_agent import peer_uid, probe_dir
+from traintop.probe_agent import peer_uid, private_dir_problem, probe_dir
 from traintop.samples import RankSample
 
 MAX_LINE = 1 << 20
@@ -35,6 +35,20 @@ class _Conn:
         self.prev: RankSample | None = None
 
 
+def job_probe_dir(pid: int) -> str | None:
+    """The probe directory a process was started with (TRAINTOP_PROBE_DIR in its environment):
+    `traintop run` gives a job a directory of its own where the usual one is taken."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            env = fh.read(1 << 20)
+    except OSError:
+        return None
+    for item in env.split(b"\0"):
+        if item.startswith(b"TRAINTOP_PROBE_DIR="):
+            return os.fsdecode(item[len(b"TRAINTOP_PROBE_DIR="):]) or None
+    return None
+
+
 class ProbeClient:
     def __init__(self, directory: str | None = None, clock=time.monotonic) -> None:
         self.directory = directory or probe_dir()
@@ -42,11 +56,32 @@ class ProbeClient:
         self._clock = clock
         self.rejected: set[int] = set()
         self.bad_lines = 0
+        self._job_dirs: dict[int, str | None] = {}
+        self.refused_dirs: dict[str, str] = {}  # directory -> why no probe there is read
+
+    def _directories(self, pid: int) -> list[str]:
+        if pid not in self._job_dirs:
+            self._job_dirs[pid] = job_probe_dir(pid)
+        dirs = [self.directory]
+        if self._job_dirs[pid] and self._job_dirs[pid] != self.directory:
+            dirs.append(self._job_dirs[pid])
+        return dirs
 
     def _connect(self, pid: int) -> None:
-        path = os.path.join(self.directory, f"probe-{pid}.sock")
-        if not os.path.exists(path):
-            return
+        for d in self._directories(pid):
+            # Only into a directory of ours that nobody else can write: connecting into another
+            # user's would tell them which PID is watched.
+            problem = private_dir_problem(d)
+            if problem:
+                if os.path.lexists(d):
+                    self.refused_dirs[d] = problem
+                continue
+            path = os.path.join(d, f"probe-{pid}.sock")
+            if os.path.exists(path):
+                self._connect_to(pid, path)
+                return
+
+    def _connect_to(self, pid: int, path: str) -> None:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             s.settimeout(0.2)
@@ -97,6 +132,8 @@ class ProbeClient:
         c.fresh = True
 
     def sample(self, pids: set[int]) -> tuple[RankSample, ...]:
+        for pid in [p for p in self._job_dirs if p not in pids]:
+            del self._job_dirs[pid]
         for pid in pids:
             if pid not in self._conns and pid not in self.rejected:
                 self._connect(pid)

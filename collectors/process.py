@@ -32,13 +32,20 @@ def ns_pids(pid: int) -> tuple[int, ...]:
     return (pid,)
 
 
-def check_attachable(pid: int) -> psutil.Process:
-    """The process for ``pid``, or a TraintopError that says in one line why not."""
+def check_attachable(pid: int, ended_ok: bool = False) -> psutil.Process:
+    """The process for ``pid``, or a TraintopError that says in one line why not.
+
+    ``ended_ok``: our own child (`traintop run`) may have ended and wait to be reaped; that
+    is its end to show, not an error."""
     if pid <= 0:
         raise TraintopError(f"--pid {pid}: a process id is a positive number")
     try:
         proc = psutil.Process(pid)
         proc.cmdline()
+    except psutil.ZombieProcess:
+        if ended_ok:
+            return proc
+        raise TraintopError(f"no process with PID {pid} (it has exited)") from None
     except psutil.NoSuchProcess:
         raise TraintopError(f"no process with PID {pid} (it may have exited)") from None
     except psutil.AccessDenied:
@@ -52,14 +59,17 @@ def check_attachable(pid: int) -> psutil.Process:
 
 
 class ProcessCollector:
-    def __init__(self, pid: int, clock=time.monotonic) -> None:
+    def __init__(self, pid: int, clock=time.monotonic, ended_ok: bool = False) -> None:
         self.pid = pid
-        self._root = check_attachable(pid)
+        self._root = check_attachable(pid, ended_ok)
         self._clock = clock
         self._known: dict[int, psutil.Process] = {}
         self._ns: dict[int, tuple[int, ...]] = {}
         self._last_io: tuple[float, int, int] | None = None
-        self.name = self._root.name()
+        try:
+            self.name = self._root.name()
+        except psutil.Error:
+            self.name = "?"
         try:
             self.cmdline = " ".join(self._root.cmdline())
         except psutil.Error:
@@ -89,8 +99,15 @@ class ProcessCollector:
             out.update(pids)
         return out
 
+    def _zombie(self) -> bool:
+        """Ended but not yet reaped by its parent: over, whatever /proc still lists."""
+        try:
+            return self._root.status() == psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return True
+
     def sample(self) -> ProcessSample:
-        if self.ended_at is not None or not self._root.is_running():
+        if self.ended_at is not None or not self._root.is_running() or self._zombie():
             self.ended_at = self.ended_at or time.time()
             return ProcessSample(pid=self.pid, alive=False, name=self.name, cmdline=self.cmdline)
         members = []

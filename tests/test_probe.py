@@ -116,7 +116,7 @@ def test_private_directory_and_socket(fake_torch, probe_dir):
 def test_refuses_a_directory_others_can_read(probe_dir):
     probe_dir.mkdir(mode=0o755)
     os.chmod(probe_dir, 0o755)
-    with pytest.raises(PermissionError, match="readable by others"):
+    with pytest.raises(PermissionError, match="open to others"):
         ensure_private_dir(str(probe_dir))
     assert Probe().start() is False  # says so on stderr, the job goes on
 

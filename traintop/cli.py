@@ -25,6 +25,7 @@ def echo(message: str) -> None:
     """One line to stderr. Messages quote file names, commands and file content: control
     characters in them are shown, never sent to the terminal as such."""
     print(f"traintop: {plain(message)}", file=sys.stderr)
+from traintop.job import DEFAULT_GRACE_S
 
 
 def _positive_int(text: str) -> int:
@@ -109,10 +110,12 @@ def add_live_options(p, prefix: str = "") -> None:
     add_thresholds(p, prefix=prefix)
 
 
-def _run_app(args, monitor, feed, mode: str, banner: str | None = None) -> int:
+def _run_app(args, monitor, feed, mode: str, banner: str | None = None, prepare=None) -> int:
     from traintop.app.factory import build_app
 
     app = build_app(monitor, feed, mode=mode, banner=banner, max_fps=args.fps)
+    if prepare is not None:
+        prepare(app)
     app.run()
     if monitor.recording_error:
         echo(monitor.recording_error)
@@ -134,12 +137,29 @@ def cmd_live(args) -> int:
         return _run_app(args, monitor, feed, "demo",
                         banner=f"{e}; playing the embedded demo (a recorded H200 session) instead.")
     banner = None if monitor.info.gpus else "No NVIDIA GPU visible: showing the host and the process only."
+    if args.pid is not None and (note := _probe_dir_note()):
+        echo(note)
+        banner = note
     if args.pid is not None and monitor.info.gpus:
         note = _gpu_use_note(monitor, feed, args.pid)
         if note:
             echo(note)
             banner = note
     return _run_app(args, monitor, feed, "live", banner=banner)
+
+
+def _probe_dir_note() -> str | None:
+    """One line when the usual probe directory is another user's (or a symlink): probes there are
+    not read. Jobs started by `traintop run` say where theirs is, and are still found."""
+    from traintop.probe_agent import private_dir_problem, probe_dir
+    from traintop.text import one_line
+
+    path = probe_dir()
+    problem = private_dir_problem(path) if os.path.lexists(path) else None
+    if problem is None:
+        return None
+    return one_line(f"{problem}: probes there are not read (remove it, or set XDG_RUNTIME_DIR); "
+                    "jobs started by traintop run are still found")
 
 
 def _gpu_use_note(monitor, feed, pid: int) -> str | None:
@@ -175,30 +195,84 @@ def cmd_simulate(args) -> int:
 
 def cmd_run(args) -> int:
     from traintop import sessions
-    from traintop.launch import launch
+    from traintop.job import forward_signals
+    from traintop.launch import launch, private_base
+    from traintop.text import one_line
 
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
-    proc, log = launch(cmd, args.log)
-    echo(f"started PID {proc.pid} with the probe: {' '.join(cmd)}; its output goes to {log}")
-    monitor, feed = sessions.live_session(args.interval, pid=proc.pid, record=args.record, require_gpu=False,
-                                          config=args.thresholds)
-    if args.no_ui:
+    ui = not args.no_ui and sys.stdin.isatty() and sys.stdout.isatty()
+    base, note = private_base()
+    if note:
+        echo(one_line(note))
+    job = launch(cmd, args.log, base=base, passthrough=not ui)
+    # Signals from now on reach the job (a batch system's SIGTERM must not orphan it).
+    restore = forward_signals(job, args.grace, then=None)
+    try:
+        where = f"its output goes to {job.log_path}" if ui else f"its output is also in {job.log_path}"
+        echo(f"started PID {job.pid} with the probe: {one_line(' '.join(cmd), 200)}; {where}")
+        if not ui and not args.no_ui:
+            echo("no terminal here: running without the dashboard (as with --no-ui)")
         try:
-            feed.start()
-            rc = proc.wait()
-        except KeyboardInterrupt:
-            proc.terminate()
-            rc = proc.wait()
-        finally:
-            time.sleep(args.interval * 2)  # a last sample shows the end
-            feed.stop()
-            monitor.close()
-        echo(f"the job exited with {rc}" + (f"; recorded to {args.record}" if args.record else ""))
-        return rc
-    _run_app(args, monitor, feed, "live")
-    if proc.poll() is None:
-        echo(f"the job (PID {proc.pid}) goes on; its output: {log}")
-    return 0
+            monitor, feed = sessions.live_session(args.interval, pid=job.pid, record=args.record, require_gpu=False,
+                                                  config=args.thresholds, probe_dir=base, own_child=True)
+        except BaseException:
+            job.forward(signal.SIGTERM, 2.0)  # nothing will watch it: do not leave it running
+            job.watch()
+            job.finish()
+            raise
+        job.on_end(monitor.end_job)
+        job.watch()
+        if ui:
+            return _run_job_in_app(args, job, monitor, feed)
+        return _run_job_headless(args, job, monitor, feed)
+    finally:
+        restore()
+
+
+def _run_job_headless(args, job, monitor, feed) -> int:
+    try:
+        feed.start()
+        job.finish()
+        job.drain_output()
+        _wait_for_tick(feed, timeout=max(2.0, 3 * args.interval))  # a last sample shows the end
+    finally:
+        feed.stop()
+        monitor.close()
+    end = job.end
+    saved = f"; recorded to {args.record}" if args.record and not monitor.recording_error else ""
+    echo(f"{end.describe()}{saved}")
+    if monitor.recording_error:
+        echo(monitor.recording_error)
+    return end.status
+
+
+def _run_job_in_app(args, job, monitor, feed) -> int:
+    import asyncio
+
+    from traintop.job import forward_signals
+
+    def close_app(app):
+        def on_signal(_signum):
+            try:
+                asyncio.get_running_loop().call_soon_threadsafe(app.exit)
+            except RuntimeError:  # the app is not running (yet, or any more)
+                pass
+        # Replaces the handlers installed by cmd_run (which restores the originals at the end).
+        forward_signals(job, args.grace, then=on_signal)
+
+    _run_app(args, monitor, feed, "live", prepare=close_app)
+    if job.end is None and not job.signals_received:
+        echo(f"the job (PID {job.pid}) goes on; its output: {job.log_path}")
+        return 0
+    end = job.finish()
+    echo(end.describe())
+    return end.status
+
+
+def _wait_for_tick(feed, timeout: float) -> None:
+    ticks, deadline = feed.ticks, time.monotonic() + timeout
+    while feed.ticks <= ticks and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 def _fields(args) -> list[str] | None:
@@ -355,7 +429,11 @@ def add_run(sub) -> None:
     g = p.add_argument_group("job")
     g.add_argument("--no-ui", action="store_true",
                    help="no dashboard: wait for the job (with --record to keep what was seen)")
-    g.add_argument("--log", metavar="FILE", help="the job's output (default: a file in traintop's private directory)")
+    g.add_argument("--log", metavar="FILE", help="the job's output (default: a new file in traintop's private "
+                   "directory); without the dashboard the output also goes to traintop's stdout and stderr")
+    g.add_argument("--grace", type=_seconds, default=DEFAULT_GRACE_S, metavar="S",
+                   help="SIGTERM, SIGHUP or SIGINT to traintop is passed on to the whole job, which gets this "
+                   f"long to stop before SIGKILL (default {DEFAULT_GRACE_S:g})")
     add_sampling(p, pid=False)
     add_display(p)
     add_output(p)

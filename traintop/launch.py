@@ -5,55 +5,154 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
+import tempfile
+import threading
 import time
 from importlib import resources
 
 from traintop import __version__
 from traintop.errors import TraintopError
+from traintop.job import Job
 from traintop.probe_agent import ensure_private_dir, probe_dir
 
 
-def injection_dir() -> str:
+def private_base() -> tuple[str, str | None]:
+    """traintop's private directory for probe sockets, the injected files and logs, and a
+    one-line note when the usual one cannot be used.
+
+    Where XDG_RUNTIME_DIR is unset the usual one is /tmp/traintop-<uid>, which another user
+    can create first (or make a symlink): then this job gets a fresh private directory of
+    its own, which it learns through TRAINTOP_PROBE_DIR."""
+    path = probe_dir()
+    try:
+        return ensure_private_dir(path), None
+    except OSError as e:
+        why = e.strerror if e.strerror else str(e)
+        if os.environ.get("TRAINTOP_PROBE_DIR"):
+            raise TraintopError(f"TRAINTOP_PROBE_DIR={path} cannot be used: {why}; "
+                                "point it at a directory of yours with mode 0700") from None
+        fallback = tempfile.mkdtemp(prefix=f"traintop-{os.getuid()}-")
+        return fallback, (f"{path} cannot be used ({why}); this job's probe uses {fallback} instead "
+                          f"(to fix: remove {path}, or set XDG_RUNTIME_DIR)")
+
+
+def injection_dir(base: str) -> str:
     """A private directory holding sitecustomize.py and the standalone probe agent."""
-    base = ensure_private_dir(probe_dir())
     d = os.path.join(base, f"inject-{__version__}")
     os.makedirs(d, mode=0o700, exist_ok=True)
     pkg = resources.files("traintop")
     for src, dst in (("probe_agent.py", "_traintop_probe_agent.py"), ("inject/sitecustomize.py", "sitecustomize.py")):
         with resources.as_file(pkg.joinpath(src)) as path:
-            tmp = os.path.join(d, dst + ".tmp")
+            fd, tmp = tempfile.mkstemp(dir=d, prefix=dst, suffix=".tmp")  # two runs at once: one name each
+            os.close(fd)
             shutil.copyfile(path, tmp)
             os.replace(tmp, os.path.join(d, dst))
     return d
 
 
-def probe_env(base: dict[str, str] | None = None) -> dict[str, str]:
-    env = dict(os.environ if base is None else base)
-    d = injection_dir()
+def probe_env(base: str, env: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ if env is None else env)
+    d = injection_dir(base)
     env["PYTHONPATH"] = d + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env.setdefault("TRAINTOP_PROBE_DIR", probe_dir())
+    env["TRAINTOP_PROBE_DIR"] = base
     return env
 
 
-def launch(cmd: list[str], log_path: str | None = None) -> tuple[subprocess.Popen, str]:
-    """Start ``cmd`` with the probe; its output goes to a log file (the terminal is the dashboard's)."""
+def new_log(directory: str) -> tuple[int, str]:
+    """A log file of its own (O_EXCL): two runs started in the same second get two files."""
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    stem = time.strftime("run-%Y%m%d-%H%M%S")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC
+    for n in range(1, 1000):
+        path = os.path.join(directory, f"{stem}{'' if n == 1 else f'-{n}'}.log")
+        try:
+            return os.open(path, flags, 0o600), path
+        except FileExistsError:
+            continue
+    raise TraintopError(f"cannot make a new log file in {directory}")
+
+
+def _open_log(path: str) -> int:
+    try:
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    except OSError as e:
+        raise TraintopError(f"cannot write the job's log {path}: {e.strerror}") from None
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _pump(src: int, out: int, log: int, lock: threading.Lock) -> None:
+    """Copy the job's output to traintop's own (a terminal, a file, a CI log) and to the log."""
+    out_ok = True
+    try:
+        while True:
+            try:
+                data = os.read(src, 65536)
+            except InterruptedError:
+                continue
+            except OSError:
+                break
+            if not data:
+                break
+            if out_ok:
+                try:
+                    _write_all(out, data)
+                except OSError:  # our reader went away: keep logging, keep the job unblocked
+                    out_ok = False
+            with lock:
+                try:
+                    _write_all(log, data)
+                except OSError:
+                    pass
+    finally:
+        os.close(src)
+
+
+def launch(cmd: list[str], log_path: str | None = None, *, base: str | None = None,
+           passthrough: bool = False) -> Job:
+    """Start ``cmd`` with the probe, in a process group of its own.
+
+    Its output goes to a log file; with ``passthrough`` (no dashboard) also to traintop's
+    own stdout and stderr, each to its own, and its stdin is traintop's where that is not
+    a terminal."""
     if not cmd:
         raise TraintopError("traintop run needs a command: traintop run -- python train.py")
+    if base is None:
+        base, _ = private_base()
     if log_path is None:
-        logs = os.path.join(ensure_private_dir(probe_dir()), "logs")
-        os.makedirs(logs, mode=0o700, exist_ok=True)
-        log_path = os.path.join(logs, time.strftime("run-%Y%m%d-%H%M%S.log"))
+        log, log_path = new_log(os.path.join(base, "logs"))
+    else:
+        log = _open_log(log_path)
+    group = {"process_group": 0} if sys.version_info >= (3, 11) else {"start_new_session": True}
+    stdin = subprocess.DEVNULL
+    if passthrough and not os.isatty(0):
+        stdin = None  # a pipe or a file: the job reads it as it would without traintop
+    out = subprocess.PIPE if passthrough else log
     try:
-        log = open(log_path, "ab")
-    except OSError as e:
-        raise TraintopError(f"cannot write the job's log {log_path}: {e.strerror}") from None
-    try:
-        proc = subprocess.Popen(cmd, env=probe_env(), stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(cmd, env=probe_env(base), stdin=stdin, stdout=out,
+                                stderr=subprocess.PIPE if passthrough else subprocess.STDOUT, **group)
     except FileNotFoundError:
+        os.close(log)
         raise TraintopError(f"command not found: {cmd[0]}") from None
     except PermissionError:
+        os.close(log)
         raise TraintopError(f"not executable: {cmd[0]}") from None
-    finally:
-        log.close()
-    return proc, log_path
+    pumps = []
+    if passthrough:
+        lock = threading.Lock()
+        for pipe, fd in ((proc.stdout, 1), (proc.stderr, 2)):
+            src = os.dup(pipe.fileno())
+            pipe.close()
+            t = threading.Thread(target=_pump, args=(src, fd, log, lock), name="traintop-output", daemon=True)
+            t.start()
+            pumps.append(t)
+        # The log stays open for the pumps (a child the job leaves behind may write on); the
+        # process's exit closes it.
+    else:
+        os.close(log)
+    return Job(proc, cmd, log_path, pumps)

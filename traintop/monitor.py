@@ -29,6 +29,8 @@ class Monitor:
         self.source_error: str | None = None
         self.collector_errors: dict[str, str] = {}  # collector -> why it fails now (live sampling)
         self.ended_at: float | None = None
+        self.launched = False  # the attached process was started by `traintop run` (with the probe)
+        self.job_end = None  # traintop.job.JobEnd of a launched job, as soon as it is reaped
         if recorder is not None:
             self.attach_recorder(recorder)
 
@@ -76,6 +78,13 @@ class Monitor:
             changed = self.engine.evaluate(self.store, frame.t) if evaluate else []
         self._record(frame, changed)
         return changed
+
+    def end_job(self, end) -> None:
+        """A launched job has ended (exit code or signal, and when): the view says so at once."""
+        with self.lock:
+            self.job_end = end
+            if self.ended_at is None:
+                self.ended_at = end.t
 
     def _record(self, frame: Frame, changed: list[Alert]) -> None:
         rec = self.recorder

@@ -45,19 +45,35 @@ def probe_dir() -> str:
     return os.path.join("/tmp", f"traintop-{os.getuid()}")
 
 
+def private_dir_problem(path: str) -> str | None:
+    """Why ``path`` is not a private directory of ours (None when it is). A symlink does not
+    count, whatever it points to: lstat, never stat."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return f"{path} does not exist"
+    except OSError as e:
+        return f"{path} cannot be checked ({e.strerror})"
+    if stat.S_ISLNK(st.st_mode):
+        return f"{path} is a symbolic link"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{path} is not a directory"
+    if st.st_uid != os.getuid():
+        return f"{path} belongs to another user"
+    if st.st_mode & 0o077:
+        return f"{path} is open to others (mode {oct(st.st_mode & 0o777)})"
+    return None
+
+
 def ensure_private_dir(path: str) -> str:
     """Create ``path`` 0700, or check that an existing one is ours and private."""
     try:
         os.mkdir(path, 0o700)
     except FileExistsError:
         pass
-    st = os.lstat(path)
-    if not stat.S_ISDIR(st.st_mode):
-        raise PermissionError(f"{path} is not a directory")
-    if st.st_uid != os.getuid():
-        raise PermissionError(f"{path} belongs to another user")
-    if st.st_mode & 0o077:
-        raise PermissionError(f"{path} is readable by others (mode {oct(st.st_mode & 0o777)})")
+    problem = private_dir_problem(path)
+    if problem:
+        raise PermissionError(problem)
     return path
 
 
@@ -108,6 +124,11 @@ class Probe:
             return True
         try:
             directory = ensure_private_dir(probe_dir())
+        except OSError as e:
+            print(f"traintop probe: not started ({e}; to fix: remove it, or set XDG_RUNTIME_DIR or "
+                  "TRAINTOP_PROBE_DIR to a directory of yours with mode 0700)", file=sys.stderr)
+            return False
+        try:
             self.path = socket_path(self.pid, directory)
             if os.path.exists(self.path):
                 os.unlink(self.path)  # a stale socket of an earlier process with this PID

@@ -43,15 +43,19 @@ def _recording(monitor: Monitor, record: str | None) -> Monitor:
 
 
 def live_session(interval: float = 0.5, pid: int | None = None, record: str | None = None,
-                 config: Thresholds | None = None, require_gpu: bool = True):
-    """Live collectors. Raises NoGpuError when NVML sees no GPU and ``require_gpu``."""
+                 config: Thresholds | None = None, require_gpu: bool = True, probe_dir: str | None = None,
+                 own_child: bool = False):
+    """Live collectors. Raises NoGpuError when NVML sees no GPU and ``require_gpu``.
+
+    ``own_child``: ``pid`` was started by this traintop (`traintop run`) and may already have
+    ended; ``probe_dir`` is where its probe listens."""
     from traintop.collectors.host import HostCollector
     from traintop.collectors.nvml import NvmlCollector
     from traintop.collectors.probe_client import ProbeClient
     from traintop.collectors.process import ProcessCollector
 
     check_interval(interval)
-    proc = ProcessCollector(pid) if pid is not None else None  # fail fast on a bad PID
+    proc = ProcessCollector(pid, ended_ok=own_child) if pid is not None else None  # fail fast on a bad PID
     try:
         # Sampling once a second or slower, a 2-s window halves the cost of the utilization buffer.
         gpu = NvmlCollector(window_s=1.0 if interval < 1.0 else 2.0)
@@ -67,10 +71,11 @@ def live_session(interval: float = 0.5, pid: int | None = None, record: str | No
         info = SessionInfo(kind="live", hostname=socket.gethostname(), interval=interval, label="no GPU",
                            extra={"no_gpu": no_gpu})
     sampler = LiveSampler(gpu=gpu, host=HostCollector(), process=proc,
-                          probes=ProbeClient() if proc is not None else None,
+                          probes=ProbeClient(probe_dir) if proc is not None else None,
                           gpu_timeout=max(1.0, 2 * interval))
     engine = default_engine(config) if config else None
     monitor = _recording(Monitor(info, store=_store_for(interval), engine=engine), record)
+    monitor.launched = own_child
     feed = SourceFeed(monitor, sampler, interval, kind="live")
     feed.closers = [sampler.close]
     return monitor, feed

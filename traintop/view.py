@@ -65,6 +65,8 @@ class ProcessView:
     gpu_mem: dict  # GPU index -> bytes NVML attributes to this process tree
     ranks: list = field(default_factory=list)  # RankView per probed process
     thresholds: Thresholds = DEFAULT  # what the rules call a saturated worker, a long input wait
+    launched: bool = False  # started by `traintop run`: the probe was injected
+    job_end: object | None = None  # traintop.job.JobEnd once a launched job has ended
 
 
 @dataclass(frozen=True)
@@ -174,7 +176,8 @@ def build_view(monitor: Monitor, points: int = SERIES_POINTS) -> View:
                                   store.last(rank_key(subject, "step_time"), points),
                                   sum(waits) / len(waits) if waits else None))
         pview = ProcessView(proc, store.last(proc_key("cpu_percent"), points), monitor.ended_at, gpu_mem, ranks,
-                            monitor.engine.config)
+                            monitor.engine.config,
+                            launched=monitor.launched, job_end=monitor.job_end)
         if frame is not None and frame.stale_gpus and not monitor.source_error:
             stale = f"GPU {', '.join(map(str, frame.stale_gpus))}: the driver did not answer in time (data stale)"
         else:

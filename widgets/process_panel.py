@@ -23,6 +23,10 @@ NO_PROBE = ("No probe in this job: NVML's per-process figure is an upper bound (
             "`traintop run -- python train.py` or add `import traintop.probe`.")
 
 
+NO_PROBE_YET = ("No probe message yet: the probe runs inside each Python process of the job (a shell or a "
+                "program in another language has none).")
+
+
 def rank_line(rv: RankView, thresholds: Thresholds = DEFAULT) -> Text:
     r = rv.sample
     out = Text()
@@ -111,6 +115,12 @@ class ProcessPanel(TextLines):
             out.append("traintop --pid N", style="bold")
             out.append(" attaches to a running job.", style="dim")
             return out
+        if v.job_end is not None:  # a job of `traintop run`: how it ended, as soon as it did
+            end = v.job_end
+            out.append(end.describe(capital=True), style="bold red" if end.status else "bold green")
+            out.append(f" (PID {p.pid}, {one_line(p.name, 100)}); its history stays on screen. "
+                       "q quits with its status.", style="yellow")
+            return out
         if not p.alive:
             when = time.strftime("%H:%M:%S", time.localtime(v.ended_at)) if v.ended_at else "recently"
             out.append(f"PID {p.pid} ({one_line(p.name, 100)}) ended at {when}; its history stays on screen.", style="bold yellow")
@@ -148,7 +158,7 @@ class ProcessPanel(TextLines):
         width = self.content_size.width or 60
         if not v.ranks:
             out.append("\n")
-            out.append(NO_PROBE, style="dim")
+            out.append(NO_PROBE_YET if v.launched else NO_PROBE, style="dim")
             return out
         for rv in v.ranks[:8]:
             out.append("\n")

@@ -21,8 +21,11 @@ _saved = list(sys.path)
 try:
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
     import sitecustomize  # noqa: F401
-except ImportError:
-    pass
+except ImportError as _e:
+    # As site.py does: no other sitecustomize is fine; an ImportError raised inside the
+    # user's own is theirs to see (Python prints "Error in sitecustomize ..." for it).
+    if _e.name != "sitecustomize":
+        raise
 finally:
     sys.path[:] = _saved
     if "sitecustomize" not in sys.modules and _ours is not None:
