@@ -115,6 +115,9 @@ class NvmlCollector:
             mem_clock_max=self._safe(i, "mem_clock_max", nv.nvmlDeviceGetMaxClockInfo, h, nv.NVML_CLOCK_MEM),
             pcie_gen_max=self._optional(i, "pcie_gen_max", "nvmlDeviceGetMaxPcieLinkGeneration", h),
             pcie_width_max=self._optional(i, "pcie_width_max", "nvmlDeviceGetMaxPcieLinkWidth", h),
+            pci_bus_id=_text(pci.busId) if (pci := self._optional(i, "pci", "nvmlDeviceGetPciInfo", h)) is not None
+            and getattr(pci, "busId", None) else None,
+            minor=self._optional(i, "minor", "nvmlDeviceGetMinorNumber", h),
         )
 
     def _optional(self, i: int, field: str, fn_name: str, *args):

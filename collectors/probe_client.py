@@ -17,8 +17,14 @@ import time
 
 from traintop.probe_agent import peer_uid, private_dir_problem, probe_dir
 from traintop.samples import RankSample
+from traintop.text import one_line
 
 MAX_LINE = 1 << 20
+
+
+def _job(v) -> str | None:
+    # the probe's word, so untrusted: one short line, printable
+    return (one_line(v, limit=64) or None) if isinstance(v, str) else None
 
 
 class _Conn:
@@ -50,8 +56,11 @@ def job_probe_dir(pid: int) -> str | None:
 
 
 class ProbeClient:
-    def __init__(self, directory: str | None = None, clock=time.monotonic) -> None:
+    def __init__(self, directory: str | None = None, clock=time.monotonic, owner_uid: int | None = None) -> None:
         self.directory = directory or probe_dir()
+        # whose probes may answer: ours (or root's); an agent run as root reading another user's
+        # directory accepts that directory's owner
+        self.owner_uid = os.getuid() if owner_uid is None else owner_uid
         self._conns: dict[int, _Conn] = {}
         self._clock = clock
         self.rejected: set[int] = set()
@@ -87,7 +96,7 @@ class ProbeClient:
             s.settimeout(0.2)
             s.connect(path)
             uid = peer_uid(s)
-            if uid not in (os.getuid(), 0):
+            if uid not in (self.owner_uid, 0):
                 self.rejected.add(pid)
                 s.close()
                 return
@@ -172,7 +181,7 @@ class ProbeClient:
             alloc_retries=i(main.get("alloc_retries")), ooms=i(main.get("ooms")), steps=i(m.get("steps")),
             step_time=step_time, steps_per_s=steps_per_s,
             input_wait=min(1.0, c.wait / c.window) if c.window > 0 else None,
-            age=now - c.last_seen,
+            age=now - c.last_seen, local_rank=i(m.get("local_rank")), job=_job(m.get("job")),
         )
 
     def close(self) -> None:

@@ -75,7 +75,8 @@ class Simulator:
             gpus=tuple(GpuInfo(index=i, name=H200["name"], uuid=f"GPU-sim-{self.seed}-{i}",
                                mem_total=H200["mem_total"], power_limit_w=H200["power_limit_w"],
                                temp_slowdown_c=H200["temp_slowdown_c"], sm_clock_max=H200["sm_clock_max"],
-                               mem_clock_max=H200["mem_clock_max"], pcie_gen_max=5, pcie_width_max=16)
+                               mem_clock_max=H200["mem_clock_max"], pcie_gen_max=5, pcie_width_max=16,
+                               pci_bus_id=f"00000000:{0x18 + i:02X}:00.0", minor=i)
                       for i in range(len(self.scenarios))),
             driver="580.159.04 (simulated)",
             cuda_driver="13.0",

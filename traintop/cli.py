@@ -292,6 +292,12 @@ def cmd_analyze(args) -> int:
     from traintop.analyze import analyze, render_json, render_text
     from traintop.rules import Severity
 
+    if args.prometheus:
+        from traintop.cluster.commands import cmd_analyze_prometheus
+
+        return cmd_analyze_prometheus(args)
+    if not args.file:
+        raise TraintopError("analyze needs a FILE (a recording or an nvidia-smi log), or --prometheus URL")
     source = sessions.open_source(args.file, _fields(args))
     report = analyze(source, config=args.thresholds, name=os.path.basename(args.file), rerun=args.rerun)
     print(render_json(report) if args.json else render_text(report))
@@ -453,9 +459,15 @@ def add_doctor(sub) -> None:
 
 
 def add_analyze(sub) -> None:
-    p = sub.add_parser("analyze", help="report the findings of a recording or an nvidia-smi log (no UI)",
-                       description="Report the findings of a recording or an nvidia-smi log (no UI).")
-    p.add_argument("file", metavar="FILE", help="a traintop recording (.ttrec) or an nvidia-smi CSV/dmon log")
+    from traintop.cluster.commands import add_analyze_options
+
+    p = sub.add_parser("analyze", help="report the findings of a recording, an nvidia-smi log or a cluster "
+                       "in Prometheus (no UI)",
+                       description="Report the findings of a recording, an nvidia-smi log or a time range of a "
+                       "cluster in Prometheus (no UI).")
+    p.add_argument("file", metavar="FILE", nargs="?",
+                   help="a traintop recording (.ttrec) or an nvidia-smi CSV/dmon log")
+    add_analyze_options(p)
     g = p.add_argument_group("report")
     g.add_argument("--json", action="store_true", help="JSON instead of text")
     g.add_argument("--fail-on", choices=["info", "warning", "critical"],
@@ -487,7 +499,32 @@ def add_config(sub) -> None:
     p.set_defaults(handler=cmd_config)
 
 
-COMMANDS = [add_demo, add_simulate, add_record, add_replay, add_run, add_analyze, add_doctor, add_config]
+def cmd_cluster(args) -> int:
+    from traintop.app.cluster import ClusterApp
+    from traintop.cluster.commands import cluster_source
+
+    source = cluster_source(args)
+    try:
+        ClusterApp(source, url=source.prom.shown, job=args.job, refresh=args.refresh).run()
+    finally:
+        source.close()
+    return 0
+
+
+def add_agent(sub) -> None:
+    from traintop.cluster.commands import add_agent as add
+
+    add(sub)
+
+
+def add_cluster(sub) -> None:
+    from traintop.cluster.commands import add_cluster as add
+
+    add(sub, cmd_cluster)
+
+
+COMMANDS = [add_demo, add_simulate, add_record, add_replay, add_run, add_analyze, add_doctor, add_config,
+            add_agent, add_cluster]
 
 
 def build_parser() -> argparse.ArgumentParser:

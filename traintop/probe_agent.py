@@ -96,6 +96,15 @@ def _env_int(name: str) -> int | None:
         return None
 
 
+def _job_id() -> str | None:
+    """The scheduler's id for this job, as the job sees it (an agent beside it labels the rank with it)."""
+    for name in ("SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"):
+        v = os.environ.get(name)
+        if v:
+            return v[:64]
+    return None
+
+
 class Probe:
     def __init__(self, interval: float = DEFAULT_INTERVAL) -> None:
         self.interval = interval
@@ -263,6 +272,7 @@ class Probe:
         msg = {
             "v": PROTOCOL, "pid": self.pid, "t": time.time(), "window": window,
             "rank": _env_int("RANK"), "local_rank": _env_int("LOCAL_RANK"), "world_size": _env_int("WORLD_SIZE"),
+            "job": _job_id(),
             "cuda": bool(cuda is not None and cuda.is_initialized()),
             "memory": self._memory(), "steps": steps, "step_times": step_times,
             "input_wait": wait, "hooks": self._hooks_installed, "drops": self.drops,

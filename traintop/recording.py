@@ -64,7 +64,8 @@ def info_from_json(text: str) -> SessionInfo:
                             mem_total=num(g.get("mem_total")), power_limit_w=num(g.get("power_limit_w")),
                             temp_slowdown_c=num(g.get("temp_slowdown_c")), sm_clock_max=num(g.get("sm_clock_max")),
                             mem_clock_max=num(g.get("mem_clock_max")), pcie_gen_max=num(g.get("pcie_gen_max")),
-                            pcie_width_max=num(g.get("pcie_width_max"))))
+                            pcie_width_max=num(g.get("pcie_width_max")), pci_bus_id=text(g.get("pci_bus_id")),
+                            minor=g.get("minor") if isinstance(g.get("minor"), int) else None))
     interval = d.get("interval", 0.5)
     if not isinstance(interval, (int, float)) or not 0 < interval < 3600:
         raise ValueError("bad interval")

@@ -55,6 +55,8 @@ class GpuInfo:
     mem_clock_max: int | None = None
     pcie_gen_max: int | None = None  # the link the GPU and its slot can reach
     pcie_width_max: int | None = None
+    pci_bus_id: str | None = None  # e.g. 00000000:18:00.0, as dcgm-exporter labels it
+    minor: int | None = None  # /dev/nvidiaN
 
 
 # usable GB/s per lane and direction after line encoding, by PCIe generation
@@ -206,6 +208,8 @@ class RankSample:
     steps_per_s: float | None = None
     input_wait: float | None = None  # share (0..1) of wall time spent in DataLoader.__next__
     age: float | None = None  # seconds since the probe's last message
+    local_rank: int | None = None
+    job: str | None = None  # the scheduler's job id (SLURM_JOB_ID, TORCHELASTIC_RUN_ID) seen by the job itself
 
     @property
     def label(self) -> str:

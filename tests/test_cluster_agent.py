@@ -1,0 +1,243 @@
+"""`traintop agent`: its /metrics through prometheus-client, labels, units, bounded series,
+a textfile for node_exporter, a probe's ranks appearing and going, a stuck scraper."""
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from traintop.cluster import series as S
+from traintop.cluster.agent import HostAgent, is_loopback, parse_listen, serve
+from traintop.cluster.live_source import AgentSampler, AllProbes
+from traintop.errors import TraintopError
+from traintop.sessions import simulated_session
+
+
+def start_agent(*args, env=None):
+    """A real agent process on a free loopback port; returns (process, [metrics URLs])."""
+    p = subprocess.Popen([sys.executable, "-m", "traintop", "agent", "--listen", "127.0.0.1:0", *args],
+                         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                         env=dict(os.environ, **(env or {})))
+    urls = []
+    hosts = int(args[args.index("--hosts") + 1]) if "--hosts" in args else 1
+    while len(urls) < hosts:
+        line = p.stderr.readline()
+        if not line:
+            raise AssertionError(f"agent exited: {p.wait()}")
+        m = re.search(r"(http://\S+/metrics)", line)
+        if m:
+            urls.append(m.group(1))
+    return p, urls
+
+
+def scrape(url):
+    text = httpx.get(url, timeout=5).text
+    return {f.name: f for f in text_string_to_metric_families(text)}, text
+
+
+def samples(fams, name):
+    base = name[:-6] if name.endswith("_total") else name
+    fam = fams.get(base) or fams.get(name)
+    return [s for s in fam.samples if s.name == name] if fam else []
+
+
+def test_agent_serves_base_units_dcgm_labels_and_bounded_series():
+    p, (url,) = start_agent("--simulate", "starved", "--gpus", "2", "--hostname", "node-a", "--straggler", "1",
+                            env={"SLURM_JOB_ID": "4242"})
+    try:
+        time.sleep(2.5)
+        fams, text = scrape(url)
+    finally:
+        p.terminate()
+        p.wait(5)
+    util = samples(fams, "traintop_gpu_utilization_ratio")
+    assert len(util) == 2
+    assert set(util[0].labels) == set(S.GPU_LABELS)
+    assert {s.labels["gpu"] for s in util} == {"0", "1"}
+    assert all(s.labels["Hostname"] == "node-a" and s.labels["modelName"] == "NVIDIA H200" for s in util)
+    assert all(re.fullmatch(r"[0-9A-F]{8}:[0-9A-F]{2}:00\.0", s.labels["pci_bus_id"]) for s in util)
+    assert all(0 <= s.value <= 1 for s in util)  # ratios, not percent
+    clock = samples(fams, "traintop_gpu_sm_clock_hertz")
+    assert all(s.value > 1e8 for s in clock)  # hertz, not MHz
+    step = samples(fams, "traintop_step_seconds")
+    assert {(s.labels["job"], s.labels["rank"], s.labels["local_rank"], s.labels["world_size"]) for s in step} \
+        == {("4242", "0", "0", "2"), ("4242", "1", "1", "2")}
+    straggler = {s.labels["rank"]: s.value for s in step}
+    assert straggler["1"] > 1.5 * straggler["0"]
+    assert samples(fams, "traintop_steps_total")
+    active = samples(fams, "traintop_finding_active")
+    assert any(s.labels["rule"] == "starvation" and s.labels["subject"] == "gpu0" for s in active)
+    assert {"rule", "severity", "subject", "Hostname"} == set(active[0].labels)
+    assert "starvation" in {s.labels["rule"] for s in samples(fams, "traintop_gpu_seconds_lost_total")}
+    # Bounded cardinality: no PIDs or command lines in any label; the documented count per GPU and rank.
+    assert "pid" not in text.lower() and "python" not in text
+    per_gpu = sum(1 for f in fams.values() for s in f.samples if s.labels.get("gpu") == "0")
+    assert per_gpu <= S.series_per_gpu()
+    per_rank = sum(1 for f in fams.values() for s in f.samples if s.labels.get("rank") == "0")
+    assert per_rank == S.series_per_rank()
+    for f in fams.values():
+        assert f.name.startswith("traintop_")
+        if f.type == "counter":
+            assert all(s.name.endswith(("_total", "_created")) for s in f.samples)
+
+
+def test_one_process_poses_as_several_hosts_of_one_job():
+    p, urls = start_agent("--simulate", "healthy", "--gpus", "2", "--hosts", "3", "--hostname", "sim",
+                          "--job", "j1", "--interval", "1")
+    try:
+        time.sleep(1.5)
+        seen = [scrape(u)[0] for u in urls]
+    finally:
+        p.terminate()
+        p.wait(5)
+    hosts = [{s.labels["Hostname"] for s in samples(f, "traintop_gpu_power_watts")} for f in seen]
+    assert hosts == [{"sim-000"}, {"sim-001"}, {"sim-002"}]
+    ranks = sorted(int(s.labels["rank"]) for f in seen for s in samples(f, "traintop_step_seconds"))
+    assert ranks == list(range(6))
+    assert {s.labels["world_size"] for f in seen for s in samples(f, "traintop_step_seconds")} == {"6"}
+
+
+def test_textfile_is_written_atomically_without_a_port(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "traintop", "agent", "--simulate", "healthy", "--textfile",
+                        str(tmp_path), "--duration", "2.5", "--interval", "0.5"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert "http://" not in r.stderr  # no port opened
+    assert os.listdir(tmp_path) == ["traintop.prom"]  # no temporary file left behind
+    fams = {f.name: f for f in text_string_to_metric_families((tmp_path / "traintop.prom").read_text())}
+    assert samples(fams, "traintop_gpu_power_watts")
+
+
+def test_listen_beyond_loopback_warns_once(capsys):
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("10.1.2.3")
+    assert parse_listen("0.0.0.0:9") == ("0.0.0.0", 9) and parse_listen("[::1]:7") == ("::1", 7)
+    with pytest.raises(TraintopError):
+        parse_listen("host:port")
+    said = []
+    monitor, feed = simulated_session("healthy", history_s=0)
+    h = HostAgent("h", monitor, feed, None, "simulated")
+    servers = serve([h], "0.0.0.0:0", said.append)
+    for s in servers:
+        s.shutdown()
+    assert len([m for m in said if "warning" in m]) == 1
+    said.clear()
+    servers = serve([h], "127.0.0.1:0", said.append)
+    for s in servers:
+        s.shutdown()
+    assert not [m for m in said if "warning" in m]
+
+
+def test_a_stuck_scraper_does_not_stop_sampling():
+    monitor, feed = simulated_session("healthy", history_s=0, interval=0.1)
+    h = HostAgent("h", monitor, feed, None, "simulated")
+    (server,) = serve([h], "127.0.0.1:0", lambda m: None)
+    port = server.server_port
+    stuck = socket.create_connection(("127.0.0.1", port))
+    stuck.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # never finishes its request
+    try:
+        h.start()
+        time.sleep(0.3)
+        before = monitor.store.frames_seen
+        time.sleep(0.6)
+        assert monitor.store.frames_seen > before
+        assert "traintop_gpu_power_watts" in httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    finally:
+        stuck.close()
+        server.shutdown()
+        h.stop()
+
+
+def test_a_probe_appears_with_its_job_and_its_series_go_when_it_stops(tmp_path, monkeypatch):
+    from traintop.probe_agent import Probe
+
+    monkeypatch.setenv("TRAINTOP_PROBE_DIR", str(tmp_path / "probes"))
+    monkeypatch.setenv("SLURM_JOB_ID", "987")
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    probe = Probe(interval=0.05)
+    assert probe.start()
+    # only this test's directory (run as root, the agent would also read every user's)
+    probes = AllProbes(lambda: [str(tmp_path / "probes")])
+
+    class NoGpu:
+        def next_frame(self):
+            from traintop.samples import Frame
+            return Frame(t=time.time())
+
+        def close(self):
+            pass
+
+    sampler = AgentSampler(NoGpu(), probes)
+    try:
+        deadline = time.time() + 5
+        ranks = ()
+        while not ranks and time.time() < deadline:
+            time.sleep(0.1)
+            ranks = sampler.next_frame().ranks
+        assert [(r.rank, r.local_rank, r.world_size, r.job) for r in ranks] == [(3, 1, 8, "987")]
+        probe.stop()
+        time.sleep(0.1)
+        assert sampler.next_frame().ranks == ()
+    finally:
+        probe.stop()
+        sampler.close()
+
+
+def test_root_reads_every_users_probe_directory(monkeypatch, tmp_path):
+    from traintop.cluster import live_source
+
+    monkeypatch.setenv("TRAINTOP_PROBE_DIR", str(tmp_path))
+    monkeypatch.setattr(live_source.os, "geteuid", lambda: 1000)
+    assert live_source.probe_dirs() == [str(tmp_path)]
+    monkeypatch.setattr(live_source.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(live_source.glob, "glob", lambda pattern: [str(tmp_path / "u1")] if "run" in pattern else [])
+    (tmp_path / "u1").mkdir()
+    assert live_source.probe_dirs() == [str(tmp_path), str(tmp_path / "u1")]
+
+
+def test_on_finding_runs_the_command_with_json_and_never_blocks(tmp_path):
+    from traintop.cluster.hooks import FindingHook
+
+    out, go = tmp_path / "events", tmp_path / "go"
+    # The command waits until the test says go: were submit() to wait for it, the test would hang.
+    hook = FindingHook(f"{sys.executable} -c \"import os,sys,time\n"
+                       f"while not os.path.exists(r'{go}'): time.sleep(0.02)\n"
+                       f"open(r'{out}','a').write(sys.stdin.read())\"")
+    for i in range(3):
+        hook.submit({"event": "start", "rule": "starvation", "subject": f"gpu{i}"})
+    go.write_text("")
+    hook.close(wait=20)
+    events = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [e["subject"] for e in events] == ["gpu0", "gpu1", "gpu2"]
+
+
+def test_only_gpus_serves_one_gpu_and_the_ranks_on_it():
+    from traintop.samples import Frame, GpuSample, RankSample
+
+    class Two:
+        def next_frame(self):
+            return Frame(t=1.0, gpus=(GpuSample(0, util=10.0), GpuSample(1, util=90.0)), stale_gpus=(1,))
+
+        def close(self):
+            pass
+
+    class Ranks:
+        def ranks(self):
+            return (RankSample(pid=1, rank=0, device=0), RankSample(pid=2, rank=1, device=1))
+
+        def close(self):
+            pass
+
+    f = AgentSampler(Two(), Ranks(), only=frozenset({1})).next_frame()
+    assert [g.index for g in f.gpus] == [1] and f.stale_gpus == (1,)
+    assert [r.rank for r in f.ranks] == [1]
+    assert len(AgentSampler(Two(), Ranks()).next_frame().ranks) == 2

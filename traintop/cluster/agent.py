@@ -1,0 +1,308 @@
+"""`traintop agent`: one per node — sampler, rules and probe reader, serving Prometheus.
+
+Each host (a real one, or a simulated one: one process may pose as several for scale
+tests) has its own Monitor and feed thread. After every tick the feed publishes an
+immutable ``HostState`` to its collector; ``/metrics`` (prometheus-client's HTTP server,
+one thread per scrape) and the textfile writer read that state and nothing else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import os
+import socket
+import sys
+import threading
+import time
+
+from prometheus_client import CollectorRegistry, start_http_server, write_to_textfile
+
+from traintop.analyze import WASTE_FROM_CLOCK, WASTE_FROM_UTIL
+from traintop.cluster.exporter import HostCollector, HostState, RankLabels
+from traintop.cluster.hooks import FindingHook
+from traintop.errors import TraintopError
+from traintop.rules import Severity
+from traintop.text import one_line
+
+# Prometheus's wiki of default ports hands out 9100-9999 to exporters, and that range is
+# full; 19401 lies outside it (dcgm-exporter's 9400 + 10000, + 1), below Linux's
+# ephemeral ports, and on no list of exporter ports we found. DESIGN-NOTES.md says more.
+DEFAULT_PORT = 19401
+DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
+
+
+def job_from_env(env=os.environ) -> str | None:
+    for name in ("SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"):
+        if env.get(name):
+            return one_line(env[name], limit=64)
+    return None
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        host, port = "", text
+    host = host.strip("[]") or "0.0.0.0"
+    try:
+        p = int(port)
+    except ValueError:
+        raise TraintopError(f"--listen expects HOST:PORT, got {text!r}") from None
+    if not 0 <= p <= 65535:
+        raise TraintopError(f"--listen: port {p} is out of range")
+    return host, p
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class SimulatedRanks:
+    """Wraps the simulator: its ranks become ranks of one job spread over several nodes
+    (global rank = node rank × GPUs + local rank), one of them possibly a straggler, the
+    whole job possibly stalling after a while."""
+
+    def __init__(self, sim, node_rank: int, nodes: int, job: str, straggler: int | None = None,
+                 stall_after: float | None = None) -> None:
+        self.sim = sim
+        self.node_rank, self.nodes, self.job = node_rank, nodes, job
+        self.straggler = straggler
+        self.stall_at = time.time() + stall_after if stall_after is not None else None
+        self._frozen: dict[int, int] = {}
+
+    def next_frame(self):
+        f = self.sim.next_frame()
+        n = len(f.gpus)
+        stalled = self.stall_at is not None and f.t >= self.stall_at
+        ranks = []
+        for r in f.ranks:
+            local = r.rank or 0
+            kw = dict(rank=self.node_rank * n + local, local_rank=local, world_size=self.nodes * n, job=self.job)
+            if local == self.straggler:
+                kw.update(step_time=(r.step_time or 0.08) * 1.7, input_wait=0.38,
+                          steps_per_s=(r.steps_per_s or 12.0) / 1.7, steps=int((r.steps or 0) / 1.7))
+            if stalled:
+                kw.update(steps=self._frozen.setdefault(local, r.steps or 0), step_time=None, steps_per_s=0.0,
+                          input_wait=0.0)
+            ranks.append(dataclasses.replace(r, **kw))
+        return dataclasses.replace(f, ranks=tuple(ranks))
+
+
+class HostAgent:
+    """One host: its monitor and feed, the state it publishes, its findings' lost GPU-seconds."""
+
+    def __init__(self, hostname: str, monitor, feed, job: str | None, mode: str, hook: FindingHook | None = None,
+                 textfile: str | None = None) -> None:
+        self.hostname = hostname
+        self.monitor, self.feed = monitor, feed
+        self.job = job
+        self.mode = mode
+        self.hook = hook
+        self.textfile = textfile
+        self.collector = HostCollector(HostState(hostname=hostname, gpus=monitor.info.gpus, mode=mode))
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self.collector)
+        self._lost: dict[str, float] = {}
+        self._xids: dict[int, tuple[int, int]] = {}
+        self._prev_t: float | None = None
+        self._active: dict[tuple[str, str], str] = {}
+        self._last_textfile = 0.0
+        self.textfile_error: str | None = None
+
+    def start(self) -> None:
+        self.feed.start(self.publish)
+
+    def stop(self) -> None:
+        self.feed.stop()
+        self.monitor.close()
+
+    def publish(self) -> None:
+        """Runs on the feed thread after each tick."""
+        m = self.monitor
+        with m.lock:
+            frame = m.store.latest
+            alerts = [(a.rule, a.severity, a.subject, a.title, a.evidence, a.start) for a in m.engine.active]
+        if frame is None:
+            return
+        self._account(frame, alerts)
+        ranks = []
+        for k, r in enumerate(frame.ranks):
+            rank = r.rank if r.rank is not None else k
+            ranks.append((RankLabels(job=r.job or self.job or "unknown", rank=str(rank),
+                                     local_rank=str(r.local_rank if r.local_rank is not None else rank),
+                                     world_size=str(r.world_size or 1)), r))
+        p = frame.process
+        workers = p.loader_workers if p is not None else ()
+        cpus = [w.cpu_percent for w in workers if w.cpu_percent is not None]
+        self.collector.publish(HostState(
+            hostname=self.hostname, frame=frame, gpus=m.info.gpus, ranks=tuple(ranks),
+            findings=tuple((rule, sev.label, subj) for rule, sev, subj, *_ in alerts),
+            lost_s=tuple(sorted(self._lost.items())),
+            xids=tuple((g, n, code) for g, (n, code) in sorted(self._xids.items())),
+            loader_cpu=sum(cpus) / len(cpus) / 100 if cpus else None,
+            loader_workers=len(workers) if p is not None else None,
+            sample_age=max(0.0, time.time() - frame.t), mode=self.mode))
+        self._hooks(alerts, frame.t)
+        self._write_textfile()
+
+    def _account(self, frame, alerts) -> None:
+        dt = 0.0 if self._prev_t is None else min(max(0.0, frame.t - self._prev_t), 5 * self.feed.interval)
+        self._prev_t = frame.t
+        gpus = {f"gpu{g.index}": g for g in frame.gpus}
+        for g in frame.gpus:
+            if g.xid:
+                n, _ = self._xids.get(g.index, (0, 0))
+                self._xids[g.index] = (n + 1, int(g.xid))
+        for rule, sev, subject, *_ in alerts:
+            g = gpus.get(subject)
+            if g is None or sev < Severity.WARNING:
+                continue
+            share = None
+            if rule in WASTE_FROM_UTIL and g.util is not None:
+                share = 1 - g.util / 100
+            elif rule in WASTE_FROM_CLOCK and g.sm_clock and g.sm_clock_max:
+                share = 1 - g.sm_clock / g.sm_clock_max
+            if share is not None:
+                self._lost[rule] = self._lost.get(rule, 0.0) + dt * min(1.0, max(0.0, share))
+            else:
+                self._lost.setdefault(rule, 0.0)
+
+    def _hooks(self, alerts, t: float) -> None:
+        if self.hook is None:
+            return
+        now = {(rule, subj): (sev, title, ev, start) for rule, sev, subj, title, ev, start in alerts
+               if sev >= Severity.WARNING}
+        for key, (sev, title, ev, start) in now.items():
+            if key not in self._active:
+                self.hook.submit({"event": "start", "host": self.hostname, "rule": key[0], "subject": key[1],
+                                  "severity": sev.label, "title": title, "evidence": ev, "start": start})
+        for key, sev in self._active.items():
+            if key not in now:
+                self.hook.submit({"event": "end", "host": self.hostname, "rule": key[0], "subject": key[1],
+                                  "severity": sev, "end": t})
+        self._active = {key: v[0].label for key, v in now.items()}
+
+    def _write_textfile(self) -> None:
+        if not self.textfile:
+            return
+        now = time.monotonic()
+        if now - self._last_textfile < 1.0:
+            return
+        self._last_textfile = now
+        try:
+            write_to_textfile(self.textfile, self.registry)  # a temporary file renamed over the old one
+            self.textfile_error = None
+        except OSError as e:
+            if self.textfile_error is None:
+                print(f"traintop: cannot write {self.textfile}: {e.strerror or e}", file=sys.stderr)
+            self.textfile_error = str(e)
+
+
+def _gpu_list(text: str) -> frozenset[int]:
+    try:
+        out = frozenset(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise TraintopError(f"--only-gpus expects GPU indices like 0,1, got {one_line(text, 40)!r}") from None
+    if not out:
+        raise TraintopError("--only-gpus names no GPU")
+    return out
+
+
+def build_hosts(args) -> list[HostAgent]:
+    from traintop import sessions
+
+    hook = FindingHook(args.on_finding) if args.on_finding else None
+    job = args.job or job_from_env()
+    n_hosts = args.hosts
+    if n_hosts > 1 and not args.simulate:
+        raise TraintopError("--hosts poses as several hosts only with --simulate")
+    if n_hosts > 1 and args.record:
+        raise TraintopError("--record keeps one host's recording: not with --hosts")
+    textdir = args.textfile
+    if textdir is not None and not os.path.isdir(textdir):
+        raise TraintopError(f"--textfile: {textdir} is not a directory")
+    base = one_line(args.hostname or socket.gethostname(), limit=64)
+    hosts = []
+    for i in range(n_hosts):
+        name = base if n_hosts == 1 else f"{base}-{i:03d}"
+        textfile = None
+        if textdir is not None:
+            textfile = os.path.join(textdir, "traintop.prom" if n_hosts == 1 else f"traintop-{name}.prom")
+        if args.simulate:
+            monitor, feed = sessions.simulated_session(args.simulate, gpus=args.gpus, seed=args.seed + i,
+                                                       interval=args.interval, history_s=60.0, record=args.record,
+                                                       config=args.thresholds)
+            node_rank = args.node_rank + i
+            feed.source = SimulatedRanks(feed.source, node_rank, max(args.nodes, args.node_rank + n_hosts), job or "sim",
+                                         straggler=args.straggler, stall_after=args.stall_after)
+            mode = "simulated"
+        else:
+            from traintop.cluster.live_source import live_agent_session
+
+            only = _gpu_list(args.only_gpus) if args.only_gpus else None
+            monitor, feed = live_agent_session(args.interval, record=args.record, config=args.thresholds, only=only)
+            mode = "live"
+        hosts.append(HostAgent(name, monitor, feed, job, mode, hook=hook, textfile=textfile))
+    return hosts
+
+
+def serve(hosts: list[HostAgent], listen: str | None, say=print) -> list:
+    """Start one HTTP server per host on consecutive ports (port 0: any free port each)."""
+    addr, port = parse_listen(listen or DEFAULT_LISTEN)
+    if not is_loopback(addr):
+        say(f"traintop: warning: serving metrics on {addr}:{port}, reachable beyond this host "
+            "(they name hosts, GPUs and job ids; no authentication)")
+    servers = []
+    for i, h in enumerate(hosts):
+        p = port + i if port else 0
+        try:
+            server, _thread = start_http_server(p, addr=addr, registry=h.registry)
+        except OSError as e:
+            for s in servers:
+                s.shutdown()
+            raise TraintopError(f"cannot listen on {addr}:{p}: {e.strerror or e}") from None
+        servers.append(server)
+        shown = f"[{addr}]" if ":" in addr else addr
+        say(f"traintop: {h.hostname}: http://{shown}:{server.server_port}/metrics")
+    return servers
+
+
+def run_agent(args) -> int:
+    hosts = build_hosts(args)
+    say = (lambda *a: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    servers = []
+    done = threading.Event()
+    import signal
+
+    old = signal.signal(signal.SIGTERM, lambda *_: done.set())
+    try:
+        if args.textfile is None or args.listen:
+            servers = serve(hosts, args.listen, say)
+        for h in hosts:
+            h.start()
+        if args.textfile:
+            say(f"traintop: writing {len(hosts)} file(s) to {args.textfile} for node_exporter's textfile collector")
+        deadline = time.monotonic() + args.duration if args.duration else None
+        while not done.is_set():
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            done.wait(0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, old)
+        for s in servers:
+            s.shutdown()
+        for h in hosts:
+            h.stop()
+        if hosts and hosts[0].hook is not None:
+            hosts[0].hook.close()
+    errors = [h.monitor.recording_error for h in hosts if h.monitor.recording_error]
+    if errors:
+        raise TraintopError(f"{errors[0]} (samples up to the error are kept)")
+    return 0

@@ -1,0 +1,152 @@
+"""One host's latest state as Prometheus metric families (through prometheus-client).
+
+The sampler thread publishes an immutable ``HostState`` after every tick; a scrape turns the
+state it finds into families. A scrape never takes the monitor's lock and never waits for
+the sampler, and the sampler never waits for a scrape: a slow or stuck scraper costs only
+its own HTTP thread.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from traintop import __version__
+from traintop.cluster import series as S
+from traintop.samples import Frame, GpuInfo
+
+
+@dataclass(frozen=True, slots=True)
+class RankLabels:
+    job: str
+    rank: str
+    local_rank: str
+    world_size: str
+
+
+@dataclass(frozen=True, slots=True)
+class HostState:
+    hostname: str
+    frame: Frame | None = None
+    gpus: tuple[GpuInfo, ...] = ()
+    ranks: tuple[tuple[RankLabels, object], ...] = ()  # (labels, RankSample)
+    findings: tuple[tuple[str, str, str], ...] = ()  # active (rule, severity, subject)
+    lost_s: tuple[tuple[str, float], ...] = ()  # (rule, GPU-seconds lost so far)
+    xids: tuple[tuple[int, int, int], ...] = ()  # (gpu, events counted, last code)
+    loader_cpu: float | None = None
+    loader_workers: int | None = None
+    sample_age: float | None = None
+    mode: str = "live"
+    extra: dict = field(default_factory=dict)
+
+
+def _gpu_labels(host: str, info: GpuInfo | None, index: int) -> list[str]:
+    minor = info.minor if info is not None and info.minor is not None else index
+    return [str(index), (info.uuid if info else None) or "", (info.pci_bus_id if info else None) or "",
+            f"nvidia{minor}", (info.name if info else None) or "", host]
+
+
+class HostCollector(Collector):
+    """A prometheus-client collector over whatever ``HostState`` the agent published last."""
+
+    def __init__(self, initial: HostState) -> None:
+        self.state = initial  # replaced whole (one reference assignment), never mutated
+
+    def publish(self, state: HostState) -> None:
+        self.state = state
+
+    def collect(self):
+        st = self.state
+        host = st.hostname
+        out = []
+        info = GaugeMetricFamily(S.P + S.AGENT_INFO, "The traintop agent serving these series",
+                                 labels=["version", "mode", "Hostname"])
+        info.add_metric([__version__, st.mode, host], 1)
+        out.append(info)
+        if st.sample_age is not None:
+            age = GaugeMetricFamily(S.P + S.AGENT_SAMPLE_AGE, "Seconds since the agent's last sample",
+                                    labels=["Hostname"])
+            age.add_metric([host], st.sample_age)
+            out.append(age)
+        frame = st.frame
+        infos = {g.index: g for g in st.gpus}
+        if frame is not None:
+            out += self._gpu_families(host, frame, infos, st)
+            out += self._host_families(host, frame, st)
+        out += self._rank_families(host, st)
+        fa = GaugeMetricFamily(S.P + S.FINDING_ACTIVE, "1 while a traintop finding is active (absent otherwise)",
+                               labels=["rule", "severity", "subject", "Hostname"])
+        for rule, severity, subject in st.findings:
+            fa.add_metric([rule, severity, subject, host], 1)
+        out.append(fa)
+        lost = CounterMetricFamily(S.P + S.GPU_SECONDS_LOST,
+                                   "GPU-seconds left unused while a finding was active, by rule",
+                                   labels=["rule", "Hostname"])
+        for rule, seconds in st.lost_s:
+            lost.add_metric([rule, host], seconds)
+        out.append(lost)
+        return out
+
+    @staticmethod
+    def _gpu_families(host, frame: Frame, infos, st: HostState):
+        fams = []
+        for s in S.GPU_SERIES:
+            cls = CounterMetricFamily if s.counter else GaugeMetricFamily
+            fam = cls(S.P + s.name, s.help, labels=list(S.GPU_LABELS))
+            for g in frame.gpus:
+                v = getattr(g, s.field)
+                if v is None:
+                    continue
+                fam.add_metric(_gpu_labels(host, infos.get(g.index), g.index), float(v) * s.scale)
+            fams.append(fam)
+        xid_total = CounterMetricFamily(S.P + S.GPU_XID_TOTAL, "Critical XID events the agent saw",
+                                        labels=list(S.GPU_LABELS))
+        last = GaugeMetricFamily(S.P + S.GPU_LAST_XID, "The last XID code the agent saw (0: none)",
+                                 labels=list(S.GPU_LABELS))
+        counts = {gpu: (n, code) for gpu, n, code in st.xids}
+        stale = GaugeMetricFamily(S.P + S.GPU_STALE, "1 when the GPU's driver did not answer in time",
+                                  labels=list(S.GPU_LABELS))
+        for g in frame.gpus:
+            labels = _gpu_labels(host, infos.get(g.index), g.index)
+            n, code = counts.get(g.index, (0, 0))
+            xid_total.add_metric(labels, n)
+            last.add_metric(labels, code)
+            stale.add_metric(labels, 1 if g.index in frame.stale_gpus else 0)
+        return fams + [xid_total, last, stale]
+
+    @staticmethod
+    def _host_families(host, frame: Frame, st: HostState):
+        fams = []
+        h = frame.host
+        for s in S.HOST_SERIES:
+            fam = GaugeMetricFamily(S.P + s.name, s.help, labels=list(S.HOST_LABELS))
+            v = getattr(h, s.field) if h is not None else None
+            if v is not None:
+                fam.add_metric([host], float(v) * s.scale)
+            fams.append(fam)
+        cpu = GaugeMetricFamily(S.P + S.HOST_LOADER_CPU, "Mean CPU of the probed jobs' DataLoader workers, of one core",
+                                labels=list(S.HOST_LABELS))
+        if st.loader_cpu is not None:
+            cpu.add_metric([host], st.loader_cpu)
+        n = GaugeMetricFamily(S.P + S.HOST_LOADER_WORKERS, "DataLoader workers of the probed jobs",
+                              labels=list(S.HOST_LABELS))
+        if st.loader_workers is not None:
+            n.add_metric([host], st.loader_workers)
+        return fams + [cpu, n]
+
+    @staticmethod
+    def _rank_families(host, st: HostState):
+        fams = []
+        for s in S.RANK_SERIES:
+            cls = CounterMetricFamily if s.counter else GaugeMetricFamily
+            fam = cls(S.P + s.name, s.help, labels=list(S.RANK_LABELS))
+            for labels, r in st.ranks:
+                v = getattr(r, s.field)
+                if v is None:
+                    continue
+                fam.add_metric([labels.job, labels.rank, labels.local_rank, labels.world_size, host],
+                               float(v) * s.scale)
+            fams.append(fam)
+        return fams

@@ -1,0 +1,120 @@
+"""The agent's live source: the GPUs, the host, and the probe of every training job here.
+
+A node's agent is attached to no process: it reads every probe socket it may read. Run
+as a user, that user's probe directory; run as root, every user's (each socket's peer
+must be the owner of the directory it lies in). A probe that stops answering is dropped,
+and its rank's series go with it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import os
+import re
+
+from traintop.samples import Frame
+
+_SOCK = re.compile(r"probe-(\d+)\.sock$")
+
+
+def probe_dirs() -> list[str]:
+    from traintop.probe_agent import probe_dir
+
+    dirs = [probe_dir()]
+    if os.geteuid() == 0:
+        dirs += sorted(glob.glob("/run/user/*/traintop")) + sorted(glob.glob("/tmp/traintop-*"))
+    seen, out = set(), []
+    for d in dirs:
+        real = os.path.realpath(d)
+        if real not in seen and os.path.isdir(real):
+            seen.add(real)
+            out.append(real)
+    return out
+
+
+class AllProbes:
+    """One probe client per probe directory, each asked about the sockets it holds now."""
+
+    def __init__(self, dirs=None) -> None:
+        self._dirs = dirs or probe_dirs
+        self._clients: dict[str, object] = {}
+
+    def ranks(self) -> tuple:
+        from traintop.collectors.probe_client import ProbeClient
+
+        out = []
+        for d in self._dirs():
+            try:
+                st = os.stat(d)
+                names = os.listdir(d)
+            except OSError:
+                continue
+            client = self._clients.get(d)
+            if client is None:
+                client = self._clients[d] = ProbeClient(d, owner_uid=st.st_uid)
+            pids = {int(m.group(1)) for n in names if (m := _SOCK.match(n))}
+            out.extend(client.sample(pids))
+        return tuple(out)
+
+    def close(self) -> None:
+        for c in self._clients.values():
+            c.close()
+
+
+class AgentSampler:
+    """``only``: serve these GPUs (NVML indices) and the ranks whose device is one of them —
+    one agent per GPU posing as one node each, for tests on one machine."""
+
+    def __init__(self, sampler, probes: AllProbes, only: frozenset[int] | None = None) -> None:
+        self.sampler = sampler
+        self.probes = probes
+        self.only = only
+
+    def next_frame(self) -> Frame:
+        f = self.sampler.next_frame()
+        ranks = self.probes.ranks()
+        if self.only is None:
+            return dataclasses.replace(f, ranks=ranks)
+        return dataclasses.replace(f, gpus=tuple(g for g in f.gpus if g.index in self.only),
+                                   stale_gpus=tuple(i for i in f.stale_gpus if i in self.only),
+                                   ranks=tuple(r for r in ranks if r.device in self.only))
+
+    def close(self) -> None:
+        self.sampler.close()
+        self.probes.close()
+
+
+def live_agent_session(interval: float, record: str | None = None, config=None, only: frozenset[int] | None = None):
+    from traintop.collectors.host import HostCollector
+    from traintop.collectors.nvml import NvmlCollector
+    from traintop.errors import NoGpuError
+    from traintop.feeds import SourceFeed
+    from traintop.live import LiveSampler
+    from traintop.monitor import Monitor
+    from traintop.recording import RecordingWriter
+    from traintop.rules import default_engine
+    from traintop.samples import SessionInfo
+    from traintop.sessions import _store_for, check_interval
+
+    check_interval(interval)
+    try:
+        gpu = NvmlCollector(window_s=1.0 if interval < 1.0 else 2.0)
+    except NoGpuError:
+        gpu = None
+    if gpu is not None:
+        info = gpu.session_info(interval)
+        if only is not None:
+            info = dataclasses.replace(info, gpus=tuple(g for g in info.gpus if g.index in only))
+        gpu.start_slow()
+    else:
+        import socket
+
+        info = SessionInfo(kind="live", hostname=socket.gethostname(), interval=interval, label="no GPU")
+    sampler = AgentSampler(LiveSampler(gpu=gpu, host=HostCollector(), gpu_timeout=max(1.0, 2 * interval)),
+                           AllProbes(), only)
+    monitor = Monitor(info, store=_store_for(interval), engine=default_engine(config) if config else None,
+                      recorder=RecordingWriter(record, info) if record else None)
+    feed = SourceFeed(monitor, sampler, interval, kind="live")
+    feed.closers = [sampler.close]
+    return monitor, feed

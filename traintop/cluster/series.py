@@ -1,0 +1,96 @@
+"""The agent's series: names, units, labels — one table, read by the exporter and the readers.
+
+Names are ``traintop_*`` in base units (ratios 0–1, bytes, watts, joules, hertz, seconds);
+counters end in ``_total``. GPU series carry dcgm-exporter's labels so PromQL joins them to
+DCGM's; per-rank series carry ``job``, ``rank``, ``local_rank``, ``world_size``. Labels are
+bounded: no PIDs, command lines, paths or environment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# dcgm-exporter's GPU labels (its released versions spell the host label "Hostname"; its
+# unreleased main branch renamed it "hostname" — readers accept both).
+GPU_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")
+RANK_LABELS = ("job", "rank", "local_rank", "world_size", "Hostname")
+HOST_LABELS = ("Hostname",)
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    name: str  # without the traintop_ prefix
+    field: str  # the sample field it comes from
+    help: str
+    scale: float = 1.0  # sample unit -> base unit
+    counter: bool = False
+
+
+P = "traintop_"
+
+# One line per GPU series (kept few: at 10 000 GPUs every series is 10 000 more).
+GPU_SERIES = (
+    Series("gpu_utilization_ratio", "util", "Share of the last sample period a kernel ran (NVML utilization)", 0.01),
+    Series("gpu_sm_active_ratio", "sm_active", "Share of SM cycles with a warp resident (GPM; Hopper and later)", 0.01),
+    Series("gpu_tensor_active_ratio", "tensor_active", "Share of cycles the tensor pipes were busy (GPM)", 0.01),
+    Series("gpu_memory_used_bytes", "mem_used", "GPU memory in use"),
+    Series("gpu_memory_total_bytes", "mem_total", "GPU memory in total"),
+    Series("gpu_power_watts", "power_w", "Power draw"),
+    Series("gpu_power_limit_watts", "power_limit_w", "Enforced power limit"),
+    Series("gpu_energy_joules_total", "energy_j", "Energy used since the driver loaded", counter=True),
+    Series("gpu_temperature_celsius", "temp_c", "GPU temperature"),
+    Series("gpu_temperature_slowdown_celsius", "temp_slowdown_c", "Temperature at which the GPU slows down"),
+    Series("gpu_sm_clock_hertz", "sm_clock", "SM clock", 1e6),
+    Series("gpu_sm_clock_max_hertz", "sm_clock_max", "Highest SM clock", 1e6),
+    Series("gpu_clock_event_reasons", "reasons", "NVML clock-event (throttle) reason bits"),
+    Series("gpu_pcie_rx_bytes_per_second", "pcie_rx", "PCIe traffic to the GPU"),
+    Series("gpu_pcie_tx_bytes_per_second", "pcie_tx", "PCIe traffic from the GPU"),
+    Series("gpu_throttle_thermal_ratio", "throttle_thermal", "Share of the last window clocks were held down by heat", 0.01),
+    Series("gpu_throttle_power_ratio", "throttle_power", "Share of the last window clocks were held down by power", 0.01),
+    Series("gpu_ecc_uncorrected_errors_total", "ecc_uncorrected", "Uncorrectable ECC errors since the driver loaded", counter=True),
+    Series("gpu_ecc_corrected_errors_total", "ecc_corrected", "Corrected ECC errors since the driver loaded", counter=True),
+)
+# Derived per GPU (not a sample field): counted by the agent.
+GPU_XID_TOTAL = "gpu_xid_errors_total"  # critical XID events seen by the agent
+GPU_LAST_XID = "gpu_last_xid"  # the last XID code (0: none yet)
+GPU_STALE = "gpu_stale"  # 1 when the driver did not answer in time
+
+RANK_SERIES = (
+    Series("step_seconds", "step_time", "Median seconds per optimizer step over the last sample"),
+    Series("steps_total", "steps", "Optimizer steps since the job started", counter=True),
+    Series("input_wait_ratio", "input_wait", "Share of wall time spent waiting in DataLoader.__next__"),
+    Series("torch_allocated_bytes", "allocated", "Bytes allocated by PyTorch's caching allocator"),
+    Series("torch_reserved_bytes", "reserved", "Bytes reserved by PyTorch's caching allocator"),
+    Series("torch_alloc_retries_total", "alloc_retries", "Allocations retried after freeing the cache", counter=True),
+    Series("torch_ooms_total", "ooms", "Out-of-memory errors raised by the allocator", counter=True),
+)
+
+HOST_SERIES = (
+    Series("host_cpu_ratio", "cpu_percent", "Host CPU in use", 0.01),
+    Series("host_iowait_ratio", "iowait", "Host CPU time waiting for I/O", 0.01),
+    Series("host_memory_used_bytes", "mem_used", "Host memory in use"),
+    Series("host_memory_total_bytes", "mem_total", "Host memory in total"),
+)
+HOST_LOADER_CPU = "host_loader_worker_cpu_ratio"  # mean CPU of the probed jobs' loader workers, of one core
+HOST_LOADER_WORKERS = "host_loader_workers"
+
+FINDING_ACTIVE = "finding_active"  # {rule, severity, subject}
+GPU_SECONDS_LOST = "gpu_seconds_lost_total"  # {rule}
+AGENT_INFO = "agent_info"  # {version, mode}: 1
+AGENT_SAMPLE_AGE = "agent_last_sample_age_seconds"
+
+
+def series_per_gpu() -> int:
+    return len(GPU_SERIES) + 3
+
+
+def series_per_rank() -> int:
+    return len(RANK_SERIES)
+
+
+def all_names() -> set[str]:
+    """Every series name the agent exposes (counters with their ``_total``)."""
+    names = {P + s.name for s in GPU_SERIES + RANK_SERIES + HOST_SERIES}
+    names |= {P + n for n in (GPU_XID_TOTAL, GPU_LAST_XID, GPU_STALE, HOST_LOADER_CPU, HOST_LOADER_WORKERS,
+                              FINDING_ACTIVE, GPU_SECONDS_LOST, AGENT_INFO, AGENT_SAMPLE_AGE)}
+    return names
