@@ -1,0 +1,371 @@
+"""A real Prometheus on loopback scraping real agents every second; `analyze --prometheus`
+reads it back. Three simulated hosts of one job: node-a's loader starves, node-b has a
+straggler rank, node-c is healthy. A second Prometheus scrapes two loopback servers that
+speak dcgm-exporter's text format (the dcgm-exporter-only mode). No mock of Prometheus.
+"""
+
+import http.server
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import httpx
+import pytest
+
+PROMETHEUS = shutil.which("prometheus")
+if PROMETHEUS is None:
+    pytest.skip("no prometheus binary (scripts/test installs Debian's prometheus package where it runs as root "
+                "with apt)", allow_module_level=True)
+
+SCRAPE_S = 1
+SETTLE_S = 22  # the cross-host rules hold a verdict 10 s before it is a finding
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_agent(*args):
+    p = subprocess.Popen([sys.executable, "-m", "traintop", "agent", "--listen", "127.0.0.1:0", "--interval", "0.5",
+                          *args], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    line = p.stderr.readline()
+    m = re.search(r"http://(\S+)/metrics", line)
+    assert m, f"agent did not start: {line!r}"
+    return p, m.group(1)
+
+
+def start_prometheus(targets: dict, tmp: str, rules: str | None = None):
+    port = free_port()
+    os.makedirs(tmp, exist_ok=True)
+    cfg = os.path.join(tmp, "prometheus.yml")
+    jobs = "".join(f"""
+  - job_name: {name}
+    honor_labels: true
+    scrape_interval: {SCRAPE_S}s
+    static_configs:
+      - targets: [{", ".join(repr(t) for t in addrs)}]
+""" for name, addrs in targets.items())
+    with open(cfg, "w") as f:
+        f.write(f"global:\n  scrape_interval: {SCRAPE_S}s\n  evaluation_interval: {SCRAPE_S}s\n"
+                + (f"rule_files: [{rules!r}]\n" if rules else "") + f"scrape_configs:{jobs}")
+    p = subprocess.Popen([PROMETHEUS, f"--config.file={cfg}", f"--storage.tsdb.path={os.path.join(tmp, 'data')}",
+                          f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+                         stdout=subprocess.DEVNULL, stderr=open(os.path.join(tmp, "prometheus.log"), "w"))
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(100):
+        try:
+            if httpx.get(url + "/-/ready", timeout=1).status_code == 200:
+                return p, url
+        except httpx.HTTPError:
+            pass
+        if p.poll() is not None:
+            break
+        time.sleep(0.1)
+    p.kill()
+    raise AssertionError("prometheus did not start: " + open(os.path.join(tmp, "prometheus.log")).read()[-500:])
+
+
+class DcgmExporter(http.server.ThreadingHTTPServer):
+    """Serves what dcgm-exporter serves (its released label set), computed at each scrape:
+    dcgm-a starves (utilization 0/100 in 1.5 s halves), dcgm-b runs at low power and
+    reports XID 79 on GPU 1 from a few seconds in."""
+
+    def __init__(self, host: str):
+        self.host = host
+        self.t0 = time.time()
+        super().__init__(("127.0.0.1", 0), _DcgmHandler)
+
+    def text(self) -> str:
+        rel = time.time() - self.t0
+        out = []
+        fams = {
+            "DCGM_FI_DEV_GPU_UTIL": ("gauge", "GPU utilization (in %)."),
+            "DCGM_FI_DEV_FB_USED": ("gauge", "Framebuffer memory used (in MiB)."),
+            "DCGM_FI_DEV_FB_FREE": ("gauge", "Framebuffer memory free (in MiB)."),
+            "DCGM_FI_DEV_POWER_USAGE": ("gauge", "Power draw (in W)."),
+            "DCGM_FI_DEV_POWER_MGMT_LIMIT": ("gauge", "Power management limit (in W)."),
+            "DCGM_FI_DEV_GPU_TEMP": ("gauge", "GPU temperature (in C)."),
+            "DCGM_FI_DEV_SM_CLOCK": ("gauge", "SM clock frequency (in MHz)."),
+            "DCGM_FI_DEV_XID_ERRORS": ("gauge", "Value of the last XID error encountered."),
+            "DCGM_FI_PROF_SM_ACTIVE": ("gauge", "The ratio of cycles an SM has at least 1 warp assigned."),
+        }
+        for name, (kind, help_) in fams.items():
+            out.append(f"# HELP {name} {help_}")
+            out.append(f"# TYPE {name} {kind}")
+            for gpu in range(2):
+                labels = (f'gpu="{gpu}",UUID="GPU-{self.host}-{gpu}",pci_bus_id="00000000:{0x18 + gpu:02X}:00.0",'
+                          f'device="nvidia{gpu}",modelName="NVIDIA H200",Hostname="{self.host}",'
+                          f'DCGM_FI_DRIVER_VERSION="570.86.15"')
+                out.append(f"{name}{{{labels}}} {self.value(name, gpu, rel)}")
+        return "\n".join(out) + "\n"
+
+    def value(self, name: str, gpu: int, rel: float):
+        starved = self.host == "dcgm-a"
+        busy = (rel % 3.0) < 1.5
+        util = (100 if busy else 0) if starved else 5
+        return {
+            "DCGM_FI_DEV_GPU_UTIL": util,
+            "DCGM_FI_DEV_FB_USED": 40000 if starved else 3000,
+            "DCGM_FI_DEV_FB_FREE": 103771 if starved else 140771,
+            "DCGM_FI_DEV_POWER_USAGE": (500.5 if busy else 140.0) if starved else 118.25,
+            "DCGM_FI_DEV_POWER_MGMT_LIMIT": 700,
+            "DCGM_FI_DEV_GPU_TEMP": 45 if starved else 38,
+            "DCGM_FI_DEV_SM_CLOCK": 1980,
+            "DCGM_FI_DEV_XID_ERRORS": 79 if (not starved and gpu == 1 and rel > 4) else 0,
+            "DCGM_FI_PROF_SM_ACTIVE": round(util / 100 * 0.8, 3),
+        }[name]
+
+
+class _DcgmHandler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = self.server.text().encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    tmp = tempfile.mkdtemp(prefix="traintop-prom-")
+    procs = []
+    servers = []
+    try:
+        common = ["--gpus", "2", "--job", "j1", "--nodes", "3"]
+        a = start_agent("--simulate", "starved", "--hostname", "node-a", "--node-rank", "0", *common)
+        b = start_agent("--simulate", "healthy", "--hostname", "node-b", "--node-rank", "1", "--straggler", "1",
+                        *common)
+        c = start_agent("--simulate", "healthy", "--hostname", "node-c", "--node-rank", "2", *common)
+        procs += [a[0], b[0], c[0]]
+        for host in ("dcgm-a", "dcgm-b"):
+            srv = DcgmExporter(host)
+            threading.Thread(target=srv.serve_forever, daemon=True).start()
+            servers.append(srv)
+        rules = os.path.join(os.path.dirname(__file__), "..", "deploy", "prometheus", "traintop-alerts.yml")
+        prom, url = start_prometheus({"traintop": [a[1], b[1], c[1]]}, os.path.join(tmp, "p1"),
+                                     rules=os.path.abspath(rules) if os.path.exists(rules) else None)
+        procs.append(prom)
+        prom2, url2 = start_prometheus({"dcgm": [f"127.0.0.1:{s.server_port}" for s in servers]},
+                                       os.path.join(tmp, "p2"))
+        procs.append(prom2)
+        t_start = time.time()
+        time.sleep(SETTLE_S)
+        yield {"url": url, "dcgm_url": url2, "agents": {"node-a": a[0], "node-b": b[0], "node-c": c[0]},
+               "since": time.time() - t_start + 2}
+    finally:
+        for s in servers:
+            s.shutdown()
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def analyze(url, *args):
+    r = subprocess.run([sys.executable, "-m", "traintop", "analyze", "--prometheus", url, *args],
+                       capture_output=True, text=True, timeout=60)
+    return r
+
+
+def test_analyze_names_the_starving_node_and_the_straggler_rank(cluster):
+    r = analyze(cluster["url"], "--since", f"{cluster['since']:.0f}s", "--job", "j1", "--json", "--fail-on", "warning")
+    assert r.returncode == 1, r.stderr  # warnings found: CI fails
+    report = json.loads(r.stdout)
+    assert report["kind"] == "prometheus" and report["job"] == "j1"
+    assert [h["host"] for h in report["hosts"]] == ["node-a", "node-b", "node-c"]
+    assert all(len(h["gpus"]) == 2 and h["ranks"] == 2 for h in report["hosts"])
+    by_rule = {}
+    for f in report["findings"]:
+        by_rule.setdefault(f["rule"], []).append(f)
+    # node-a's own agent judged both its GPUs starving, node-b's the straggler's GPU only (it waits
+    # for input 38 % of the time); the cross-host rule names node-a, the node whose loader starves
+    assert {(f["host"], f["subject"]) for f in by_rule["starvation"]} <= {("node-a", "gpu0"), ("node-a", "gpu1"),
+                                                                          ("node-b", "gpu1")}
+    assert {f["subject"] for f in by_rule["starvation"] if f["host"] == "node-a"} == {"gpu0", "gpu1"}
+    assert [f["host"] for f in by_rule["node_starving"]] == ["node-a"]
+    assert "node-a" in by_rule["node_starving"][0]["evidence"]
+    # node-b's rank 3 (local rank 1) lags; the evidence says why from node-b's data
+    stragglers = {(f["host"], f["subject"]) for f in by_rule.get("straggler", [])}
+    assert ("node-b", "job j1 rank 3") in stragglers
+    ev = next(f["evidence"] for f in by_rule["straggler"] if f["subject"] == "job j1 rank 3")
+    assert "input wait" in ev and "node-b" in ev
+    # node-a's ranks lag too (a starving loader): the node, not each rank, is named
+    assert [f["host"] for f in by_rule.get("straggler_node", [])] == ["node-a"]
+    # the healthy node has nothing wrong (being power-capped at full load is information)
+    assert not [f for f in report["findings"] if f["host"] == "node-c" and f["severity"] != "info"]
+    assert report["gpu_hours_lost"] > 0
+    assert all(f["remedies"] for f in report["findings"])
+
+
+def test_text_report_and_unknown_job(cluster):
+    r = analyze(cluster["url"], "--since", f"{cluster['since']:.0f}s")
+    assert r.returncode == 0, r.stderr
+    assert "Straggler rank — node-b (job j1 rank 3)" in r.stdout
+    assert "node-a" in r.stdout and "→ " in r.stdout
+    r = analyze(cluster["url"], "--since", "60s", "--job", "nope")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "no ranks of job 'nope'" in r.stderr
+
+
+def test_dcgm_exporter_only_fleet_runs_the_same_rules_and_says_what_it_cannot_see(cluster):
+    r = analyze(cluster["dcgm_url"], "--since", f"{cluster['since']:.0f}s", "--json")
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    assert report["kind"] == "dcgm-exporter"
+    assert {h["host"] for h in report["hosts"]} == {"dcgm-a", "dcgm-b"}
+    rules = {(f["rule"], f["host"]) for f in report["findings"]}
+    assert ("starvation", "dcgm-a") in rules
+    assert ("gpu_errors", "dcgm-b") in rules and ("node_gpu_errors", "dcgm-b") in rules
+    xid = next(f for f in report["findings"] if f["rule"] == "node_gpu_errors")
+    assert "XID 79" in xid["evidence"] and "GPU 1" in xid["evidence"]
+    assert any("no per-rank step times" in n for n in report["notes"])
+    mem = report["hosts"][0]["gpus"][0]
+    assert mem["mem_total_gib"] == pytest.approx(143771 / 1024, abs=0.1)  # used + free, MiB to bytes
+
+
+def test_a_node_that_stops_reporting_is_named(cluster):
+    cluster["agents"]["node-c"].terminate()
+    cluster["agents"]["node-c"].wait(10)
+    time.sleep(7)
+    r = analyze(cluster["url"], "--since", "40s", "--job", "j1", "--json")
+    report = json.loads(r.stdout)
+    missing = [f for f in report["findings"] if f["rule"] == "node_missing"]
+    assert [f["host"] for f in missing] == ["node-c"]
+    assert "job j1" in missing[0]["evidence"]
+
+
+def test_unreachable_and_not_prometheus_are_one_line_errors(cluster):
+    r = analyze(f"http://127.0.0.1:{free_port()}", "--since", "1m")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "cannot reach Prometheus" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "traintop", "cluster", "--prometheus", f"http://127.0.0.1:{free_port()}"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "cannot reach Prometheus" in r.stderr
+    r = analyze(cluster["url"] + "/metrics", "--since", "1m")  # a path that answers, but not Prometheus's API
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "did not answer like Prometheus" in r.stderr
+
+
+class _Hostile(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        if "auth" in self.headers.get("Host", "") or self.server.mode == "auth":
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", "Basic")
+            self.end_headers()
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        label = "\\u001b]52;c;ZXZpbA==\\u0007" + "x" * 500  # an OSC 52 clipboard write in a label
+        head = ('{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"__name__":"x","Hostname":"'
+                + label + '"},"values":[')
+        self.wfile.write(head.encode())
+        try:
+            for _ in range(self.server.points):
+                self.wfile.write(b'[1,"1"],')
+            self.wfile.write(b'[1,"1"]]}]}}')
+        except OSError:
+            pass
+
+    def log_message(self, *args):
+        pass
+
+
+def hostile_server(mode, points=1):
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hostile)
+    srv.mode, srv.points = mode, points
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv
+
+
+def test_auth_needed_and_oversized_answers_are_one_line_errors():
+    from traintop.cluster.promapi import Prometheus
+    from traintop.errors import TraintopError
+
+    srv = hostile_server("auth")
+    try:
+        r = analyze(f"http://127.0.0.1:{srv.server_port}", "--since", "1m")
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and "needs authentication" in r.stderr
+    finally:
+        srv.shutdown()
+    srv = hostile_server("big", points=200_000)
+    try:
+        with Prometheus(f"http://127.0.0.1:{srv.server_port}", max_bytes=1 << 20) as prom:
+            with pytest.raises(TraintopError, match="more than 1 MiB"):
+                prom.query_range("x", 0, 1, 1)
+        srv.points = 3
+        with Prometheus(f"http://127.0.0.1:{srv.server_port}") as prom:
+            (s,) = prom.query_range("x", 0, 1, 1)
+        host = s.labels["Hostname"]
+        assert "\x1b" not in host and "\x07" not in host and host.startswith("\\x1b]52")
+        assert len(host) < 150  # capped (an escape shows as four characters)
+    finally:
+        srv.shutdown()
+
+
+def test_shipped_alerts_and_dashboard_queries_run_on_the_real_series(cluster):
+    with open(os.path.join(os.path.dirname(__file__), "..", "deploy", "grafana", "traintop-dashboard.json")) as f:
+        d = json.load(f)
+    exprs = [t["expr"] for p in d["panels"] for t in p["targets"]] + [v["definition"] for v in d["templating"]["list"]
+                                                                       if "definition" in v]
+    url = cluster["url"]
+    for expr in exprs:
+        q = expr.replace("$host", ".*").replace("$job", ".*")
+        if q.startswith("label_values("):
+            metric, label = re.match(r"label_values\((\w+), (\w+)\)", q).groups()
+            r = httpx.get(f"{url}/api/v1/label/{label}/values", params={"match[]": metric}, timeout=10).json()
+        else:
+            r = httpx.get(f"{url}/api/v1/query", params={"query": q}, timeout=10).json()
+        assert r["status"] == "success", (expr, r)
+        assert r["data"] if isinstance(r["data"], list) else r["data"]["result"], f"no data for {expr}"
+    groups = httpx.get(f"{url}/api/v1/rules", timeout=10).json()["data"]["groups"]
+    assert {g["name"] for g in groups} == {"traintop"}
+    assert all(rule["health"] == "ok" for g in groups for rule in g["rules"])
+    alerts = httpx.get(f"{url}/api/v1/alerts", timeout=10).json()["data"]["alerts"]
+    starving = [a for a in alerts if a["labels"]["alertname"] == "TraintopFindingWarning"
+                and a["labels"]["rule"] == "starvation"]
+    assert {a["labels"]["Hostname"] for a in starving} >= {"node-a"}  # pending: warnings wait 5 minutes
+
+
+def test_cluster_dashboard_reads_the_real_prometheus_and_focuses_a_host(cluster):
+    import asyncio
+
+    from traintop.app.cluster import ClusterApp
+    from traintop.cluster.snapshot import PrometheusSource
+    from traintop.widgets.cluster_panels import HostsBody
+
+    source = PrometheusSource(cluster["url"], window=60)
+
+    async def go():
+        app = ClusterApp(source, url=cluster["url"], refresh=1.0)
+        async with app.run_test(size=(80, 24)) as pilot:
+            for _ in range(100):
+                await pilot.pause(0.1)
+                if app.snapshot is not None:
+                    break
+            assert app.snapshot is not None and app.problem is None
+            assert {"node-a", "node-b"} <= set(app.snapshot.hosts)
+            assert "Straggler rank" in str(app.query_one("#alerts-body").render())
+            await pilot.press("h")
+            text = app.query_one(HostsBody).render().plain
+            assert "node-a" in text and "node-b" not in text
+
+    try:
+        asyncio.run(go())
+    finally:
+        source.close()

@@ -1,0 +1,340 @@
+"""Cross-host rules: what only a view over every host and rank of a job can see.
+
+Each rule is judged at every instant of the grid; an instant-by-instant verdict becomes a
+finding once it has held for ``HOLD_S`` (gaps of up to two steps bridged), as the local
+rules' hysteresis does. The evidence names the numbers, and for a lagging rank or node
+says why from that host's own data (its input wait, its clocks, its agent's findings).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from traintop.cluster.fetch import ClusterData, RankData
+from traintop.samples import reason_names
+
+HOLD_S = 10.0
+STRAGGLER_RATIO = 1.25  # step time this much above the job's median
+INPUT_WAIT_HIGH = 0.2
+NODE_STARVING = 0.3  # a node's mean input wait, while the other nodes' median stays under
+OTHERS_FACTOR = 2.5  # ... at least this many times the other nodes' median
+CLOCK_LOW = 0.85  # every busy GPU of a node below this share of its maximum SM clock
+CLOCK_NORMAL = 0.95  # while the other nodes' median stays at or above it
+BUSY = 0.5
+
+
+@dataclass(frozen=True)
+class CrossRule:
+    id: str
+    title: str
+    severity: str
+    remedies: tuple[str, ...]
+
+
+STRAGGLER = CrossRule("straggler", "Straggler rank", "warning", (
+    "Look at the lagging rank's host: its input pipeline, its GPU clocks, other processes on it.",
+    "If its loader starves: more DataLoader workers on that node, or a local copy of the data.",
+    "Exclude a persistently slow node from the allocation (Slurm --exclude) and report it.",
+))
+STRAGGLER_NODE = CrossRule("straggler_node", "Straggler node", "warning", STRAGGLER.remedies)
+STALLED = CrossRule("stalled_job", "Job stalled", "critical", (
+    "Dump the ranks' stacks (py-spy dump --pid) to see where they wait: usually a collective.",
+    "Set NCCL_DEBUG=INFO and TORCH_NCCL_ASYNC_ERROR_HANDLING=1 so a hang becomes an error.",
+    "Check for a dead or missing rank (a node that stopped reporting).",
+))
+NODE_STARVING_RULE = CrossRule("node_starving", "One node's loader starves the job", "warning", (
+    "Compare that node's storage and CPU with the others (a slower mount, fewer cores, a busy neighbour).",
+    "Raise DataLoader num_workers on that node, or stage the data on its local disk.",
+))
+SLOW_NODE = CrossRule("slow_node", "Slow node: all its GPUs clocked down", "warning", (
+    "Check that node's cooling and power (nvidia-smi -q -d PERFORMANCE shows why clocks are held).",
+    "Drain it for maintenance if it persists: the whole job runs at its pace.",
+))
+NODE_GPU_ERRORS = CrossRule("node_gpu_errors", "GPU errors on a node", "critical", (
+    "Read the node's kernel log for the XID (dmesg | grep -i xid).",
+    "Drain the node (scontrol update nodename=… state=drain) before the job is restarted on it.",
+))
+NODE_MISSING = CrossRule("node_missing", "Node stopped reporting", "critical", (
+    "Check whether the node and its agent are alive (a crash, a reboot, the network).",
+    "A training job that lost a node usually hangs in its next collective: check the job too.",
+))
+RULES = {r.id: r for r in (STRAGGLER, STRAGGLER_NODE, STALLED, NODE_STARVING_RULE, SLOW_NODE, NODE_GPU_ERRORS,
+                           NODE_MISSING)}
+
+
+@dataclass
+class CrossFinding:
+    rule: CrossRule
+    host: str
+    subject: str
+    start: float
+    end: float
+    evidence: str
+
+
+def _intervals(times: list[float], step: float, hold: float = HOLD_S) -> list[tuple[float, float]]:
+    out = []
+    for t in sorted(times):
+        if out and t - out[-1][1] <= 2.5 * step:
+            out[-1][1] = t
+        else:
+            out.append([t, t])
+    return [(a, b) for a, b in out if b - a + step >= hold]
+
+
+def _mean(vals) -> float | None:
+    vals = [v for v in vals if v is not None]
+    return sum(vals) / len(vals) if vals else None
+
+
+def _between(d: dict, a: float, b: float) -> list[float]:
+    return [v for t, v in d.items() if a <= t <= b]
+
+
+def _pct(v: float | None) -> str:
+    return "–" if v is None else f"{100 * v:.0f} %"
+
+
+def _why(data: ClusterData, host: str, ranks: list[RankData], a: float, b: float, others: list[RankData]) -> str:
+    """Why a rank or node lags, from its host's own series."""
+    parts = []
+    wait = _mean(v for r in ranks for v in _between(r.wait, a, b))
+    other_wait = [_mean(_between(r.wait, a, b)) for r in others]
+    other_wait = [w for w in other_wait if w is not None]
+    if wait is not None and wait >= INPUT_WAIT_HIGH:
+        parts.append(f"input wait {_pct(wait)}"
+                     + (f" (the other ranks' median {_pct(statistics.median(other_wait))})" if other_wait else ""))
+    cpu = _mean(_between(data.loader_cpu.get(host, {}), a, b))
+    if cpu is not None and wait is not None and wait >= INPUT_WAIT_HIGH:
+        parts.append(f"loader workers at {cpu * 100:.0f} % CPU")
+    for r in ranks:
+        g = data.gpus.get((host, r.local_rank))
+        if g is None:
+            continue
+        clk = _mean(_between(g.clock_ratio, a, b))
+        if clk is not None and clk < CLOCK_LOW:
+            reasons = sorted({n for v in _between(g.reasons, a, b) for n in reason_names(int(v))} - {"idle"})
+            parts.append(f"GPU {g.index} clocked at {_pct(clk)} of max" + (f" ({', '.join(reasons)})" if reasons else ""))
+    from traintop.rules import default_rules
+
+    names = {r.id: r.title for r in default_rules()}
+    titles = sorted({names.get(f.rule, f.rule) for f in data.findings if f.host == host
+                     and f.severity in ("warning", "critical") and any(a <= t <= b for t in f.times)})
+    if titles:
+        parts.append(f"{host}'s agent reports {', '.join(titles)}")
+    return "; why, from " + host + ": " + "; ".join(parts) if parts else f"; {host}'s own series show no cause"
+
+
+def stragglers(data: ClusterData) -> list[CrossFinding]:
+    out = []
+    for job, ranks in data.jobs().items():
+        if len(ranks) < 2:
+            continue
+        lag: dict[int, list[float]] = {r.rank: [] for r in ranks}
+        for t in data.grid:
+            steps = {r.rank: r.step.get(t) for r in ranks if r.step.get(t)}
+            waits = {r.rank: r.wait.get(t) for r in ranks if r.wait.get(t) is not None}
+            if len(steps) >= 2:
+                m = _reference(steps.values())
+                for rk, s in steps.items():
+                    if s >= STRAGGLER_RATIO * m and s - m >= 0.005:
+                        lag[rk].append(t)
+                        continue
+                if max(steps.values()) < STRAGGLER_RATIO * m and len(waits) >= 2:
+                    # synchronous DDP: equal step times; the rank the others wait for waits for its data
+                    for rk, w in waits.items():
+                        rest = [v for k, v in waits.items() if k != rk]
+                        if w >= INPUT_WAIT_HIGH and w >= 3 * statistics.median(rest) + 0.05:
+                            lag[rk].append(t)
+        by_rank = {r.rank: r for r in ranks}
+        lagging_hosts: dict[str, list[RankData]] = {}
+        for rk, times in lag.items():
+            for a, b in _intervals(times, data.step):
+                lagging_hosts.setdefault(by_rank[rk].host, []).append((by_rank[rk], a, b))
+        n_hosts = len({r.host for r in ranks})
+        for host, items in lagging_hosts.items():
+            host_ranks = [r for r in ranks if r.host == host]
+            others = [r for r in ranks if r.host != host]
+            lagging = {r.rank for r, _, _ in items}
+            if len(host_ranks) > 1 and lagging == {r.rank for r in host_ranks} and n_hosts > 1:
+                a, b = min(x[1] for x in items), max(x[2] for x in items)
+                own = _mean(v for r in host_ranks for v in _between(r.step, a, b))
+                med = _median_step(others, a, b)
+                out.append(CrossFinding(STRAGGLER_NODE, host, f"job {job}", a, b,
+                                        f"all {len(host_ranks)} ranks on {host} lag: {own:.3g} s a step vs "
+                                        f"{_fmt(med)} on the other {len(others)} ranks of job {job}"
+                                        + _why(data, host, host_ranks, a, b, others)))
+                continue
+            for r, a, b in items:
+                own = _mean(_between(r.step, a, b))
+                rest = [x for x in ranks if x.rank != r.rank]
+                med = _median_step(rest, a, b)
+                out.append(CrossFinding(STRAGGLER, host, f"job {job} rank {r.rank}", a, b,
+                                        f"rank {r.rank} of job {job} on {host}: {_fmt(own)} a step vs a median of "
+                                        f"{_fmt(med)} over the other {len(rest)} ranks"
+                                        + _why(data, host, [r], a, b, rest)))
+    return out
+
+
+def _reference(values) -> float:
+    """The pace of the job's unhindered ranks: the median of the fastest third, so that slow
+    nodes holding many of the ranks do not drag the yardstick towards themselves."""
+    vals = sorted(values)
+    return statistics.median(vals[: max(1, len(vals) // 3)])
+
+
+def _median_step(ranks, a, b):
+    vals = [v for r in ranks for v in _between(r.step, a, b)]
+    return statistics.median(vals) if vals else None
+
+
+def _fmt(v):
+    return "–" if v is None else f"{v:.3g} s"
+
+
+def stalled(data: ClusterData) -> list[CrossFinding]:
+    out = []
+    window = max(10.0, min(60.0, 10 * data.step))
+    for job, ranks in data.jobs().items():
+        times = []
+        for t in data.grid:
+            before = round(t - window, 3)
+            flat = []
+            for r in ranks:
+                now, then = r.steps.get(t), r.steps.get(before)
+                if now is None or then is None:
+                    continue
+                flat.append(now - then <= 0)
+            if flat and all(flat) and len(flat) == len([r for r in ranks if r.steps.get(t) is not None]):
+                times.append(t)
+        for a, b in _intervals(times, data.step):
+            hosts = sorted({r.host for r in ranks})
+            util = _mean(v for (h, _), g in data.gpus.items() if h in hosts for v in _between(g.util, a, b))
+            out.append(CrossFinding(STALLED, ",".join(hosts[:3]) + ("…" if len(hosts) > 3 else ""), f"job {job}",
+                                    a - window, b,
+                                    f"no rank of job {job} took a step for {b - a + window:.0f} s "
+                                    f"({len(ranks)} ranks on {len(hosts)} node(s)); their GPUs meanwhile: "
+                                    f"utilization {_pct(util)}"
+                                    + (" (a hung collective keeps GPUs busy)" if util is not None and util > 0.8 else "")))
+    return out
+
+
+def node_starving(data: ClusterData) -> list[CrossFinding]:
+    out = []
+    for job, ranks in data.jobs().items():
+        hosts = sorted({r.host for r in ranks})
+        if len(hosts) < 2:
+            continue
+        hit: dict[str, list[float]] = {h: [] for h in hosts}
+        for t in data.grid:
+            per = {h: _mean(r.wait.get(t) for r in ranks if r.host == h) for h in hosts}
+            per = {h: w for h, w in per.items() if w is not None}
+            for h, w in per.items():
+                rest = [v for k, v in per.items() if k != h]
+                if rest and w >= NODE_STARVING and w >= OTHERS_FACTOR * statistics.median(rest):
+                    hit[h].append(t)
+        for h, times in hit.items():
+            for a, b in _intervals(times, data.step):
+                mine = [r for r in ranks if r.host == h]
+                others = [r for r in ranks if r.host != h]
+                w = _mean(v for r in mine for v in _between(r.wait, a, b))
+                ow = _mean(v for r in others for v in _between(r.wait, a, b))
+                cpu = _mean(_between(data.loader_cpu.get(h, {}), a, b))
+                out.append(CrossFinding(NODE_STARVING_RULE, h, f"job {job}", a, b,
+                                        f"the {len(mine)} rank(s) on {h} wait for input {_pct(w)} of the time, the "
+                                        f"other {len(hosts) - 1} node(s) {_pct(ow)}"
+                                        + (f"; {h}'s loader workers at {cpu * 100:.0f} % CPU" if cpu is not None else "")))
+    return out
+
+
+def slow_nodes(data: ClusterData) -> list[CrossFinding]:
+    hosts = sorted({h for h, _ in data.gpus})
+    if len(hosts) < 2:
+        return []
+    hit: dict[str, list[float]] = {h: [] for h in hosts}
+    for t in data.grid:
+        per = {}
+        for h in hosts:
+            ratios = [g.clock_ratio.get(t) for (gh, _), g in data.gpus.items()
+                      if gh == h and (g.util.get(t) or 0) >= BUSY and g.clock_ratio.get(t) is not None]
+            if ratios:
+                per[h] = max(ratios)  # every busy GPU below the line: the highest of them is
+        for h, top in per.items():
+            rest = [v for k, v in per.items() if k != h]
+            if rest and top < CLOCK_LOW and statistics.median(rest) >= CLOCK_NORMAL:
+                hit[h].append(t)
+    out = []
+    for h, times in hit.items():
+        for a, b in _intervals(times, data.step):
+            gpus = [g for (gh, _), g in sorted(data.gpus.items()) if gh == h]
+            clk = _mean(v for g in gpus for v in _between(g.clock_ratio, a, b))
+            temp = max((v for g in gpus for v in _between(g.temp, a, b)), default=None)
+            reasons = sorted({n for g in gpus for v in _between(g.reasons, a, b) for n in reason_names(int(v))}
+                             - {"idle"})
+            out.append(CrossFinding(SLOW_NODE, h, h, a, b,
+                                    f"all {len(gpus)} GPUs of {h} run at {_pct(clk)} of their maximum SM clock while "
+                                    f"the other nodes' stay at full clock"
+                                    + (f"; peak {temp:.0f} °C" if temp is not None else "")
+                                    + (f"; clock-event reasons: {', '.join(reasons)}" if reasons else "")))
+    return out
+
+
+def gpu_errors(data: ClusterData) -> list[CrossFinding]:
+    out = []
+    for h in sorted({h for h, _ in data.gpus}):
+        bad = []
+        first = last = None
+        for (gh, i), g in sorted(data.gpus.items()):
+            if gh != h:
+                continue
+            events = []
+            for series, label in ((g.xid_total, "XID"), (g.ecc_uncorrected, "uncorrectable ECC")):
+                pts = sorted(series.items())
+                for (t0, v0), (t1, v1) in zip(pts, pts[1:]):
+                    if v1 > v0:
+                        events.append((t1, label))
+            if events:
+                codes = sorted({int(v) for v in g.last_xid.values() if v})
+                bad.append(f"GPU {i}: {len(events)} new " + ", ".join(sorted({lbl for _, lbl in events}))
+                           + (f" (XID {', '.join(map(str, codes))})" if codes else ""))
+                ts = [t for t, _ in events]
+                first = min(ts + ([first] if first else []))
+                last = max(ts + ([last] if last else []))
+        if bad:
+            out.append(CrossFinding(NODE_GPU_ERRORS, h, h, first, last, f"{h}: " + "; ".join(bad)))
+    return out
+
+
+def missing_nodes(data: ClusterData) -> list[CrossFinding]:
+    """A node whose series stopped while the others' went on."""
+    last_seen: dict[str, float] = {}
+    for (h, _), g in data.gpus.items():
+        if g.util:
+            last_seen[h] = max(last_seen.get(h, 0.0), max(g.util))
+    for r in data.ranks.values():
+        if r.steps:
+            last_seen[r.host] = max(last_seen.get(r.host, 0.0), max(r.steps))
+    if len(last_seen) < 2:
+        return []
+    newest = max(last_seen.values())
+    gap = max(3 * data.step, 5.0)
+    out = []
+    for h, t in sorted(last_seen.items()):
+        if newest - t > gap:
+            jobs = sorted({r.job for r in data.ranks.values() if r.host == h})
+            out.append(CrossFinding(NODE_MISSING, h, h, t, newest,
+                                    f"{h}'s series stopped at its last sample while the other nodes' go on "
+                                    f"({newest - t:.0f} s without it)"
+                                    + (f"; it ran ranks of job {', '.join(jobs)}" if jobs else "")))
+    return out
+
+
+ALL = (stragglers, stalled, node_starving, slow_nodes, gpu_errors, missing_nodes)
+
+
+def evaluate(data: ClusterData) -> list[CrossFinding]:
+    out = []
+    for rule in ALL:
+        out.extend(rule(data))
+    return out

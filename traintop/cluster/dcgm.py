@@ -1,0 +1,140 @@
+"""Fleets that run only dcgm-exporter: its ``DCGM_FI_*`` series become samples, and the
+same local rules run on them here (no agent judged them), plus the cross-host rules that
+need no ranks. The report says what cannot be seen without agents.
+"""
+
+from __future__ import annotations
+
+from traintop.cluster import report as R
+from traintop.cluster.fetch import ClusterData, GpuData, _int, _points, choose_step
+from traintop.cluster.promapi import Prometheus, Series
+from traintop.samples import Frame, GpuInfo, GpuSample, SessionInfo
+from traintop.units import MiB
+
+# field -> (DCGM series, scale to traintop's sample unit)
+FIELDS = {
+    "util": ("DCGM_FI_DEV_GPU_UTIL", 1.0),
+    "sm_active": ("DCGM_FI_PROF_SM_ACTIVE", 100.0),
+    "tensor_active": ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", 100.0),
+    "dram_active": ("DCGM_FI_PROF_DRAM_ACTIVE", 100.0),
+    "mem_used": ("DCGM_FI_DEV_FB_USED", float(MiB)),
+    "mem_free": ("DCGM_FI_DEV_FB_FREE", float(MiB)),
+    "power_w": ("DCGM_FI_DEV_POWER_USAGE", 1.0),
+    "power_limit_w": ("DCGM_FI_DEV_POWER_MGMT_LIMIT", 1.0),
+    "temp_c": ("DCGM_FI_DEV_GPU_TEMP", 1.0),
+    "sm_clock": ("DCGM_FI_DEV_SM_CLOCK", 1.0),
+    "sm_clock_max": ("DCGM_FI_DEV_MAX_SM_CLOCK", 1.0),
+    "reasons": ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", 1.0),
+    "xid": ("DCGM_FI_DEV_XID_ERRORS", 1.0),
+}
+
+CANNOT_SEE = ("dcgm-exporter only (no traintop agent): no per-rank step times or input wait, no DataLoader "
+              "workers or processes, so no straggler rank, stalled job or starving-loader rules; starvation "
+              "is judged from utilization alone at the scrape interval")
+
+
+def host_of(s: Series) -> str:
+    return s.get("Hostname", "hostname", "instance", default="?")
+
+
+def has_dcgm(prom: Prometheus, start: float, end: float) -> bool:
+    return bool(prom.query(f"count(last_over_time(DCGM_FI_DEV_GPU_UTIL[{max(1, int(end - start))}s]))", at=end))
+
+
+def dcgm_report(prom: Prometheus, start: float, end: float, step: float | None, config=None) -> R.ClusterReport:
+    data, findings, notes = dcgm_findings(prom, start, end, step, config)
+    return R.summarise(data, findings, "dcgm-exporter", None, notes)
+
+
+def dcgm_findings(prom: Prometheus, start: float, end: float, step: float | None, config=None):
+    """The cluster's GPUs from dcgm-exporter's series, and what the local and cross-host rules find."""
+    from traintop.monitor import Monitor
+    from traintop.rules import default_engine
+
+    step = step or choose_step(end - start)
+    n = int((end - start) / step) + 1
+    data = ClusterData(prom.shown, start, end, step, [round(start + k * step, 3) for k in range(n)], mode="dcgm")
+    cols: dict[tuple[str, int], dict[str, dict]] = {}
+    models: dict[tuple[str, int], str] = {}
+    uuids: dict[tuple[str, int], str] = {}
+    for field, (name, scale) in FIELDS.items():
+        for s in prom.query_range(name, start, end, step):
+            key = (host_of(s), _int(s.get("gpu")))
+            cols.setdefault(key, {})[field] = _points(s, start, step, scale)
+            models[key] = s.get("modelName", "model_name") or models.get(key, "")
+            uuids[key] = s.get("UUID", "gpu_uuid") or uuids.get(key, "")
+    findings = []
+    missing = sorted({f for c in cols.values() for f in FIELDS} - {f for c in cols.values() for f in c})
+    for host in sorted({h for h, _ in cols}):
+        keys = sorted(k for k in cols if k[0] == host)
+        infos = tuple(GpuInfo(index=i, name=models[(h, i)] or "GPU", uuid=uuids[(h, i)] or None) for h, i in keys)
+        monitor = Monitor(SessionInfo(kind="dcgm-exporter", gpus=infos, hostname=host, interval=step),
+                          engine=default_engine(config) if config else None)
+        last_xid = {k: 0.0 for k in keys}
+        for t in data.grid:
+            gpus = []
+            for k in keys:
+                c = cols[k]
+                v = {f: c[f].get(t) for f in c}
+                if v.get("util") is None:
+                    continue
+                total = v["mem_used"] + v["mem_free"] if v.get("mem_used") is not None and v.get("mem_free") is not None \
+                    else None
+                xid = v.get("xid")
+                new_xid = int(xid) if xid and xid != last_xid[k] else None
+                if xid is not None:
+                    last_xid[k] = xid
+                gpus.append(GpuSample(
+                    index=k[1], util=v["util"], sm_active=v.get("sm_active"), tensor_active=v.get("tensor_active"),
+                    dram_active=v.get("dram_active"), mem_used=_i(v.get("mem_used")), mem_total=_i(total),
+                    power_w=v.get("power_w"), power_limit_w=v.get("power_limit_w"), temp_c=v.get("temp_c"),
+                    sm_clock=_i(v.get("sm_clock")), sm_clock_max=_i(v.get("sm_clock_max")),
+                    reasons=_i(v.get("reasons")), xid=new_xid))
+                g = data.gpus.get(k)
+                if g is None:
+                    # dcgm-exporter's XID gauge holds the last code since the driver loaded: a code
+                    # already there when the range starts counts as seen (when is unknown)
+                    g = data.gpus[k] = GpuData(host, k[1], models[k], xid_total={start - step: 0})
+                g.util[t] = v["util"] / 100
+                if v.get("power_w") is not None:
+                    g.power[t] = v["power_w"]
+                if v.get("mem_used") is not None:
+                    g.mem_used[t] = v["mem_used"]
+                if v.get("temp_c") is not None:
+                    g.temp[t] = v["temp_c"]
+                if v.get("sm_clock") and v.get("sm_clock_max"):
+                    g.clock_ratio[t] = v["sm_clock"] / v["sm_clock_max"]
+                if v.get("reasons") is not None:
+                    g.reasons[t] = v["reasons"]
+                g.power_limit = v.get("power_limit_w") or g.power_limit
+                g.mem_total = total or g.mem_total
+                g.xid_total[t] = max(g.xid_total.values(), default=0) + (1 if new_xid else 0)
+                if new_xid:
+                    g.last_xid[t] = new_xid
+            if gpus:
+                monitor.ingest(Frame(t=t, gpus=tuple(gpus)))
+        monitor.close()
+        for a in monitor.engine.alerts:
+            lost = 0.0
+            if a.subject.startswith("gpu") and a.subject[3:].isdigit() and (host, int(a.subject[3:])) in data.gpus:
+                g = data.gpus[(host, int(a.subject[3:]))]
+                if a.rule in R.WASTE_FROM_UTIL:
+                    lost = R._lost_hours(g.util, a.start, a.end, step, lambda v: 1 - v)
+                elif a.rule in R.WASTE_FROM_CLOCK:
+                    lost = R._lost_hours(g.clock_ratio, a.start, a.end, step, lambda v: 1 - v)
+            findings.append(R._finding(data, a.rule, a.title, host, a.subject, a.severity.label, a.start, a.end,
+                                       a.evidence, list(a.remedies), lost, "host"))
+    from traintop.cluster import crosshost
+
+    for c in (crosshost.slow_nodes(data) + crosshost.gpu_errors(data) + crosshost.missing_nodes(data)):
+        findings.append(R._finding(data, c.rule.id, c.rule.title, c.host, c.subject, c.rule.severity, c.start,
+                                   min(c.end + step, end), c.evidence, list(c.rule.remedies), 0.0, "cluster"))
+    notes = [CANNOT_SEE]
+    if missing:
+        notes.append("series not exported here: " + ", ".join(FIELDS[f][0] for f in missing))
+    data.notes = notes
+    return data, findings, notes
+
+
+def _i(v):
+    return int(v) if v is not None else None

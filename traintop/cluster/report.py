@@ -1,0 +1,247 @@
+"""`traintop analyze --prometheus URL`: the report of a time range of a cluster (or one job).
+
+Per host, the findings are the agents' own: their rules ran on every sample at full rate
+and Prometheus carries the verdicts (``traintop_finding_active``); the evidence is
+rebuilt from the series over each finding's time. Across hosts, the cross-host rules run
+here. Where only dcgm-exporter runs, the local rules run here on its series (dcgm.py).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+
+from traintop.analyze import WASTE_FROM_CLOCK, WASTE_FROM_UTIL, GpuSummary
+from traintop.cluster import crosshost
+from traintop.cluster.fetch import ClusterData, GpuData
+from traintop.rules import Severity, default_rules
+from traintop.text import one_line
+from traintop.units import GiB, fmt_duration
+
+
+@dataclass
+class ClusterFinding:
+    rule: str
+    title: str
+    host: str
+    subject: str
+    severity: str
+    start: float  # unix time
+    end: float
+    start_s: float  # from the start of the range
+    end_s: float
+    duration_s: float
+    evidence: str
+    remedies: list[str]
+    gpu_hours_lost: float
+    scope: str  # "host" (an agent's verdict, or a local rule on dcgm series) or "cluster" (a cross-host rule)
+
+
+@dataclass
+class HostSummary:
+    host: str
+    gpus: list[GpuSummary]
+    ranks: int
+    jobs: list[str]
+
+
+@dataclass
+class ClusterReport:
+    source: str
+    kind: str  # prometheus (traintop agents) or dcgm-exporter
+    job: str | None
+    start: float
+    end: float
+    duration_s: float
+    step_s: float
+    hosts: list[HostSummary]
+    findings: list[ClusterFinding]
+    gpu_hours: float
+    gpu_hours_lost: float
+    notes: list[str] = field(default_factory=list)
+    queries: int = 0
+    bytes_read: int = 0
+    seconds: float = 0.0
+
+    def worst(self) -> Severity | None:
+        return max((Severity.parse(f.severity) for f in self.findings), default=None)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _lost_hours(series: dict, a: float, b: float, step: float, unused) -> float:
+    total = 0.0
+    for t, v in series.items():
+        if a <= t <= b:
+            total += max(0.0, min(1.0, unused(v))) * step
+    return total / 3600.0
+
+
+def _gpu_evidence(g: GpuData, a: float, b: float) -> str:
+    def mean(d):
+        vals = [v for t, v in d.items() if a <= t <= b]
+        return sum(vals) / len(vals) if vals else None
+    parts = []
+    u = mean(g.util)
+    if u is not None:
+        parts.append(f"utilization mean {u * 100:.0f} %")
+    p = mean(g.power)
+    if p is not None:
+        parts.append(f"power mean {p:.0f} W" + (f" of {g.power_limit:.0f} W" if g.power_limit else ""))
+    c = mean(g.clock_ratio)
+    if c is not None and c < 0.95:
+        parts.append(f"SM clock {c * 100:.0f} % of max")
+    m = [v for t, v in g.mem_used.items() if a <= t <= b]
+    if m:
+        parts.append(f"memory peak {max(m) / GiB:.1f}" + (f" of {g.mem_total / GiB:.0f} GiB" if g.mem_total else " GiB"))
+    return ", ".join(parts)
+
+
+def agent_findings(data: ClusterData) -> list[ClusterFinding]:
+    catalogue = {r.id: r for r in default_rules()}
+    out = []
+    merged: dict[tuple, dict] = {}
+    for f in data.findings:  # one series per severity: merge them, keep the worst
+        key = (f.host, f.rule, f.subject)
+        m = merged.setdefault(key, {"times": set(), "severity": f.severity})
+        m["times"].update(f.times)
+        try:
+            if Severity.parse(f.severity) > Severity.parse(m["severity"]):
+                m["severity"] = f.severity
+        except ValueError:
+            pass
+    for (host, rule_id, subject), m in sorted(merged.items()):
+        rule = catalogue.get(rule_id)
+        for a, b in crosshost._intervals(sorted(m["times"]), data.step, hold=0.0):
+            b_end = min(b + data.step, data.end)
+            evidence = f"{host}'s agent judged it over {fmt_duration(b_end - a)}"
+            lost = 0.0
+            if subject.startswith("gpu") and subject[3:].isdigit():
+                g = data.gpus.get((host, int(subject[3:])))
+                if g is not None:
+                    detail = _gpu_evidence(g, a, b_end)
+                    evidence += f"; GPU {g.index} meanwhile: {detail}" if detail else ""
+                    if rule_id in WASTE_FROM_UTIL:
+                        lost = _lost_hours(g.util, a, b, data.step, lambda v: 1 - v)
+                    elif rule_id in WASTE_FROM_CLOCK:
+                        lost = _lost_hours(g.clock_ratio, a, b, data.step, lambda v: 1 - v)
+            out.append(_finding(data, rule_id, rule.title if rule else rule_id, host, subject, m["severity"], a,
+                                b_end, evidence, list(rule.remedies) if rule else [], lost, "host"))
+    return out
+
+
+def _finding(data, rule, title, host, subject, severity, a, b, evidence, remedies, lost, scope) -> ClusterFinding:
+    return ClusterFinding(rule, one_line(title, 80), one_line(host, 128), one_line(subject, 128), severity,
+                          round(a, 3), round(b, 3), round(a - data.start, 1), round(b - data.start, 1),
+                          round(b - a, 1), one_line(evidence, 1000), remedies, round(lost, 4), scope)
+
+
+def cross_findings(data: ClusterData) -> list[ClusterFinding]:
+    out = []
+    for c in crosshost.evaluate(data):
+        out.append(_finding(data, c.rule.id, c.rule.title, c.host, c.subject, c.rule.severity, c.start,
+                            min(c.end + data.step, data.end), c.evidence, list(c.rule.remedies), 0.0, "cluster"))
+    return out
+
+
+def summarise(data: ClusterData, findings: list[ClusterFinding], kind: str, job: str | None,
+              notes=()) -> ClusterReport:
+    hosts = []
+    jobs = data.jobs()
+    n_gpus = 0
+    for h in data.hosts:
+        gpus = []
+        for (gh, i), g in sorted(data.gpus.items()):
+            if gh != h:
+                continue
+            s = GpuSummary(i, g.model)
+            u = list(g.util.values())
+            p = list(g.power.values())
+            s.samples = len(u)
+            s.util_mean = round(100 * sum(u) / len(u), 1) if u else None
+            s.util_peak = round(100 * max(u), 1) if u else None
+            s.power_mean = round(sum(p) / len(p), 1) if p else None
+            s.power_peak = round(max(p), 1) if p else None
+            s.power_limit = g.power_limit
+            s.mem_peak_gib = round(max(g.mem_used.values()) / GiB, 2) if g.mem_used else None
+            s.mem_total_gib = round(g.mem_total / GiB, 1) if g.mem_total else None
+            s.temp_peak = max(g.temp.values()) if g.temp else None
+            gpus.append(s)
+        n_gpus += len(gpus)
+        ranks = [r for rs in jobs.values() for r in rs if r.host == h]
+        hosts.append(HostSummary(h, gpus, len(ranks), sorted({r.job for r in ranks})))
+    duration = data.end - data.start
+    findings.sort(key=lambda f: (f.start, f.scope, f.host, f.rule))
+    notes = list(dict.fromkeys(list(data.notes) + list(notes)))
+    return ClusterReport(data.url, kind, job, round(data.start, 3), round(data.end, 3), round(duration, 1),
+                         round(data.step, 3), hosts, findings, round(duration / 3600 * n_gpus, 4),
+                         round(sum(f.gpu_hours_lost for f in findings), 4), notes)
+
+
+def analyze_prometheus(url: str, since: float, until: float | None = None, job: str | None = None,
+                       step: float | None = None, config=None, transport=None) -> ClusterReport:
+    from traintop.cluster.dcgm import has_dcgm, dcgm_report
+    from traintop.cluster.fetch import fetch
+    from traintop.cluster.promapi import Prometheus
+    from traintop.errors import TraintopError
+
+    t0 = time.perf_counter()
+    end = until if until is not None else time.time()
+    start = end - since
+    with Prometheus(url, transport=transport) as prom:
+        try:
+            data = fetch(prom, start, end, step, job)
+        except TraintopError as e:
+            if "no traintop series" not in str(e) or not has_dcgm(prom, start, end):
+                raise
+            report = dcgm_report(prom, start, end, step, config)
+        else:
+            report = summarise(data, agent_findings(data) + cross_findings(data), "prometheus", job)
+        report.queries, report.bytes_read = prom.calls, prom.bytes_read
+    report.seconds = round(time.perf_counter() - t0, 3)
+    return report
+
+
+def render_text(r: ClusterReport) -> str:
+    span = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r.start)) + " to " + time.strftime("%H:%M:%S UTC",
+                                                                                         time.gmtime(r.end))
+    n_gpus = sum(len(h.gpus) for h in r.hosts)
+    out = [f"traintop analyze — {r.source} ({r.kind})" + (f", job {r.job}" if r.job else ""),
+           f"{span} ({fmt_duration(r.duration_s)}, every {r.step_s:g} s): {len(r.hosts)} host(s), {n_gpus} GPU(s), "
+           f"{r.gpu_hours:.3f} GPU-hours; lost to findings: {r.gpu_hours_lost:.3f} GPU-hours"]
+    for h in r.hosts:
+        utils = [g.util_mean for g in h.gpus if g.util_mean is not None]
+        out.append(f"  {h.host}: {len(h.gpus)} GPU(s)"
+                   + (f", utilization mean {sum(utils) / len(utils):.0f} %" if utils else "")
+                   + (f", {h.ranks} rank(s) of job {', '.join(h.jobs)}" if h.ranks else ""))
+    for note in r.notes:
+        out.append(f"  note: {note}")
+    if not r.findings:
+        out.append("No findings: nothing wasted GPU time that traintop recognises.")
+    for f in r.findings:
+        if f.scope == "cluster":
+            subject = f.host if f.subject == f.host else f"{f.host} ({f.subject})"
+        else:
+            subject = f"{f.host} {_subject(f.subject)}"
+        out.append("")
+        out.append(f"[{f.severity.upper()}] {f.title} — {subject}, {fmt_duration(f.start_s)} to "
+                   f"{fmt_duration(f.end_s)} ({fmt_duration(f.duration_s)})"
+                   + (f", {f.gpu_hours_lost:.3f} GPU-hours lost" if f.gpu_hours_lost else ""))
+        out.append(f"  {f.evidence}")
+        for rem in f.remedies:
+            out.append(f"  → {rem}")
+    return "\n".join(out)
+
+
+def _subject(s: str) -> str:
+    if s.startswith("gpu") and s[3:].isdigit():
+        return f"GPU {s[3:]}"
+    if s.startswith("rank") and s[4:].isdigit():
+        return f"rank {s[4:]}"
+    return s
+
+
+def render_json(r: ClusterReport) -> str:
+    return json.dumps(r.to_dict(), indent=1)
