@@ -2,6 +2,7 @@
 
     python scripts/screenshots.py                      # from the embedded demo (a real H200 session)
     python scripts/screenshots.py --live 40 --pid N --out DIR   # on a machine with a GPU: the live view
+    python scripts/screenshots.py --cluster URL [--job ID] --out DIR   # traintop cluster over a Prometheus
 
 The default set is deterministic: the demo recording replayed to fixed moments.
 """
@@ -105,14 +106,39 @@ async def live_set(seconds: float, pid: int | None, out_dir: str, interval: floa
     print("wrote live screenshots to", out_dir)
 
 
+async def cluster_set(url: str, job: str | None, out_dir: str, prefix: str = "cluster") -> None:
+    from traintop.app.cluster import ClusterApp
+    from traintop.cluster.snapshot import PrometheusSource
+
+    os.makedirs(out_dir, exist_ok=True)
+    source = PrometheusSource(url, job, window=120)
+    snap = source()
+    try:
+        for size in ((160, 48), (80, 24)):
+            app = ClusterApp(lambda: snap, url=source.prom.shown, job=job, poll=False)
+            async with app.run_test(size=size) as pilot:
+                app.show_snapshot(snap)
+                await pilot.pause()
+                name = f"{prefix}-{size[0]}x{size[1]}.svg"
+                app.save_screenshot(name, path=out_dir)
+                print("wrote", os.path.join(out_dir, name))
+    finally:
+        source.close()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=SHOTS)
     ap.add_argument("--live", type=float, metavar="SECONDS", help="screenshot the live view after SECONDS")
     ap.add_argument("--pid", type=int)
     ap.add_argument("--interval", type=float, default=0.5)
+    ap.add_argument("--cluster", metavar="URL", help="screenshot traintop cluster over this Prometheus")
+    ap.add_argument("--job")
+    ap.add_argument("--prefix", default="cluster")
     args = ap.parse_args()
-    if args.live:
+    if args.cluster:
+        asyncio.run(cluster_set(args.cluster, args.job, args.out, args.prefix))
+    elif args.live:
         asyncio.run(live_set(args.live, args.pid, args.out, args.interval))
     else:
         asyncio.run(default_set(args.out))

@@ -1,0 +1,177 @@
+"""ClusterApp: the dashboard over many hosts, drawn from snapshots of Prometheus.
+
+A worker thread reads a snapshot every ``refresh`` seconds (never the UI thread); the
+widgets draw the last one. Same look and keys as the local dashboard: q quit, ? help,
+p/space pause; h / H: focus the next / previous host, j: the next job, a or escape: all.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.text import Text
+from textual import work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Footer, Static
+
+from traintop.errors import TraintopError
+from traintop.widgets.alerts_panel import AlertsBody
+from traintop.widgets.cluster_panels import HostsBody, finding_paragraphs, status_line
+from traintop.widgets.lines import TextLines
+
+COMPACT_WIDTH = 120
+
+HELP = """\
+[b]traintop cluster[/b] reads Prometheus (traintop agents, or dcgm-exporter alone)
+and shows every host's GPUs, every rank's step time and input wait, and the
+cluster's findings: each agent's, and the cross-host ones (straggler rank or node,
+stalled job, one node's loader starving, slow node, GPU errors, a missing node).
+
+[b]Keys[/b]
+  q            quit                       ?       this help
+  p, space     pause (stop reading Prometheus)
+  h / H        focus the next / previous host   j   the next job
+  a, escape    every host and job again
+
+Press any key to close.
+"""
+
+
+class ClusterHelp(ModalScreen):
+    BINDINGS = [Binding("escape,q,question_mark", "dismiss", "close")]
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="help-box"):
+            yield Static(Text.from_markup(HELP), id="help-text")
+
+    def on_key(self, event) -> None:
+        event.stop()
+        self.dismiss()
+
+
+class ClusterStatus(TextLines):
+    text: Text = Text()
+
+    def render(self) -> Text:
+        return self.text
+
+
+class ClusterApp(App):
+    CSS_PATH = str(Path(__file__).with_name("traintop.tcss"))  # one stylesheet with the local dashboard
+    TITLE = "traintop cluster"
+    ENABLE_COMMAND_PALETTE = False
+    # many hosts must not push the findings off a small screen: each gets half
+    CSS = ".compact #gpus { height: 1fr; max-height: 50%; }  .compact #alerts { height: 1fr; }"
+    BINDINGS = [
+        Binding("q", "quit", "quit"),
+        Binding("question_mark", "help", "help"),
+        Binding("p,space", "pause", "pause"),
+        Binding("h", "host(1)", "next host"),
+        Binding("H", "host(-1)", "prev host", show=False),
+        Binding("j", "job", "next job"),
+        Binding("a,escape", "all", "all"),
+    ]
+
+    def __init__(self, source, *, url: str = "", job: str | None = None, refresh: float = 5.0,
+                 poll: bool = True) -> None:
+        super().__init__()
+        self.source = source
+        self.url = url
+        self.job = job
+        self.refresh_s = refresh
+        self.poll = poll
+        self.snapshot = None
+        self.problem: str | None = None
+        self.paused = False
+        self.focus_host: str | None = None
+        self.focus_job: str | None = job
+
+    def compose(self) -> ComposeResult:
+        yield ClusterStatus(id="status")
+        with VerticalScroll(id="gpus"):
+            yield HostsBody(id="cluster-hosts")
+        with VerticalScroll(id="alerts"):
+            yield AlertsBody(id="alerts-body")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#alerts").border_title = "Findings"
+        self._apply_size()
+        self.redraw()
+        if self.poll:
+            self.read_snapshot()
+            self.set_interval(self.refresh_s, self.read_snapshot)
+
+    def on_resize(self, event) -> None:
+        self._apply_size(event.size)
+        self.redraw()
+
+    def _apply_size(self, size=None) -> None:
+        size = size or self.size
+        self.set_class(size.width < COMPACT_WIDTH or size.height < 36, "compact")
+
+    @work(thread=True, exclusive=True, group="prometheus")
+    def read_snapshot(self) -> None:
+        if self.paused:
+            return
+        try:
+            snap = self.source()
+        except TraintopError as e:
+            self.call_from_thread(self.show_problem, str(e))
+            return
+        self.call_from_thread(self.show_snapshot, snap)
+
+    def show_problem(self, problem: str) -> None:
+        self.problem = problem
+        self.redraw()
+
+    def show_snapshot(self, snap) -> None:
+        self.snapshot, self.problem = snap, None
+        if self.focus_host is not None and self.focus_host not in snap.hosts:
+            self.focus_host = None
+        self.redraw()
+
+    def redraw(self) -> None:
+        status = self.query_one(ClusterStatus)
+        status.text = status_line(self.snapshot, self.url, self.focus_job, self.focus_host, self.paused, self.problem)
+        status.refresh()
+        self.query_one(HostsBody).show(self.snapshot, self.focus_host, self.focus_job)
+        paras = finding_paragraphs(self.snapshot, self.focus_host, self.has_class("compact"))
+        self.query_one(AlertsBody).set_paragraphs(paras)
+        alerts = self.query_one("#alerts")
+        n = len([f for f in (self.snapshot.findings if self.snapshot else ()) if self.focus_host in (None, f.host)])
+        alerts.border_title = f"Findings ({n} active)" if n else "Findings"
+        alerts.set_class(bool(n), "-firing")
+
+    # -- keys --------------------------------------------------------------------
+    def action_help(self) -> None:
+        self.push_screen(ClusterHelp())
+
+    def action_pause(self) -> None:
+        self.paused = not self.paused
+        self.redraw()
+
+    def action_host(self, delta: int) -> None:
+        hosts = list(self.snapshot.hosts) if self.snapshot else []
+        if not hosts:
+            return
+        if self.focus_host not in hosts:
+            self.focus_host = hosts[0 if delta > 0 else -1]
+        else:
+            self.focus_host = hosts[(hosts.index(self.focus_host) + delta) % len(hosts)]
+        self.redraw()
+
+    def action_job(self) -> None:
+        jobs = list(self.snapshot.jobs) if self.snapshot else []
+        if not jobs:
+            return
+        self.focus_job = jobs[(jobs.index(self.focus_job) + 1) % len(jobs)] if self.focus_job in jobs else jobs[0]
+        self.redraw()
+
+    def action_all(self) -> None:
+        self.focus_host = None
+        self.focus_job = self.job
+        self.redraw()

@@ -1,0 +1,99 @@
+"""The cluster dashboard: its look at 80x24 and 160x48 (snapshots of a fixed cluster), and
+its keys (focus a host, a job, all again). The Pilot test against a real Prometheus is in
+test_cluster_prometheus.py."""
+
+import asyncio
+
+import pytest
+
+from traintop.app.cluster import ClusterApp
+from traintop.cluster.fetch import ClusterData, GpuData, RankData
+from traintop.cluster.report import agent_findings, cross_findings
+from traintop.cluster.fetch import AgentFinding
+from traintop.cluster.snapshot import snapshot_from
+from traintop.samples import REASON_SW_THERMAL
+from traintop.units import GiB
+from traintop.widgets.cluster_panels import HostsBody
+
+T0 = 1_790_000_000.0
+
+
+def fixed_snapshot():
+    """Three hosts of one job: node-a's loader starves, node-b's rank 3 lags, node-c runs hot."""
+    d = ClusterData("http://prometheus:9090", T0, T0 + 299, 5.0, [T0 + 5.0 * k for k in range(60)])
+    for h_i, h in enumerate(("node-a", "node-b", "node-c")):
+        for local in range(2):
+            rank = 2 * h_i + local
+            g = d.gpus[(h, local)] = GpuData(h, local, "NVIDIA H200", power_limit=700.0, mem_total=141 * GiB)
+            r = d.ranks[("1234", rank)] = RankData("1234", rank, local, 6, h)
+            for k, t in enumerate(d.grid):
+                starved = h == "node-a"
+                g.util[t] = (1.0 if k % 2 else 0.0) if starved else 1.0
+                g.power[t] = 300.0 if starved else 650.0
+                g.mem_used[t] = (40 if starved else 98) * GiB
+                g.temp[t] = 84.0 if h == "node-c" else 60.0
+                g.clock_ratio[t] = 0.72 if h == "node-c" else 1.0
+                g.reasons[t] = REASON_SW_THERMAL if h == "node-c" else 0
+                lag = (h, local) == ("node-b", 1)
+                r.step[t] = 0.80 if starved else (0.14 if lag else 0.081 + 0.001 * (k % 3))
+                r.wait[t] = 0.62 if starved else (0.38 if lag else 0.02)
+                r.steps[t] = k * 5 / r.step[t]
+        if h == "node-a":
+            for gi in range(2):
+                d.findings.append(AgentFinding(h, "starvation", "warning", f"gpu{gi}", list(d.grid[10:])))
+    d.loader_cpu["node-a"] = {t: 0.98 for t in d.grid}
+    return snapshot_from(d, agent_findings(d) + cross_findings(d))
+
+
+
+
+class _Shown(ClusterApp):
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.show_snapshot(self._snap)
+
+
+def shown_app():
+    snap = fixed_snapshot()
+    a = _Shown(lambda: snap, url="http://prometheus:9090", poll=False)
+    a._snap = snap
+    return a
+
+
+def test_the_fixed_cluster_has_the_findings_the_snapshot_shows():
+    rules = {(f.rule, f.host) for f in fixed_snapshot().findings}
+    assert {("node_starving", "node-a"), ("straggler", "node-b"), ("slow_node", "node-c"),
+            ("starvation", "node-a")} <= rules
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=["80x24", "160x48"])
+def test_cluster_dashboard(snap_compare, size):
+    assert snap_compare(shown_app(), terminal_size=size)
+
+
+def test_keys_focus_a_host_then_all_again():
+    asyncio.run(_keys())
+
+
+async def _keys():
+    a = shown_app()
+    async with a.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        body = a.query_one(HostsBody)
+        assert {"node-a", "node-b", "node-c"} <= set(body.render().plain.split())
+        await pilot.press("h")
+        assert a.focus_host == "node-a"
+        text = body.render().plain
+        assert "node-a" in text and "node-b" not in text
+        await pilot.press("h", "h")
+        assert a.focus_host == "node-c"
+        await pilot.press("H")
+        assert a.focus_host == "node-b"
+        await pilot.press("a")
+        assert a.focus_host is None and "node-c" in body.render().plain
+        await pilot.press("j")
+        assert a.focus_job == "1234"
+        await pilot.press("p")
+        assert a.paused
+        await pilot.press("question_mark")
+        assert a.screen.__class__.__name__ == "ClusterHelp"

@@ -1,0 +1,111 @@
+"""What the cluster dashboard shows, read from Prometheus: no Textual here.
+
+A snapshot is the last few minutes of every host, GPU and rank (``query_range`` at a
+step that gives the sparklines ~60 points), the agents' active findings and the
+cross-host findings — frozen data the widgets only draw.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from traintop.cluster.fetch import ClusterData
+from traintop.cluster.report import ClusterFinding, agent_findings, cross_findings
+
+WINDOW_S = 300.0
+POINTS = 60
+
+
+@dataclass(frozen=True)
+class GpuLine:
+    host: str
+    index: int
+    model: str
+    util: float | None
+    power: float | None
+    power_limit: float | None
+    mem_used: float | None
+    mem_total: float | None
+    temp: float | None
+    clock_ratio: float | None
+    spark: tuple[float, ...]  # utilization 0..1, oldest first
+
+
+@dataclass(frozen=True)
+class RankLine:
+    job: str
+    rank: int
+    local_rank: int
+    world_size: int
+    host: str
+    step: float | None
+    wait: float | None
+    spark: tuple[float, ...]  # step time, oldest first
+
+
+@dataclass(frozen=True)
+class ClusterSnapshot:
+    source: str
+    t: float
+    hosts: tuple[str, ...]
+    gpus: tuple[GpuLine, ...]
+    ranks: tuple[RankLine, ...]
+    findings: tuple[ClusterFinding, ...]  # active at the end of the window
+    kind: str = "prometheus"
+    notes: tuple[str, ...] = ()
+    refresh_s: float = 0.0
+    jobs: tuple[str, ...] = field(default=())
+
+
+def _latest(d: dict):
+    return d[max(d)] if d else None
+
+
+def _spark(d: dict, grid: list) -> tuple[float, ...]:
+    return tuple(d.get(t, float("nan")) for t in grid)
+
+
+def snapshot_from(data: ClusterData, findings: list[ClusterFinding], refresh_s: float = 0.0) -> ClusterSnapshot:
+    gpus = tuple(GpuLine(h, i, g.model, _latest(g.util), _latest(g.power), g.power_limit, _latest(g.mem_used),
+                         g.mem_total, _latest(g.temp), _latest(g.clock_ratio), _spark(g.util, data.grid))
+                 for (h, i), g in sorted(data.gpus.items()))
+    ranks = tuple(RankLine(r.job, r.rank, r.local_rank, r.world_size, r.host, _latest(r.step), _latest(r.wait),
+                           _spark(r.step, data.grid))
+                  for _, r in sorted(data.ranks.items()))
+    # still active: the finding reaches the last step of the window
+    active = tuple(f for f in findings if f.end >= data.end - 2 * data.step)
+    return ClusterSnapshot(data.url, data.end, tuple(data.hosts), gpus, ranks, active, data.mode,
+                           tuple(data.notes), refresh_s, tuple(sorted({r.job for r in data.ranks.values()})))
+
+
+class PrometheusSource:
+    """Reads a snapshot of the last ``window`` seconds; called from a worker thread."""
+
+    def __init__(self, url: str, job: str | None = None, window: float = WINDOW_S) -> None:
+        from traintop.cluster.promapi import Prometheus
+
+        self.prom = Prometheus(url, timeout=10.0)
+        self.job = job
+        self.window = window
+
+    def __call__(self) -> ClusterSnapshot:
+        from traintop.cluster.dcgm import dcgm_findings, has_dcgm
+        from traintop.cluster.fetch import fetch
+        from traintop.errors import TraintopError
+
+        t0 = time.perf_counter()
+        end = time.time()
+        start = end - self.window
+        step = max(1.0, self.window / POINTS)
+        try:
+            data = fetch(self.prom, start, end, step, self.job)
+            findings = agent_findings(data) + cross_findings(data)
+        except TraintopError as e:
+            if "no traintop series" not in str(e) or self.job or not has_dcgm(self.prom, start, end):
+                raise
+            data, findings, _ = dcgm_findings(self.prom, start, end, step)
+        return snapshot_from(data, findings, time.perf_counter() - t0)
+
+    def close(self) -> None:
+        self.prom.close()

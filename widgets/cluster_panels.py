@@ -1,0 +1,154 @@
+"""The cluster dashboard's panels: one compact line per GPU grouped by host, one per rank,
+and the cluster's findings. Display only: they draw a ClusterSnapshot they are handed."""
+
+from __future__ import annotations
+
+import math
+import time
+
+from rich.text import Text
+
+from traintop.cluster.snapshot import ClusterSnapshot
+from traintop.rules import Severity
+from traintop.text import one_line
+from traintop.units import GiB, fmt_duration
+from traintop.widgets.alerts_panel import subject_label
+from traintop.widgets.lines import TextLines
+from traintop.widgets.wrap import keep_units
+from traintop.widgets.render import SEVERITY_ICON, SEVERITY_STYLE, bar, level_style, spark
+
+
+def _vals(xs):
+    return [None if (x is None or (isinstance(x, float) and math.isnan(x))) else x for x in xs]
+
+
+def _pct(v):
+    return "  –" if v is None else f"{v * 100:3.0f}"
+
+
+class HostsBody(TextLines):
+    """GPUs grouped by host (``focus``: one host only), then the ranks of each job."""
+
+    snapshot: ClusterSnapshot | None = None
+    focus_host: str | None = None
+    focus_job: str | None = None
+
+    def show(self, snap: ClusterSnapshot | None, focus_host: str | None, focus_job: str | None) -> None:
+        self.snapshot, self.focus_host, self.focus_job = snap, focus_host, focus_job
+        lines = self._line_count()
+        if lines != self.styles.height:
+            self.styles.height = lines
+        self.refresh()
+
+    def _line_count(self) -> int:
+        return max(1, len(self.render().plain.split("\n")))
+
+    def render(self) -> Text:
+        out = Text(no_wrap=True, overflow="ellipsis")
+        s = self.snapshot
+        if s is None:
+            out.append("Reading Prometheus…", style="dim")
+            return out
+        width = max(40, self.content_size.width or 80)
+        spark_w = max(0, min(30, width - 50))
+        jobs = {r.job for r in s.ranks}
+        hosts = [h for h in s.hosts if self.focus_host in (None, h)]
+        if self.focus_job is not None:
+            hosts = [h for h in hosts if any(r.host == h and r.job == self.focus_job for r in s.ranks)]
+        first = True
+        for h in hosts:
+            gpus = [g for g in s.gpus if g.host == h]
+            if not first:
+                out.append("\n")
+            first = False
+            n_find = sum(1 for f in s.findings if f.host == h and f.severity != "info")
+            out.append(one_line(h, 40), style="bold")
+            out.append(f"  {len(gpus)} GPU" + ("s" if len(gpus) != 1 else ""), style="dim")
+            if n_find:
+                out.append(f"  ▲ {n_find}", style="bold yellow")
+            for g in gpus:
+                out.append("\n")
+                style = level_style(g.util, warn=2.0, crit=2.0) if g.util is not None else "bright_black"
+                out.append(f" {g.index:>2} ", style="bold")
+                out.append_text(bar(g.util, 8, style="green" if (g.util or 0) >= 0.5 else "yellow"))
+                out.append(f" {_pct(g.util)}% ", style=style)
+                if spark_w:
+                    out.append_text(spark(_vals(g.spark)[-spark_w:], 0.0, 1.0, spark_w))
+                    out.append(" ")
+                out.append(f"{g.power:4.0f}W" if g.power is not None else "   –W", style="dim")
+                if g.mem_used is not None:
+                    out.append(f" {g.mem_used / GiB:5.1f}G", style="dim")
+                if g.temp is not None:
+                    out.append(f" {g.temp:3.0f}°", style="yellow" if g.temp >= 83 else "dim")
+                if g.clock_ratio is not None and g.clock_ratio < 0.85:
+                    out.append(f" clk {g.clock_ratio * 100:.0f}%", style="yellow")
+        ranks = [r for r in s.ranks if (self.focus_job in (None, r.job)) and (self.focus_host in (None, r.host))]
+        for job in sorted(jobs):
+            rs = [r for r in ranks if r.job == job]
+            if not rs:
+                continue
+            out.append("\n\n")
+            out.append(f"job {one_line(job, 40)}", style="bold")
+            out.append(f"  {len(rs)} of {rs[0].world_size} ranks · step time · input wait", style="dim")
+            top = max((r.step for r in rs if r.step), default=0.0) or 1.0
+            for r in rs:
+                out.append("\n")
+                out.append(f" r{r.rank:<4}", style="bold")
+                out.append(f"{one_line(r.host, 14):<14} ", style="dim")
+                out.append(f"{r.step:6.3f}s " if r.step is not None else "     –s ")
+                wait_style = "bold yellow" if (r.wait or 0) >= 0.2 else "dim"
+                out.append(f"wait {_pct(r.wait)}% ", style=wait_style)
+                if spark_w:
+                    out.append_text(spark(_vals(r.spark)[-spark_w:], 0.0, top * 1.1, spark_w, style="cyan"))
+        return out
+
+
+def finding_paragraphs(s: ClusterSnapshot | None, focus_host: str | None, compact: bool) -> list:
+    """The cluster's findings as (line, hanging indent) paragraphs, like the local alerts."""
+    out = []
+    if s is None:
+        return out
+    fs = [f for f in s.findings if focus_host in (None, f.host)]
+    fs.sort(key=lambda f: (-int(Severity.parse(f.severity)), f.scope != "cluster", f.host, f.rule))
+    if not fs:
+        line = Text("✔ No problems detected", style="bold green")
+        line.append(" across the hosts shown.", style="dim")
+        out.append((line, 2))
+    for k, f in enumerate(fs):
+        if k:
+            out.append((Text(), 0))
+        sev = int(Severity.parse(f.severity))
+        head = Text(f"{SEVERITY_ICON.get(sev, '•')} {one_line(f.title, 200)}", style=SEVERITY_STYLE.get(sev, ""))
+        if f.scope == "cluster":
+            where = f.host if f.subject == f.host else f"{f.host} · {f.subject}"
+        else:
+            where = f"{f.host} · {subject_label(f.subject)}"
+        head.append(keep_units(f" · {one_line(where, 80)} · {fmt_duration(f.duration_s)}"), style="dim")
+        out.append((head, 2))
+        out.append((Text("  " + keep_units(one_line(f.evidence, 2000))), 2))
+        for rem in f.remedies[: 1 if compact or k else 3]:
+            line = Text("  → ", style="bold cyan")
+            line.append(keep_units(one_line(rem, 2000)))
+            out.append((line, 4))
+    return out
+
+
+def status_line(s: ClusterSnapshot | None, url: str, job: str | None, focus_host: str | None, paused: bool,
+                problem: str | None) -> Text:
+    out = Text(no_wrap=True, overflow="ellipsis")
+    out.append(" CLUSTER ", style="bold black on cyan")
+    if s is not None:
+        out.append(" " + time.strftime("%H:%M:%S", time.localtime(s.t)), style="bold")
+        out.append(f"  {len(s.hosts)} hosts · {len(s.gpus)} GPUs · {len(s.ranks)} ranks", style="bold")
+    if paused:
+        out.append("  ‖ PAUSED", style="bold yellow")
+    if problem:
+        out.append("  ⚠ " + one_line(problem, 160), style="bold red")
+    if focus_host:
+        out.append(f"  host {one_line(focus_host, 40)}", style="bold cyan")
+    if job:
+        out.append(f"  job {one_line(job, 40)}", style="bold cyan")
+    out.append(f"  {one_line(url, 80)}", style="dim")
+    if s is not None and s.kind == "dcgm":
+        out.append("  (dcgm-exporter only)", style="yellow")
+    return out
