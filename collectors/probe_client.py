@@ -80,7 +80,7 @@ class ProbeClient:
         for d in self._directories(pid):
             # Only into a directory of ours that nobody else can write: connecting into another
             # user's would tell them which PID is watched.
-            problem = private_dir_problem(d)
+            problem = private_dir_problem(d, owner=self.owner_uid if os.geteuid() == 0 else None)
             if problem:
                 if os.path.lexists(d):
                     self.refused_dirs[d] = problem

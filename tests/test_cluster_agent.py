@@ -241,3 +241,16 @@ def test_only_gpus_serves_one_gpu_and_the_ranks_on_it():
     assert [g.index for g in f.gpus] == [1] and f.stale_gpus == (1,)
     assert [r.rank for r in f.ranks] == [1]
     assert len(AgentSampler(Two(), Ranks()).next_frame().ranks) == 2
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a directory to another user")
+def test_root_accepts_another_users_private_probe_directory_as_that_user(tmp_path):
+    from traintop.probe_agent import private_dir_problem
+
+    d = tmp_path / "u1000"
+    d.mkdir(mode=0o700)
+    os.chown(d, 1000, 1000)
+    assert "another user" in private_dir_problem(str(d))
+    assert private_dir_problem(str(d), owner=1000) is None
+    os.chmod(d, 0o755)
+    assert "open to others" in private_dir_problem(str(d), owner=1000)

@@ -45,9 +45,10 @@ def probe_dir() -> str:
     return os.path.join("/tmp", f"traintop-{os.getuid()}")
 
 
-def private_dir_problem(path: str) -> str | None:
+def private_dir_problem(path: str, owner: int | None = None) -> str | None:
     """Why ``path`` is not a private directory of ours (None when it is). A symlink does not
-    count, whatever it points to: lstat, never stat."""
+    count, whatever it points to: lstat, never stat. ``owner``: whose it must be instead (a
+    node's agent run as root reads every user's own directory)."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -58,7 +59,7 @@ def private_dir_problem(path: str) -> str | None:
         return f"{path} is a symbolic link"
     if not stat.S_ISDIR(st.st_mode):
         return f"{path} is not a directory"
-    if st.st_uid != os.getuid():
+    if st.st_uid != (os.getuid() if owner is None else owner):
         return f"{path} belongs to another user"
     if st.st_mode & 0o077:
         return f"{path} is open to others (mode {oct(st.st_mode & 0o777)})"
