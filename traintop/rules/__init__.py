@@ -1,7 +1,7 @@
 """The rule catalogue."""
 
 from traintop.rules.config import DEFAULT, Thresholds
-from traintop.rules.engine import Alert, Finding, RuleContext, RulesEngine, Severity
+from traintop.rules.engine import HOLDS, LAPSED, REVERSED, WEAK, Alert, Finding, RuleContext, RulesEngine, Severity
 from traintop.rules.cpu_training import TrainingOnCpu
 from traintop.rules.fragmentation import Fragmentation
 from traintop.rules.gpu_errors import GpuErrors
@@ -21,7 +21,7 @@ from traintop.rules.underuse import Underuse
 
 # Bump when a rule's logic or default thresholds change: recordings made with another
 # version get their rules re-run by `traintop analyze` instead of trusting their alerts.
-RULES_VERSION = 2
+RULES_VERSION = 3
 
 
 def default_rules() -> list:
@@ -36,6 +36,6 @@ def default_engine(config: Thresholds = DEFAULT) -> RulesEngine:
 
 
 __all__ = [
-    "Alert", "DEFAULT", "RULES_VERSION", "Finding", "RuleContext", "RulesEngine", "Severity", "Thresholds",
+    "Alert", "DEFAULT", "HOLDS", "LAPSED", "REVERSED", "WEAK", "RULES_VERSION", "Finding", "RuleContext", "RulesEngine", "Severity", "Thresholds",
     "default_engine", "default_rules",
 ]

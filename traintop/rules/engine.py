@@ -3,16 +3,26 @@
 No I/O and no Textual here. A rule says, at each evaluation, for which subjects
 (``gpu0``, ``host``, ``process``) its condition holds and why; the engine turns that
 into alerts that start only once the condition has held for ``raise_after`` seconds
-and end only once it has been false for ``clear_after`` seconds, so nothing flaps.
+and end only once it has been false for ``clear_after`` seconds, so noise does not make
+them flap. A rule may also say, for a raised alert, that its condition has plainly
+reversed (``REVERSED``: the alert ends at once) or that it lapsed, with the current
+numbers (``LAPSED``: the evidence follows them while the alert waits to clear).
+
+While an alert is up its evidence is the latest sentence (the numbers now); when it ends,
+it keeps the most informative sentence seen while its condition fully held: the one
+quoting the most measured figures, the latest of those on a tie. That is what a
+recording and ``analyze`` keep.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Callable, Iterable, Protocol
 
 from traintop import metrics
+from traintop.attribution import GpuFeed, WorkerLoad, gpu_feeds
 from traintop.rules.config import DEFAULT, Thresholds
 from traintop.samples import Frame, GpuSample, HostSample, ProcessSample, RankSample
 from traintop.store import Store, mean, present
@@ -42,9 +52,24 @@ class Finding:
     subject: str
     evidence: str
     severity: Severity | None = None  # None: the rule's default
-    # False when the condition holds only by the relaxed thresholds of an alert waiting to
-    # clear: such a finding keeps the alert alive but does not rewrite its evidence.
-    strong: bool = True
+    state: str = "holds"  # HOLDS, WEAK, LAPSED or REVERSED
+
+    @property
+    def holding(self) -> bool:
+        return self.state in (HOLDS, WEAK)
+
+
+HOLDS = "holds"  # the condition holds at the rule's thresholds
+WEAK = "weak"  # it holds only by the relaxed thresholds of a raised alert: keeps it up, is not its best evidence
+LAPSED = "lapsed"  # it does not hold; the evidence shows the numbers now while the alert waits to clear
+REVERSED = "reversed"  # it has plainly reversed (not noise): a raised alert ends now
+
+_FIGURE = re.compile(r"\d+(?:\.\d+)?")
+
+
+def informative(evidence: str) -> int:
+    """How many measured figures a sentence quotes."""
+    return len(_FIGURE.findall(evidence))
 
 
 @dataclass
@@ -71,6 +96,7 @@ class RuleContext:
     config: Thresholds
     is_active: Callable[[str, str], bool]  # an alert is raised (possibly waiting to clear)
     is_holding: Callable[[str, str], bool] = lambda rule, subject: False  # its condition holds now
+    _cache: dict = field(default_factory=dict)  # what several rules ask of one evaluation
 
     @property
     def frame(self) -> Frame | None:
@@ -99,6 +125,22 @@ class RuleContext:
         """Every probed rank of the latest frame with its subject (``rank0``; the series prefix too)."""
         frame = self.store.latest
         return [(metrics.rank_id(r, k), r) for k, r in enumerate(frame.ranks if frame else ())]
+
+    # -- what feeds each GPU (traintop.attribution): judge a GPU by its own rank's data ---------
+    def feed(self, gpu: int) -> GpuFeed:
+        feeds = self._cache.get("feeds")
+        if feeds is None:
+            feeds = self._cache["feeds"] = gpu_feeds(self.store.latest)
+        return feeds.get(gpu) or GpuFeed(gpu, frozenset())
+
+    def worker_load(self, gpu: int) -> WorkerLoad:
+        """The loader workers feeding this GPU's rank(s), by the starvation rule's definition of busy."""
+        return WorkerLoad(self.feed(gpu).workers, self.config.starvation_busy_worker_cpu)
+
+    def input_wait(self, gpu: int, window_s: float) -> float | None:
+        """Mean share of time this GPU's rank(s) waited for input (probe), None without 3 readings."""
+        vals = [v for subject, _ in self.feed(gpu).ranks for v in self.rank_window(subject, "input_wait", window_s)]
+        return sum(vals) / len(vals) if len(vals) >= 3 else None
 
     # -- series: names from traintop.metrics (an unknown name raises) --------------------------
     def values(self, key: str, window_s: float) -> list[float]:
@@ -156,6 +198,18 @@ class _Track:
     first_true: float | None = None
     last_true: float | None = None
     alert: Alert | None = None
+    best: str = ""  # the most informative evidence while the condition fully held
+
+    def keep_if_better(self, evidence: str) -> None:
+        if informative(evidence) >= informative(self.best):
+            self.best = evidence
+
+    def end(self, now: float) -> Alert:
+        a = self.alert
+        a.end = now
+        if self.best:
+            a.evidence = self.best
+        return a
 
 
 @dataclass
@@ -186,7 +240,8 @@ class RulesEngine:
             a = dataclasses.replace(a, end=a.end if a.end is not None and a.end <= now else None)
             self.alerts.append(a)
             if a.end is None:
-                self._tracks[(a.rule, a.subject)] = _Track(first_true=a.start, last_true=now, alert=a)
+                self._tracks[(a.rule, a.subject)] = _Track(first_true=a.start, last_true=now, alert=a,
+                                                           best=a.evidence)
         self.alerts = self.alerts[-self.max_history:]
         self._next_id = max((a.id for a in alerts), default=0) + 1
         self._last_eval = None
@@ -213,7 +268,8 @@ class RulesEngine:
                           is_holding=lambda rule_id, subject: (rule_id, subject) in holding_now)
         changed: list[Alert] = []
         for rule in self.rules:  # in order: a later rule may defer to an earlier one's verdict
-            holding = {f.subject: f for f in rule.evaluate(ctx)}
+            verdicts = {f.subject: f for f in rule.evaluate(ctx)}
+            holding = {subject: f for subject, f in verdicts.items() if f.holding}
             holding_now.update((rule.id, subj) for subj in holding)
             for subject, finding in holding.items():
                 tr = self._tracks.setdefault((rule.id, subject), _Track())
@@ -222,13 +278,19 @@ class RulesEngine:
                 tr.last_true = now
                 severity = finding.severity or rule.severity
                 if tr.alert is not None and tr.alert.active:
-                    if finding.strong and (tr.alert.evidence != finding.evidence or tr.alert.severity != severity):
+                    if finding.state == HOLDS:
+                        tr.keep_if_better(finding.evidence)
+                        severity = max(tr.alert.severity, severity)
+                    else:
+                        severity = tr.alert.severity
+                    if tr.alert.evidence != finding.evidence or tr.alert.severity != severity:
                         tr.alert.evidence = finding.evidence
-                        tr.alert.severity = max(tr.alert.severity, severity)
+                        tr.alert.severity = severity
                         changed.append(tr.alert)
-                elif now - tr.first_true >= rule.raise_after:
+                elif finding.state == HOLDS and now - tr.first_true >= rule.raise_after:
                     tr.alert = Alert(rule.id, rule.title, subject, severity, now, finding.evidence,
                                      rule.remedies, id=self._next_id)
+                    tr.best = finding.evidence
                     self._next_id += 1
                     self.alerts.append(tr.alert)
                     changed.append(tr.alert)
@@ -236,9 +298,15 @@ class RulesEngine:
                 if rule_id != rule.id or subject in holding:
                     continue
                 tr.first_true = None
-                if tr.alert is not None and tr.alert.active and tr.last_true is not None \
-                        and now - tr.last_true >= rule.clear_after:
-                    tr.alert.end = now
+                if tr.alert is None or not tr.alert.active:
+                    continue
+                verdict = verdicts.get(subject)
+                if verdict is not None and verdict.state == REVERSED:
+                    changed.append(tr.end(now))
+                elif tr.last_true is not None and now - tr.last_true >= rule.clear_after:
+                    changed.append(tr.end(now))
+                elif verdict is not None and verdict.state == LAPSED and tr.alert.evidence != verdict.evidence:
+                    tr.alert.evidence = verdict.evidence
                     changed.append(tr.alert)
         if len(self.alerts) > self.max_history:
             keep_from = len(self.alerts) - self.max_history
@@ -250,7 +318,7 @@ class RulesEngine:
 
     def close_all(self, now: float) -> list[Alert]:
         """End every active alert (the session ended)."""
-        ended = []
+        ended = [tr.end(now) for tr in self._tracks.values() if tr.alert is not None and tr.alert.active]
         for a in self.alerts:
             if a.active:
                 a.end = now

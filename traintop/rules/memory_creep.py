@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from traintop.metrics import gpu_key, gpu_subject, rank_key
-from traintop.rules.engine import Finding, RuleContext, Severity
+from traintop.rules.engine import LAPSED, REVERSED, Finding, RuleContext, Severity
 from traintop.store import linear_fit
 from traintop.units import GiB, MiB, fmt_bytes, fmt_duration
 
@@ -25,8 +25,27 @@ class MemoryCreep:
     def evaluate(self, ctx: RuleContext):
         for g in ctx.gpus():
             found = self._fit(ctx, g)
+            if found is None and ctx.is_active(self.id, gpu_subject(g.index)):
+                found = self._since(ctx, g)
             if found is not None:
                 yield found
+
+    def _since(self, ctx: RuleContext, g) -> Finding | None:
+        """For a raised alert no longer seen: memory fell well below its peak (freed: the condition
+        reversed, the alert ends now), or it stopped rising (noise or a pause: the usual delay)."""
+        key, what = self._series(ctx, g)
+        pairs = ctx.pairs(key, ctx.config.creep_window_s)
+        if len(pairs) < 2:
+            return None
+        peak = max(v for _, v in pairs)
+        now = pairs[-1][1]
+        i = g.index
+        if peak - now >= max(512 * MiB, 0.2 * peak):
+            return Finding(gpu_subject(i), f"GPU {i} {what} fell from {fmt_bytes(peak, 'GiB')} to "
+                                           f"{fmt_bytes(now, 'GiB')}: the memory was freed", state=REVERSED)
+        span = pairs[-1][0] - pairs[0][0]
+        return Finding(gpu_subject(i), f"GPU {i} {what} no longer rising: {fmt_bytes(now, 'GiB')} now, "
+                                       f"peak {fmt_bytes(peak, 'GiB')} over the last {span:.0f} s", state=LAPSED)
 
     @staticmethod
     def _series(ctx: RuleContext, g) -> tuple[str, str]:

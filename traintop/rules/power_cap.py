@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from traintop.metrics import gpu_subject
-from traintop.rules.engine import Finding, RuleContext, Severity
+from traintop.rules.engine import LAPSED, REVERSED, Finding, RuleContext, Severity
 from traintop.samples import REASON_SW_POWER_CAP
+
+RECENT_S = 5.0  # a load gone for this long is a change of phase, not noise
 
 
 class PowerCapAtFullLoad:
@@ -19,19 +21,26 @@ class PowerCapAtFullLoad:
         c = ctx.config
         w = c.power_cap_window_s
         for g in ctx.gpus():
-            i = g.index
+            i, subject = g.index, gpu_subject(g.index)
             reasons = ctx.gpu_reasons(i, w)
             u_mean = ctx.gpu_mean(i, "util", w)
-            power = ctx.gpu_mean(i, "power_w", w)
             if len(reasons) < 4 or u_mean is None:
                 continue
             cap_frac = sum(1 for r in reasons if r & REASON_SW_POWER_CAP) / len(reasons)
-            if cap_frac < 0.5 or u_mean < c.power_cap_min_util:
+            holds = cap_frac >= 0.5 and u_mean >= c.power_cap_min_util
+            if not holds and not ctx.is_active(self.id, subject):
                 continue
             text = f"GPU {i} at {u_mean:.0f} % utilization with the power cap active {cap_frac * 100:.0f} % of the last {w:.0f} s"
+            power = ctx.gpu_mean(i, "power_w", w)
             if power is not None and g.power_limit_w:
                 text += f" ({power:.0f} W of {g.power_limit_w:.0f} W)"
             held = ctx.gpu_mean(i, "throttle_power", w)
             if held is not None:
                 text += f"; clocks held down by the power limit {held:.0f} % of the time"
-            yield Finding(gpu_subject(i), text)
+            if holds:
+                yield Finding(subject, text)
+                continue
+            recent = ctx.gpu_mean(i, "util", RECENT_S)
+            # the load is gone (a data-starved or idle phase): not a fully loaded GPU any more
+            reversed_ = recent is not None and recent < c.power_cap_min_util - 25
+            yield Finding(subject, text, state=REVERSED if reversed_ else LAPSED)

@@ -1,0 +1,139 @@
+"""An alert's life: it ends quickly when its condition plainly reverses, slowly for noise; its
+evidence follows the numbers while it is up, and it keeps its most informative sentence."""
+
+import re
+
+from traintop import sessions
+from traintop.analyze import analyze
+from traintop.collectors.simulated import Simulator
+from traintop.monitor import Monitor
+from traintop.rules.engine import HOLDS, LAPSED, REVERSED, Finding, RulesEngine, informative
+from traintop.samples import REASON_SW_POWER_CAP, Frame, GpuProcess, GpuSample, ProcessSample, ProcInfo, RankSample
+from traintop.store import Store
+from traintop.units import GiB
+
+
+def run(frames, info=None):
+    mon = Monitor(info or Simulator().info())
+    for f in frames:
+        mon.ingest(f)
+    return mon
+
+
+def _demo_creep():
+    reader = sessions.open_source(sessions.demo_path())
+    mon = Monitor(reader.info)
+    freed_at = peak = None
+    t0 = None
+    for f in reader.frames():
+        t0 = t0 if t0 is not None else f.t
+        mon.ingest(f)
+        alloc = f.ranks[0].allocated if f.ranks and f.ranks[0].allocated else None
+        if alloc is not None and any(a.rule == "memory_creep" for a in mon.engine.alerts):
+            peak = max(peak or 0, alloc)
+            if freed_at is None and alloc < peak - 10 * GiB:
+                freed_at = f.t
+    return mon, freed_at
+
+
+def test_creeping_memory_clears_within_seconds_once_the_memory_is_freed():
+    mon, freed_at = _demo_creep()  # the demo's last phase: allocated 28 GiB -> 8 GiB
+    creep = [a for a in mon.engine.alerts if a.rule == "memory_creep"]
+    assert len(creep) == 1 and freed_at is not None
+    assert creep[0].end is not None and creep[0].end - freed_at <= 3.0  # was 40 s and more
+    assert "rising" in creep[0].evidence  # it keeps what it found, not the sentence that ended it
+
+
+def test_analyze_reports_creeping_memory_ending_when_it_was_freed():
+    reader = sessions.open_source(sessions.demo_path())
+    report = analyze(reader, rerun=True)
+    reader.close()
+    creep = [f for f in report.findings if f.rule == "memory_creep"]
+    assert len(creep) == 1 and creep[0].duration_s <= 20
+
+
+def _rising_then_flat(t):
+    used = int((20 + min(t, 60) * 0.3) * GiB)
+    return Frame(t=float(t), gpus=(GpuSample(index=0, util=99.0, mem_used=used, mem_total=140 * GiB,
+                                             power_w=600, power_limit_w=700, processes=(GpuProcess(10, used),)),))
+
+
+def test_memory_that_only_stops_rising_keeps_the_usual_clear_delay():
+    mon = run([_rising_then_flat(t) for t in range(300)])
+    (a,) = [a for a in mon.engine.alerts if a.rule == "memory_creep"]
+    assert a.end is not None and a.end - 60 >= 60  # not ended the moment the rise paused
+    assert "rising" in a.evidence
+
+
+def _capped(t, util):
+    return Frame(t=float(t), gpus=(GpuSample(index=0, util=util, power_w=6.1 * util, power_limit_w=700.0,
+                                             reasons=REASON_SW_POWER_CAP),))
+
+
+def test_evidence_follows_the_numbers_while_the_alert_waits_to_clear():
+    frames = [_capped(t, 99.0) for t in range(40)] + [_capped(t, 60.0) for t in range(40, 52)]
+    mon = run(frames)
+    (a,) = [a for a in mon.engine.alerts if a.rule == "power_cap"]
+    assert a.active  # 60 % is not full load, but not plainly reversed either: it waits to clear
+    now = int(re.search(r"at (\d+) % utilization", a.evidence).group(1))
+    assert 60 < now < 85  # the numbers of the window now, not the 99 % it was raised with
+    mon.engine.close_all(52.0)
+    kept = int(re.search(r"at (\d+) % utilization", a.evidence).group(1))
+    assert kept >= 85  # the recorded alert keeps a sentence from while its condition held
+
+
+def test_a_load_that_is_gone_ends_the_power_cap_alert_at_once():
+    frames = [_capped(t, 99.0) for t in range(40)] + [_capped(t, 5.0) for t in range(40, 52)]
+    (a,) = [a for a in run(frames).engine.alerts if a.rule == "power_cap"]
+    assert a.end is not None and a.end <= 46
+
+
+def test_a_starvation_alert_gains_the_measured_wait_that_arrives_later():
+    def frame(t):
+        busy = (t % 16) < 6  # 10 Hz: ~1 s busy, 1 s idle
+        wait = (RankSample(pid=10, rank=0, cuda=True, input_wait=0.7, steps=t),) if t >= 400 else ()
+        workers = tuple(ProcInfo(20 + k, "pt_data_worker", 100.0, GiB, 1, True) for k in range(2))
+        return Frame(t=t / 10, gpus=(GpuSample(index=0, util=100.0 if busy else 0.0, power_w=300, power_limit_w=700,
+                                               processes=(GpuProcess(10, 10 * GiB),)),),
+                     process=ProcessSample(pid=10, alive=True, name="python", cpu_percent=100.0,
+                                           members=(ProcInfo(10, "python", 50.0, GiB, 4),) + workers),
+                     ranks=wait)
+    mon = run([frame(t) for t in range(700)])
+    (a,) = [a for a in mon.engine.alerts if a.rule == "starvation"]
+    assert a.start < 40 and "waits for its next batch 70 %" in a.evidence
+    mon.engine.close_all(70.0)
+    assert "waits for its next batch 70 %" in a.evidence  # the most informative sentence is kept
+
+
+class _Scripted:
+    """A rule that says what a test tells it to."""
+
+    id, title, raise_after, clear_after, remedies = "scripted", "Scripted", 0.0, 30.0, ()
+    from traintop.rules.engine import Severity
+    severity = Severity.WARNING
+
+    def __init__(self):
+        self.say: list[Finding] = []
+
+    def evaluate(self, ctx):
+        return self.say
+
+
+def test_engine_states_reversed_ends_now_lapsed_waits_and_best_evidence_is_kept():
+    rule = _Scripted()
+    eng, store = RulesEngine([rule]), Store(capacity=10)
+    rule.say = [Finding("gpu0", "GPU 0 at 10 % for 20 s, 3 gaps")]
+    eng.evaluate(store, 0.0)
+    rule.say = [Finding("gpu0", "GPU 0 at 12 %", state=HOLDS)]
+    eng.evaluate(store, 1.0)
+    (a,) = eng.alerts
+    assert a.evidence == "GPU 0 at 12 %"  # the live sentence
+    rule.say = [Finding("gpu0", "GPU 0 at 55 % now", state=LAPSED)]
+    eng.evaluate(store, 2.0)
+    assert a.active and a.evidence == "GPU 0 at 55 % now"
+    eng.evaluate(store, 20.0)
+    assert a.active  # lapsed: the usual delay
+    rule.say = [Finding("gpu0", "GPU 0 at 99 %", state=REVERSED)]
+    eng.evaluate(store, 21.0)
+    assert a.end == 21.0 and a.evidence == "GPU 0 at 10 % for 20 s, 3 gaps"  # most figures
+    assert informative(a.evidence) == 4
