@@ -120,6 +120,7 @@ class ProcessCollector:
                     cpu = p.cpu_percent(None)  # since the previous call on this object
                     rss = p.memory_info().rss
                     threads = p.num_threads()
+                    ppid = p.ppid()
                     try:
                         cmd = p.cmdline()
                     except psutil.Error:
@@ -134,7 +135,7 @@ class ProcessCollector:
                 continue
             if p.pid not in self._ns:
                 self._ns[p.pid] = ns_pids(p.pid)
-            members.append(ProcInfo(p.pid, name, cpu, rss, threads, _is_loader_worker(name, cmd)))
+            members.append(ProcInfo(p.pid, name, cpu, rss, threads, _is_loader_worker(name, cmd), ppid))
         if not members:
             self.ended_at = time.time()
             return ProcessSample(pid=self.pid, alive=False, name=self.name, cmdline=self.cmdline)

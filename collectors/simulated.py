@@ -1,7 +1,8 @@
 """A deterministic, seeded source that plays each pathology on one or several GPUs.
 
 Every value is a pure function of (seed, scenario, GPU, time), so a frame at a given
-time is the same however it is reached. Shapes follow what an H200 shows (BRIEF.md):
+time is the same however it is reached. Several GPUs play a DDP job: one process per rank
+(its GPU's process in NVML, its probe's device), each with its own loader workers. Shapes follow what an H200 shows (BRIEF.md):
 healthy training pins utilization at 100 % with the power cap active; starvation
 alternates idle and busy every second or two with loader workers at 100 % CPU;
 underuse sits near 5 % utilization and ~120 W.
@@ -258,18 +259,23 @@ class Simulator:
         )
 
     def _process(self, t: float) -> ProcessSample | None:
+        """A DDP job's tree: one process per rank (rank 0 the root, the others its children), each
+        with its own loader workers, loaded as that rank's scenario says."""
         if all(s == "idle" for s in self.scenarios):
             return None
         r = _rng(self.seed, "proc", round(t * 1000))
-        starved = "starved" in self.scenarios
-        n_workers = 2 if starved else 4
-        worker_cpu = (97 + 3 * r.random()) if starved else (25 + 15 * r.random())
-        members = [ProcInfo(TRAIN_PID, "python", 38 + 10 * r.random(), 6 * GiB, 42)]
-        # one process per further GPU (ranks of a DDP job), as children of the launcher
-        members += [ProcInfo(TRAIN_PID + i, "python", 30 + 10 * r.random(), 4 * GiB, 30)
+        members = [ProcInfo(TRAIN_PID, "python", 38 + 10 * r.random(), 6 * GiB, 42, ppid=1)]
+        members += [ProcInfo(TRAIN_PID + i, "python", 30 + 10 * r.random(), 4 * GiB, 30, ppid=TRAIN_PID)
                     for i in range(1, len(self.scenarios)) if self.scenarios[i] != "idle"]
-        members += [ProcInfo(TRAIN_PID + 100 + w, "pt_data_worker", round(worker_cpu, 1), 2 * GiB, 4, True)
-                    for w in range(n_workers)]
+        for i, scenario in enumerate(self.scenarios):
+            if scenario == "idle":
+                continue
+            starved = scenario == "starved"
+            for w in range(2 if starved else 4):
+                cpu = (97 + 3 * r.random()) if starved else (25 + 15 * r.random())
+                members.append(ProcInfo(TRAIN_PID + 100 + 8 * i + w, "pt_data_worker", round(cpu, 1), 2 * GiB, 4,
+                                        True, ppid=TRAIN_PID + i))
+        starved = "starved" in self.scenarios
         return ProcessSample(
             pid=TRAIN_PID, alive=True, name="python", cmdline="python train.py --bf16",
             cpu_percent=round(sum(m.cpu_percent for m in members), 1), rss=sum(m.rss for m in members),

@@ -112,6 +112,7 @@ def _row(frame: Frame) -> dict[str, Any]:
             row["p." + name] = _q(getattr(pr, name), scale)
         row["p.members"] = [
             [m.pid, m.name, _q(m.cpu_percent, 1), _q(m.rss, _BYTES), m.threads, 1 if m.is_loader_worker else 0]
+            + ([m.ppid] if m.ppid is not None else [])
             for m in pr.members
         ]
     for j, r in enumerate(frame.ranks):
@@ -279,7 +280,8 @@ def _frames(times: list[float], columns: dict[str, list], scheme) -> list[Frame]
             if pids[j] is None:
                 continue
             ms = tuple(ProcInfo(int(m[0]), str(m[1]), _dq(m[2], member_scale), _dq(m[3], _BYTES),
-                                _dq(m[4], 1, True), bool(m[5])) for m in (members[j] or []))
+                                _dq(m[4], 1, True), bool(m[5]), int(m[6]) if len(m) > 6 else None)
+                       for m in (members[j] or []))
             proc_rows[j] = ProcessSample(pid=int(pids[j]), alive=bool(alive[j]), name=str(names[j] or ""),
                                          cmdline=str(cmds[j] or ""), members=ms,
                                          **{name: c[j] for name, c in pcols.items()})

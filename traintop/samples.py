@@ -139,6 +139,7 @@ class ProcInfo:
     rss: int | None = None
     threads: int | None = None
     is_loader_worker: bool = False
+    ppid: int | None = None  # the parent: a loader worker feeds the rank process it was forked from
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from traintop.attribution import WorkerLoad
 from traintop.metrics import gpu_key, host_key, proc_key, rank_id, rank_key
 from traintop.monitor import Monitor
 from traintop.rules.config import DEFAULT, Thresholds
@@ -67,6 +68,7 @@ class ProcessView:
     thresholds: Thresholds = DEFAULT  # what the rules call a saturated worker, a long input wait
     launched: bool = False  # started by `traintop run`: the probe was injected
     job_end: object | None = None  # traintop.job.JobEnd once a launched job has ended
+    workers: WorkerLoad | None = None  # the tree's loader workers, by the rules' own definition
 
 
 @dataclass(frozen=True)
@@ -175,9 +177,10 @@ def build_view(monitor: Monitor, points: int = SERIES_POINTS) -> View:
                                   store.last(rank_key(subject, "reserved"), points), nvml_series,
                                   store.last(rank_key(subject, "step_time"), points),
                                   sum(waits) / len(waits) if waits else None))
+        config = monitor.engine.config
         pview = ProcessView(proc, store.last(proc_key("cpu_percent"), points), monitor.ended_at, gpu_mem, ranks,
-                            monitor.engine.config,
-                            launched=monitor.launched, job_end=monitor.job_end)
+                            config, launched=monitor.launched, job_end=monitor.job_end,
+                            workers=WorkerLoad(proc.loader_workers, config.starvation_busy_worker_cpu) if proc else None)
         if frame is not None and frame.stale_gpus and not monitor.source_error:
             stale = f"GPU {', '.join(map(str, frame.stale_gpus))}: the driver did not answer in time (data stale)"
         else:

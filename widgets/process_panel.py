@@ -132,10 +132,10 @@ class ProcessPanel(TextLines):
         if self.compact:
             out.append(f"PID {p.pid} ", style="bold")
             out.append(f"CPU {p.cpu_percent or 0:.0f} %")
-            if workers:
-                busy = sum(1 for w in workers if (w.cpu_percent or 0) >= v.thresholds.starvation_busy_worker_cpu)
-                out.append(f"  workers {len(workers)} ({busy} at 100 %)",
-                           style="bold yellow" if busy else "dim")
+            load = v.workers
+            if load is not None and load.count:
+                busy = f"{len(load.busy)} at {load.busy_mean:.0f} %" if load.busy else "none saturated"
+                out.append(f"  workers {load.count} ({busy})", style="bold yellow" if load.busy else "dim")
             out.append(f"  {gpu_mem}  RSS {fmt_bytes(p.rss)}")
             return out
         out.append(one_line(p.cmdline[: max(10, (self.content_size.width or 60))]) + "\n", style="dim")

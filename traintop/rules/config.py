@@ -14,7 +14,8 @@ class Thresholds:
     starvation_min_idle_frac: float = 0.20
     starvation_min_busy_frac: float = 0.10
     starvation_busy_worker_cpu: float = 85.0  # % of a core for a loader worker to count as saturated
-    starvation_input_wait: float = 0.30  # share of wall time in DataLoader.__next__ (probe)
+    starvation_input_wait: float = 0.30  # share of wall time in DataLoader.__next__ (probe): starved
+    starvation_fed_input_wait: float = 0.10  # below this measured share the loader keeps up: not starved
     # underuse
     underuse_window_s: float = 30.0
     underuse_power_frac: float = 0.35  # mean power below this share of the limit

@@ -10,8 +10,7 @@ and busy counts as spiky on its own.
 from __future__ import annotations
 
 from traintop.metrics import gpu_subject
-from traintop.rules.engine import Finding, RuleContext, Severity
-from traintop.store import mean
+from traintop.rules.engine import HOLDS, LAPSED, REVERSED, WEAK, Finding, RuleContext, Severity
 from traintop.units import fmt_range
 
 
@@ -42,17 +41,6 @@ def _idle_to_busy(utils: list[float], idle: float, busy: float) -> int:
     return n
 
 
-def _input_wait(ctx: RuleContext, gpu: int) -> float | None:
-    """Mean input-wait share over the window of the probed ranks on this GPU."""
-    frame = ctx.frame
-    if frame is None or not frame.ranks:
-        return None
-    pids = {p.pid for g in frame.gpus if g.index == gpu for p in g.processes}
-    vals = [v for subject, r in ctx.ranks() if r.pid in pids or (len(frame.gpus) == 1 and r.cuda)
-            for v in ctx.rank_window(subject, "input_wait", ctx.config.starvation_window_s)]
-    return sum(vals) / len(vals) if len(vals) >= 3 else None
-
-
 def _quartiles(xs: list[float]) -> tuple[float, float]:
     s = sorted(xs)
     return s[len(s) // 4], s[(3 * len(s)) // 4]
@@ -75,6 +63,7 @@ class Starvation:
     def evaluate(self, ctx: RuleContext):
         c = ctx.config
         w = c.starvation_window_s
+        gpus_in_job = sum(1 for i in ctx.gpu_indices() if ctx.feed(i).pids)
         for i in ctx.gpu_indices():
             subject = gpu_subject(i)
             pairs = ctx.gpu_pairs(i, "util", w, min_n=8, min_span=0.5)
@@ -98,45 +87,61 @@ class Starvation:
                         and transitions >= 3) or spiky_tick_frac >= 0.3 * relax
 
             spiky = is_spiky(0.5 if active else 1.0)
-            strong_spiky = is_spiky(1.0)
-
-            cpu_note = self._cpu_evidence(ctx)
-            wait = _input_wait(ctx, i)
-            waits = wait is not None and wait >= c.starvation_input_wait
+            load = ctx.worker_load(i)
+            # host-wide signs cannot say which GPU they starve: only for a job on one GPU
+            cpu_note = load.sentence() if load.saturated else (
+                self._host_evidence(ctx) if gpus_in_job <= 1 else None)
+            wait = ctx.input_wait(i, w)
             low_util_cpu_bound = mu < 60.0 and cpu_note is not None and mu >= 1.0
-            if mu > 90.0 and not waits or not (spiky or low_util_cpu_bound or waits):
+            holds = mu <= 90.0 and (is_spiky(1.0) or low_util_cpu_bound)
+            weak = mu <= 90.0 and spiky
+            if wait is not None and wait >= c.starvation_input_wait:
+                holds = True  # the probe measured it: the job waits for its input
+            elif wait is not None and wait < c.starvation_fed_input_wait:
+                # The probe says the loader keeps up: whatever the utilization and CPU say, this
+                # GPU is not starved by it (underuse, PCIe or a straggler explain it better).
+                holds = weak = False
+            if not (holds or weak):
+                if active:
+                    yield self._since(ctx, i, mu, wait)
                 continue
-
             if spiky:
                 gaps = _idle_gaps(pairs, c.starvation_idle_util)
-                idle_share = max(idle_frac, 0.0)
-                if idle_share > 0 and len(gaps) >= 2:
+                if idle_frac > 0 and len(gaps) >= 2:
                     lo, hi = _quartiles(gaps)
-                    text = (f"GPU {i} idle {idle_share * 100:.0f} % of the last {w:.0f} s "
+                    text = (f"GPU {i} idle {idle_frac * 100:.0f} % of the last {w:.0f} s "
                             f"in {fmt_range(lo, hi)} gaps (mean utilization {mu:.0f} %)")
                 else:
                     text = (f"GPU {i} utilization swings between idle and busy within "
                             f"{spiky_tick_frac * 100:.0f} % of sampling periods over the last {w:.0f} s "
                             f"(mean {mu:.0f} %)")
-            else:
+            elif mu < 60.0:
                 text = f"GPU {i} averages only {mu:.0f} % utilization over the last {w:.0f} s"
+            else:
+                text = f"GPU {i} reads {mu:.0f} % utilization over the last {w:.0f} s"
             if cpu_note:
                 text += f" while {cpu_note}"
             if wait is not None:
-                text += f"; the job waits for its next batch {wait * 100:.0f} % of the time (measured in the job)"
-            yield Finding(subject, text, strong=strong_spiky or waits or low_util_cpu_bound)
+                ranks = [r for _, r in ctx.feed(i).ranks]
+                who = " and ".join(r.label for r in ranks) if any(r.rank is not None for r in ranks) else "the job"
+                text += f"; {who} waits for its next batch {wait * 100:.0f} % of the time (measured in the job)"
+            yield Finding(subject, text, state=HOLDS if holds else WEAK)
+
+    def _since(self, ctx: RuleContext, i: int, mu: float, wait: float | None) -> Finding:
+        """A raised alert whose condition no longer holds: plainly fed now (the measured wait far
+        below the threshold, or the GPU busy without a gap for seconds) ends it at once."""
+        c = ctx.config
+        recent = ctx.gpu_window(i, "util", 5.0)
+        fed = (wait is not None and wait < c.starvation_fed_input_wait) or (
+            len(recent) >= 3 and min(recent) >= c.starvation_busy_util and sum(recent) / len(recent) >= 90.0)
+        text = f"GPU {i} no longer starved: mean utilization {mu:.0f} % over the last {c.starvation_window_s:.0f} s"
+        if wait is not None:
+            text += f"; the job waits for its next batch {wait * 100:.0f} % of the time (measured in the job)"
+        return Finding(gpu_subject(i), text, state=REVERSED if fed else LAPSED)
 
     @staticmethod
-    def _cpu_evidence(ctx: RuleContext) -> str | None:
-        c = ctx.config
-        proc = ctx.process
-        if proc is not None and proc.alive:
-            workers = proc.loader_workers
-            hot = [wk for wk in workers if (wk.cpu_percent or 0) >= c.starvation_busy_worker_cpu]
-            if workers and len(hot) >= max(1, len(workers) // 2):
-                cpu = mean([wk.cpu_percent or 0 for wk in hot])
-                return f"{len(hot)} of {len(workers)} loader workers sit at {cpu:.0f} % CPU"
-        w = c.starvation_window_s
+    def _host_evidence(ctx: RuleContext) -> str | None:
+        w = ctx.config.starvation_window_s
         iowait = ctx.host_window("iowait", w)
         if iowait and (m := sum(iowait) / len(iowait)) >= 20:
             return f"the host waits on I/O {m:.0f} % of the time"

@@ -54,12 +54,10 @@ class Underuse:
                     f"over the last {w:.0f} s at {u_mean:.0f} % utilization")
             if g.mem_total and g.mem_used is not None:
                 text += f"; {fmt_bytes(g.mem_total - g.mem_used)} of memory is free for larger batches"
-            proc = ctx.process
-            if proc is not None and proc.alive and proc.members:
-                main = proc.members[0].cpu_percent or 0
-                if main >= 85:
-                    text += (f"; the training process's main thread is CPU-bound ({main:.0f} % of a core):"
-                             " the GPU waits for kernel launches")
+            main = max((m.cpu_percent or 0 for m in ctx.feed(i).main), default=0)  # this GPU's rank
+            if main >= 85:
+                text += (f"; the training process's main thread is CPU-bound ({main:.0f} % of a core):"
+                         " the GPU waits for kernel launches")
             sm_active = ctx.gpu_mean(i, "sm_active", w)
             if sm_active is not None:
                 text += f"; SMs active {sm_active:.0f} % of the time (GPM)"
