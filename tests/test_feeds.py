@@ -76,3 +76,16 @@ def test_demo_is_embedded_and_real():
     assert r.info.driver.startswith("580.")
     assert set(r.info.extra["phases"]) == {"healthy", "starved", "underused", "leak", "idle"}
     assert r.frame_count > 400
+
+
+def test_simulate_starts_its_clock_at_launch():
+    """`traintop simulate` used to back-fill 2 minutes: 30 s after launch an alert read 'since … (2 min 12 s)'."""
+    import time
+
+    from traintop import sessions
+
+    launched = time.time()
+    monitor, feed = sessions.simulated_session("starved")
+    assert len(monitor.store) == 0
+    feed.step()
+    assert monitor.store.t_first >= launched - 0.01

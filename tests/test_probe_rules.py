@@ -76,6 +76,17 @@ def test_training_on_the_cpu():
     assert not [a for a in run(on_gpu).engine.alerts if a.rule == "cpu_training"]
 
 
+def test_training_on_the_cpu_by_the_probes_word_whatever_the_cpu_share():
+    """A busy host gives the job 66-80 % of a core: the probe's steps without CUDA still decide."""
+    frames = [Frame(t=float(t), gpus=gpu(util=0.0, pid=None), process=job(t, cpu=66.0 + (t % 15)),
+                    ranks=(RankSample(pid=10, cuda=False, steps=t * 2),)) for t in range(60)]
+    a = next(a for a in run(frames).engine.alerts if a.rule == "cpu_training")
+    assert "optimizer steps" in a.evidence and "no CUDA" in a.evidence
+    idle = [Frame(t=float(t), gpus=gpu(util=0.0, pid=None), process=job(t, cpu=70.0),
+                  ranks=(RankSample(pid=10, cuda=False, steps=5),)) for t in range(60)]
+    assert not [a for a in run(idle).engine.alerts if a.rule == "cpu_training"]  # not stepping: not training
+
+
 def test_step_time_regression():
     frames = [Frame(t=float(t), gpus=gpu(), process=job(t),
                     ranks=(RankSample(pid=10, rank=0, cuda=True, step_time=0.1 if t < 200 else 0.18),))

@@ -82,8 +82,10 @@ def live_session(interval: float = 0.5, pid: int | None = None, record: str | No
 
 
 def simulated_session(scenario: str = "healthy", gpus: int = 1, seed: int = 0, interval: float = 0.5,
-                      history_s: float = 120.0, record: str | None = None, realtime: bool = True,
+                      history_s: float = 0.0, record: str | None = None, realtime: bool = True,
                       t0: float | None = None, config: Thresholds | None = None):
+    """The simulator. Live (``realtime``) its clock starts at launch: no made-up history, so an
+    alert's "since" is time the user watched (tests and screenshots ask for ``history_s``)."""
     from traintop.collectors.simulated import Simulator
 
     check_interval(interval)

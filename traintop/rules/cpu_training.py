@@ -1,4 +1,4 @@
-"""Training on the CPU: a busy job that holds no GPU memory."""
+"""Training on the CPU: a job taking optimizer steps without CUDA, or a busy job holding no GPU memory."""
 
 from __future__ import annotations
 
@@ -23,21 +23,33 @@ class TrainingOnCpu:
         frame, proc = ctx.frame, ctx.process
         if proc is None or not proc.alive:
             return
-        cpu = ctx.proc_window("cpu_percent", c.cpu_training_window_s)
-        if len(cpu) < 5 or sum(cpu) / len(cpu) < c.cpu_training_min_cpu:
+        w = c.cpu_training_window_s
+        cpu = ctx.proc_window("cpu_percent", w)
+        mean_cpu = sum(cpu) / len(cpu) if cpu else None
+        if any(r.cuda for r in frame.ranks):
+            return
+        # The probe's word: optimizer steps taken in the window, and no CUDA in the process.
+        # Then the CPU share does not matter (on a busy host the job may get far less than a core).
+        stepping = [(r, steps) for subject, r in ctx.ranks()
+                    if len(steps := ctx.rank_window(subject, "steps", w)) >= 2 and steps[-1] > steps[0]]
+        if stepping:
+            r, steps = max(stepping, key=lambda rs: rs[1][-1] - rs[1][0])
+            text = (f"PID {r.pid} took {steps[-1] - steps[0]:.0f} optimizer steps in the last {w:.0f} s "
+                    f"({r.steps} in all), but its probe reports no CUDA use")
+            if mean_cpu is not None:
+                text += f"; the job uses {mean_cpu:.0f} % CPU"
+            yield Finding("process", text)
+            return
+        if len(cpu) < 5 or mean_cpu < c.cpu_training_min_cpu:
             return
         pids = {m.pid for m in proc.members} | {proc.pid}
-        on_gpu = any(p.pid in pids and (p.used_bytes or 1) > 0 for g in frame.gpus for p in g.processes)
-        probed_cuda = any(r.cuda for r in frame.ranks)
-        if on_gpu or probed_cuda:
+        if any(p.pid in pids and (p.used_bytes or 1) > 0 for g in frame.gpus for p in g.processes):
             return
         if not frame.ranks and not frame.gpus:
             return  # no GPU visible and no probe: nothing to compare with
-        mean_cpu = sum(cpu) / len(cpu)
         text = f"PID {proc.pid} ({proc.name}) uses {mean_cpu:.0f} % CPU"
         if frame.ranks:
-            steps = max((r.steps or 0) for r in frame.ranks)
-            text += f" and has taken {steps} optimizer steps, but its probe reports no CUDA use"
+            text += " but its probe reports no CUDA use"
         else:
             text += f" but holds no memory on any of the {len(frame.gpus)} GPU(s)"
         yield Finding("process", text)
