@@ -21,7 +21,10 @@ from traintop.rules import Severity, Thresholds, default_engine
 from traintop.text import plain
 from traintop.units import GiB, fmt_duration
 
-WASTE_FROM_UTIL = {"starvation", "underuse"}
+# What a finding costs, in GPU time: the GPU's idle share (or its clock's shortfall) while it
+# lasted. A finding about the job's GPUs together ("gpus": imbalance) costs every GPU's idle
+# share: a rank waiting for a slower one loses that time as surely as a starved one.
+WASTE_FROM_UTIL = {"starvation", "underuse", "imbalance"}
 WASTE_FROM_CLOCK = {"thermal"}
 
 
@@ -52,6 +55,7 @@ class ReportFinding:
     evidence: str
     remedies: list[str]
     gpu_hours_lost: float
+    energy_kwh: float = 0.0  # what the finding's GPU(s) drew while it lasted
 
 
 @dataclass
@@ -66,6 +70,7 @@ class Report:
     gpu_hours: float
     gpu_hours_lost: float
     notes: list[str] = field(default_factory=list)
+    energy_kwh: float = 0.0  # the run's, all GPUs: the energy counter where recorded, else power × time
 
     def worst(self) -> Severity | None:
         return max((Severity.parse(f.severity) for f in self.findings), default=None)
@@ -81,6 +86,8 @@ class _Acc:
         self.t = array("d")
         self.unused_util = array("d")  # 1 - util/100 (NaN when unknown)
         self.unused_clock = array("d")  # 1 - sm/sm_max
+        self.power = array("d")  # W (NaN when unknown)
+        self.energy = array("d")  # J, NVML's counter since the driver loaded (NaN when unknown)
         self._prefix: dict[int, list[float]] = {}
 
     def add(self, t: float, g) -> None:
@@ -105,6 +112,8 @@ class _Acc:
         self.unused_util.append(1 - g.util / 100 if g.util is not None else float("nan"))
         ratio = g.sm_clock / g.sm_clock_max if g.sm_clock and g.sm_clock_max else None
         self.unused_clock.append(1 - ratio if ratio is not None else float("nan"))
+        self.power.append(g.power_w if g.power_w is not None else float("nan"))
+        self.energy.append(g.energy_j if g.energy_j is not None else float("nan"))
 
     def merge(self, other: "_Acc") -> "_Acc":
         """This accumulator followed by ``other`` (a later run of chunks of the same GPU)."""
@@ -122,6 +131,8 @@ class _Acc:
         self.t.extend(other.t)
         self.unused_util.extend(other.unused_util)
         self.unused_clock.extend(other.unused_clock)
+        self.power.extend(other.power)
+        self.energy.extend(other.energy)
         return self
 
     def finish(self) -> GpuSummary:
@@ -129,6 +140,17 @@ class _Acc:
         s.util_mean = self.util_sum / self.util_n if self.util_n else None
         s.power_mean = self.power_sum / self.power_n if self.power_n else None
         return s
+
+    def energy_kwh(self, t0: float, t1: float) -> float:
+        """What this GPU drew over [t0, t1]: the energy counter's rise where it was recorded at
+        both ends (and never went back), else its power integrated over time."""
+        t = self.t
+        i0, i1 = bisect.bisect_left(t, t0), bisect.bisect_right(t, t1) - 1
+        if i1 > i0:
+            e0, e1 = self.energy[i0], self.energy[i1]
+            if e0 == e0 and e1 == e1 and e1 >= e0:
+                return (e1 - e0) / 3.6e6
+        return self.lost_hours(t0, t1, self.power) / 1000.0  # W·h -> kWh
 
     def lost_hours(self, t0: float, t1: float, series: array) -> float:
         """Integral of ``series`` over [t0, t1] in hours (each sample holds until the next),
@@ -182,25 +204,33 @@ def _report(source, name, alerts, accs, first, last, n, notes=()) -> Report:
     info = source.info
     findings = []
     for a in sorted(alerts, key=lambda a: (a.start, a.rule)):
-        lost = 0.0
-        if a.subject.startswith("gpu") and a.subject[3:].isdigit():
-            acc = accs.get(int(a.subject[3:]))
-            if acc is not None and a.rule in WASTE_FROM_UTIL:
-                lost = acc.lost_hours(a.start, a.end, acc.unused_util)
-            elif acc is not None and a.rule in WASTE_FROM_CLOCK:
-                lost = acc.lost_hours(a.start, a.end, acc.unused_clock)
+        lost = energy = 0.0
+        for acc in _gpus_of(a.subject, accs):
+            if a.rule in WASTE_FROM_UTIL:
+                lost += acc.lost_hours(a.start, a.end, acc.unused_util)
+            elif a.rule in WASTE_FROM_CLOCK:
+                lost += acc.lost_hours(a.start, a.end, acc.unused_clock)
+            energy += acc.energy_kwh(a.start, a.end)
         findings.append(ReportFinding(a.rule, a.title, a.subject, a.severity.label, round(a.start - first, 1),
                                       round(a.end - first, 1), round(a.end - a.start, 1), a.evidence,
-                                      list(a.remedies), round(lost, 4)))
+                                      list(a.remedies), round(lost, 4), round(energy, 4)))
     duration = last - first
     gpus = [accs[i].finish() for i in sorted(accs)]
     notes = list(getattr(source, "notes", [])) + list(notes)
     skipped = getattr(source, "skipped_lines", 0) or getattr(source, "skipped_chunks", 0)
     if skipped:
         notes.append(f"{skipped} unreadable line(s)/chunk(s) skipped")
+    energy = sum(acc.energy_kwh(first, last) for acc in accs.values())
     return Report(name, getattr(source, "kind", "traintop recording"), round(duration, 1), n, info.interval, gpus,
                   findings, round(duration / 3600 * len(gpus), 4), round(sum(f.gpu_hours_lost for f in findings), 4),
-                  notes)
+                  notes, round(energy, 4))
+
+
+def _gpus_of(subject: str, accs: dict) -> list:
+    """The GPUs a finding is about: one ("gpu3"), all of them ("gpus"), or none (host, process, a rank)."""
+    if subject.startswith("gpu") and subject[3:].isdigit():
+        return [accs[int(subject[3:])]] if int(subject[3:]) in accs else []
+    return list(accs.values()) if subject == "gpus" else []
 
 
 def _last(col):
@@ -213,7 +243,8 @@ def _last(col):
     return None
 
 
-_GPU_COLS = ("util", "power_w", "power_limit_w", "mem_used", "mem_total", "temp_c", "sm_clock", "sm_clock_max")
+_GPU_COLS = ("util", "power_w", "power_limit_w", "mem_used", "mem_total", "temp_c", "sm_clock", "sm_clock_max",
+             "energy_j")
 
 
 def _from_recorded(source, name) -> Report:
@@ -334,13 +365,16 @@ def _summarise(source, names: dict, ids: list[int]):
             acc.unused_util.extend([1 - v / u100 if v is not None else nan for v in u] if u else [nan] * len(times))
             sm, mx = col("sm_clock"), _last(col("sm_clock_max"))
             acc.unused_clock.extend([1 - v / mx if v and mx else nan for v in sm] if sm else [nan] * len(times))
+            acc.power.extend([v / scale["power_w"] if v is not None else nan for v in pw] if pw else [nan] * len(times))
+            en = col("energy_j")
+            acc.energy.extend([v / scale["energy_j"] if v is not None else nan for v in en] if en else [nan] * len(times))
     return accs, first, last, n, getattr(source, "skipped_chunks", 0) - before
 
 
 def render_text(r: Report) -> str:
     out = [f"traintop analyze — {r.source} ({r.kind})",
            f"{fmt_duration(r.duration_s)}, {r.samples} samples every {r.interval_s:.2g} s, {len(r.gpus)} GPU(s), "
-           f"{r.gpu_hours:.3f} GPU-hours; lost to findings: {r.gpu_hours_lost:.3f} GPU-hours"]
+           f"{r.gpu_hours:.3f} GPU-hours, {r.energy_kwh:.3f} kWh; lost to findings: {r.gpu_hours_lost:.3f} GPU-hours"]
     for g in r.gpus:
         def f(v, fmt="{:.0f}"):
             return "–" if v is None else fmt.format(v)
@@ -359,7 +393,8 @@ def render_text(r: Report) -> str:
         out.append("")
         out.append(f"[{fd.severity.upper()}] {fd.title} — {fd.subject.replace('gpu', 'GPU ')}, "
                    f"{fmt_duration(fd.start_s)} to {fmt_duration(fd.end_s)} ({fmt_duration(fd.duration_s)})"
-                   + (f", {fd.gpu_hours_lost:.3f} GPU-hours lost" if fd.gpu_hours_lost else ""))
+                   + (f", {fd.gpu_hours_lost:.3f} GPU-hours lost" if fd.gpu_hours_lost else "")
+                   + (f", {fd.energy_kwh:.3f} kWh drawn" if fd.energy_kwh else ""))
         out.append(f"  {fd.evidence}")
         for rem in fd.remedies:
             out.append(f"  → {rem}")

@@ -21,7 +21,7 @@ from traintop.rules.underuse import Underuse
 
 # Bump when a rule's logic or default thresholds change: recordings made with another
 # version get their rules re-run by `traintop analyze` instead of trusting their alerts.
-RULES_VERSION = 3
+RULES_VERSION = 4
 
 
 def default_rules() -> list:

@@ -1,9 +1,16 @@
-"""Fragmentation: the caching allocator holds far more than is allocated and still retries."""
+"""Fragmentation: the caching allocator holds far more than is allocated and still retries.
+
+Allocated memory is judged at its peak over the window, not at one sample: the probe often
+reads it between steps, when the activations are freed (a healthy conv job reads 70 MiB
+allocated of 20 GiB reserved there, and 19 GiB inside a step)."""
 
 from __future__ import annotations
 
 from traintop.rules.engine import Finding, RuleContext, Severity
 from traintop.units import GiB, fmt_bytes
+
+
+WINDOW_S = 60.0
 
 
 class Fragmentation:
@@ -25,9 +32,10 @@ class Fragmentation:
         for subject, r in ctx.ranks():
             if not r.cuda or not r.reserved or r.allocated is None:
                 continue
-            retries = ctx.rank_window(subject, "alloc_retries", 60.0)
+            retries = ctx.rank_window(subject, "alloc_retries", WINDOW_S)
+            peak = max(ctx.rank_window(subject, "allocated", WINDOW_S) + [r.allocated])
             rising = len(retries) >= 2 and retries[-1] > retries[0]
-            unused = r.reserved - r.allocated
+            unused = max(0, r.reserved - peak)
             frac = unused / r.reserved
             split = r.inactive_split or 0
             big = unused >= c.frag_min_unused_gib * GiB and frac >= c.frag_min_unused_frac
@@ -37,8 +45,8 @@ class Fragmentation:
             fragmented = split >= c.frag_min_unused_gib * GiB and split_frac >= c.frag_min_unused_frac
             if not (rising or r.ooms or fragmented):
                 continue  # memory cached for reuse, in whole blocks: not fragmentation
-            text = (f"{r.label} reserves {fmt_bytes(r.reserved)} but has {fmt_bytes(r.allocated)} allocated "
-                    f"({frac * 100:.0f} % held unused")
+            text = (f"{r.label} reserves {fmt_bytes(r.reserved)} but had at most {fmt_bytes(peak)} allocated "
+                    f"over the last {WINDOW_S:.0f} s ({frac * 100:.0f} % held unused")
             text += f"; {fmt_bytes(split)} of it in split blocks)" if split else ")"
             g = gpus.get(r.device) if r.device is not None else (next(iter(gpus.values())) if len(gpus) == 1 else None)
             tight = bool(g and g.mem_used is not None and g.mem_total and g.mem_used >= 0.9 * g.mem_total)
