@@ -235,7 +235,7 @@ def test_the_app_is_told_how_the_job_ended_and_the_job_is_reaped(env, monkeypatc
 
     monkeypatch.setenv("TRAINTOP_PROBE_DIR", env["TRAINTOP_PROBE_DIR"])
     base, _ = launch.private_base()
-    job = launch.launch(["bash", "-c", "sleep 0.5; kill -9 $$"], base=base)
+    job = launch.launch(["bash", "-c", "for i in $(seq 300000); do :; done; kill -9 $$"], base=base)  # busy, then killed
     monitor, feed = sessions.live_session(0.1, pid=job.pid, require_gpu=False, probe_dir=base, own_child=True)
     job.on_end(monitor.end_job)
     job.watch()
@@ -254,6 +254,7 @@ def test_the_app_is_told_how_the_job_ended_and_the_job_is_reaped(env, monkeypatc
     end, text, notice = asyncio.run(go())
     assert end is not None and end.signal == signal.SIGKILL and end.status == 137
     assert "Job killed by SIGKILL at" in text
+    assert "\nCPU  " in text and "peak" in text  # what it did up to its end stays on screen
     assert "Job killed by SIGKILL at" in notice  # the status line says it too
     assert not os.path.exists(f"/proc/{job.pid}")  # reaped: no <defunct> left
 

@@ -120,11 +120,11 @@ class ProcessPanel(TextLines):
             out.append(end.describe(capital=True), style="bold red" if end.status else "bold green")
             out.append(f" (PID {p.pid}, {one_line(p.name, 100)}); its history stays on screen. "
                        "q quits with its status.", style="yellow")
-            return out
+            return self._cpu_history(out, v)
         if not p.alive:
             when = time.strftime("%H:%M:%S", time.localtime(v.ended_at)) if v.ended_at else "recently"
             out.append(f"PID {p.pid} ({one_line(p.name, 100)}) ended at {when}; its history stays on screen.", style="bold yellow")
-            return out
+            return self._cpu_history(out, v)
         workers = p.loader_workers
         gpu_mem = ", ".join(f"GPU {i} {fmt_bytes(b)}" for i, b in sorted(v.gpu_mem.items())) or "no GPU memory"
         if self.compact and v.ranks:
@@ -175,6 +175,16 @@ class ProcessPanel(TextLines):
         if room >= 6 and first.sample.cuda:
             out.append("\n")
             out.append_text(self._chart(first, width, room))
+        return out
+
+    def _cpu_history(self, out: Text, v: ProcessView) -> Text:
+        """After the end, what the job did up to it (the full layout has the room)."""
+        seen = [c for c in v.cpu if c is not None] if v.cpu else []
+        if self.compact or not seen:
+            return out
+        out.append("\nCPU  ", style="bold")
+        out.append_text(spark(v.cpu, 0, max([100.0] + seen), max(4, (self.content_size.width or 60) - 14), "green"))
+        out.append(f" peak {max(seen):.0f} %")
         return out
 
     _chart_cache: tuple | None = None
