@@ -33,6 +33,8 @@ KEYS = {
     "f1": "\x1bOP", "f2": "\x1bOQ", "f3": "\x1bOR", "f4": "\x1bOS", "f5": "\x1b[15~",
     "f10": "\x1b[21~", "f12": "\x1b[24~",
     "shift+up": "\x1b[1;2A", "shift+down": "\x1b[1;2B", "ctrl+left": "\x1b[1;5D", "ctrl+right": "\x1b[1;5C",
+    "ctrl+up": "\x1b[1;5A", "ctrl+down": "\x1b[1;5B", "ctrl+home": "\x1b[1;5H", "ctrl+end": "\x1b[1;5F",
+    "ctrl+pageup": "\x1b[5;5~", "ctrl+pagedown": "\x1b[6;5~", "shift+home": "\x1b[1;2H", "shift+end": "\x1b[1;2F",
 }
 for _c in "abcdefghijklmnopqrstuvwxyz":
     KEYS[f"ctrl+{_c}"] = chr(ord(_c) - 96)
@@ -74,6 +76,8 @@ class Terminal:
             [sys.executable, "-m", "traintop", *self.args], stdin=slave, stdout=slave, stderr=slave,
             env=e, cwd=cwd, start_new_session=True, preexec_fn=become_controlled, close_fds=True)
         os.close(slave)
+        os.set_blocking(master, False)  # a program that stops reading must not hang the test
+        self._scanned = 0  # raw bytes already searched for a traceback
         self._closed = False
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -99,21 +103,36 @@ class Terminal:
                 self.raw += data
                 self._stream.feed(data)
 
+    def write(self, data: bytes, timeout: float = TIMEOUT) -> None:
+        """Type ``data``; fails if the program stops reading its input for ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while data:
+            _, ready, _ = select.select([], [self._master], [], 0.2)
+            if ready:
+                try:
+                    data = data[os.write(self._master, data):]
+                except BlockingIOError:
+                    pass
+                continue
+            self.check()
+            if time.monotonic() > deadline:
+                raise TerminalError(f"traintop stopped reading its input for {timeout:.0f} s; "
+                                    f"screen:\n{self.text()}")
+
     # -- what the test does -----------------------------------------------------------
     def press(self, *keys: str, gap: float = 0.0) -> None:
         """Send keys by name (``KEYS``) or as literal characters."""
         for k in keys:
-            data = KEYS.get(k, k)
-            os.write(self._master, data.encode())
+            self.write(KEYS.get(k, k).encode())
             if gap:
                 time.sleep(gap)
 
     def click(self, x: int, y: int, button: int = 0) -> None:
         """A mouse click at column ``x``, row ``y`` (0-based), as SGR mouse reports."""
-        os.write(self._master, f"\x1b[<{button};{x + 1};{y + 1}M\x1b[<{button};{x + 1};{y + 1}m".encode())
+        self.write(f"\x1b[<{button};{x + 1};{y + 1}M\x1b[<{button};{x + 1};{y + 1}m".encode())
 
     def scroll(self, x: int, y: int, down: bool = True) -> None:
-        os.write(self._master, f"\x1b[<{65 if down else 64};{x + 1};{y + 1}M".encode())
+        self.write(f"\x1b[<{65 if down else 64};{x + 1};{y + 1}M".encode())
 
     def resize(self, cols: int, rows: int) -> None:
         with self._lock:
@@ -140,11 +159,16 @@ class Terminal:
 
     def traceback(self) -> str | None:
         """The program's traceback (or error report) if it printed one, else None."""
-        raw = self.raw_bytes()
+        start = max(0, self._scanned - 64)  # only what came since the last look (and an overlap)
+        with self._lock:
+            new, end = bytes(self.raw[start:]), len(self.raw)
         for marker in TRACEBACK_MARKERS:
-            k = raw.find(marker)
+            k = new.find(marker)
             if k >= 0:
-                return raw[max(0, k - 2000): k + 4000].decode("utf-8", "replace")
+                with self._lock:
+                    k += start
+                    return bytes(self.raw[max(0, k - 2000): k + 6000]).decode("utf-8", "replace")
+        self._scanned = end
         return None
 
     def check(self) -> None:
@@ -166,7 +190,8 @@ class Terminal:
             if check:
                 self.check()
             if time.monotonic() > deadline:
-                raise TerminalError(f"timed out after {timeout:.0f} s waiting for {what}; screen:\n{screen}")
+                raise TerminalError(f"timed out after {timeout:.0f} s waiting for {what}; screen:\n{screen}\n"
+                                    f"its threads:\n{self.stacks() if self.alive() else '(exited)'}")
             time.sleep(0.05)
 
     def wait_text(self, *needles: str, timeout: float = TIMEOUT) -> str:
@@ -180,19 +205,36 @@ class Terminal:
         last_len, last_screen = -1, None
         while time.monotonic() < deadline:
             self.check()
-            n, screen = len(self.raw), self.text()
+            with self._lock:
+                n = len(self.raw)
+            screen = self.text()
             if n == last_len or screen == last_screen:
                 return screen
             last_len, last_screen = n, screen
             time.sleep(0.3)
         return self.text()
 
+    def stacks(self) -> str:
+        """Where every thread of a program that stopped answering is (faulthandler's dump on
+        SIGABRT); the program dies of it."""
+        with self._lock:
+            start = len(self.raw)
+        try:
+            os.kill(self.proc.pid, signal.SIGABRT)
+            self.proc.wait(15)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        time.sleep(0.5)  # the reader takes what is left in the pty
+        with self._lock:
+            return bytes(self.raw[start:]).decode("utf-8", "replace")
+
     def wait_exit(self, timeout: float = TIMEOUT) -> int:
         try:
             rc = self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
+            screen = self.text()
             raise TerminalError(f"traintop {' '.join(self.args)} did not exit within {timeout:.0f} s; "
-                                f"screen:\n{self.text()}") from None
+                                f"screen:\n{screen}\nits threads:\n{self.stacks()}") from None
         self._reader.join(5)
         return rc
 
