@@ -146,6 +146,15 @@ class Terminal:
         except OSError:
             pass
 
+    def nudge(self) -> None:
+        """One more SIGWINCH at the same size. Textual can miss the last of several quick
+        resizes (it keeps drawing at an earlier size until the next signal; a bare Textual
+        app does the same); a later signal makes it read the size again."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGWINCH)
+        except OSError:
+            pass
+
     def text(self) -> str:
         with self._lock:
             return "\n".join(line.rstrip() for line in self._screen.display)
@@ -180,10 +189,16 @@ class Terminal:
             raise TerminalError(f"traintop {' '.join(self.args)} exited with {self.proc.returncode}; "
                                 f"screen:\n{self.text()}\noutput tail:\n{self.raw_bytes()[-3000:]!r}")
 
-    def wait_for(self, condition, what: str, timeout: float = TIMEOUT, check: bool = True) -> str:
-        """Poll until ``condition(screen_text)`` holds; return the screen text."""
+    def wait_for(self, condition, what: str, timeout: float = TIMEOUT, check: bool = True,
+                 nudge_every: float | None = None) -> str:
+        """Poll until ``condition(screen_text)`` holds; return the screen text. With
+        ``nudge_every``, send a SIGWINCH that often (see ``nudge``) while waiting."""
         deadline = time.monotonic() + timeout
+        next_nudge = time.monotonic() + nudge_every if nudge_every else None
         while True:
+            if next_nudge is not None and time.monotonic() > next_nudge:
+                self.nudge()
+                next_nudge = time.monotonic() + nudge_every
             screen = self.text()
             if condition(screen):
                 return screen

@@ -148,18 +148,23 @@ def test_monkey(run, size, tmp_path, job):
                 term.wait_for(lambda s: any(m in s for m in HELP_MARKERS), "the help screen")
             monkey(term, rng, KEYS_PER_RUN, size, help_screen, history)
             term.check()
-            # Back at its own size it must still answer: the help opens and closes, then q quits.
+            # Back at its own size it must still answer: drawn whole at that size (status line on
+            # top, footer at the bottom), the help opens and closes, then q quits.
             term.resize(*size)
             term.press("escape")
-            term.wait_text(mode_label)
             term.settle()
-            term.press("escape")  # (a second Esc: the first may have gone to a focused view)
+            term.press("escape")  # (a second Esc: the first may have closed the help or a focused view)
             term.settle()
-            if not any(m in term.text() for m in HELP_MARKERS):
-                term.press("?")
-                term.wait_for(lambda s: any(m in s for m in HELP_MARKERS), "the help to open")
-                term.press("escape")
-            term.wait_for(lambda s: not any(m in s for m in HELP_MARKERS), "the help to close")
+
+            def whole(screen: str) -> bool:
+                lines = screen.split("\n")
+                return mode_label in lines[0] and "quit" in lines[-1] and not any(m in screen for m in HELP_MARKERS)
+
+            term.wait_for(whole, f"the dashboard drawn at {size[0]}x{size[1]}", nudge_every=2.0)
+            term.press("?")
+            term.wait_for(lambda s: any(m in s for m in HELP_MARKERS), "the help to open")
+            term.press("escape")
+            term.wait_for(whole, "the help to close")
             history.append("'q'")
             term.press("q")
             rc = term.wait_exit()
