@@ -96,6 +96,10 @@ def monkey(term: Terminal, rng: random.Random, n_keys: int, size: tuple[int, int
     if help_screen:
         pool = [k for k in pool if k not in ("?", "\x1b")]  # keep the help open most of the time
     cols, rows = size
+    # The footer's row holds "q quit". The program may still be drawing at an earlier size
+    # (it takes a resize a moment later, or misses one: see Terminal.nudge), so a click
+    # never lands on the last row of any size this run has had.
+    footer_rows = {rows - 1}
     for i in range(n_keys):
         roll = rng.random()
         if roll < 0.03:
@@ -103,10 +107,12 @@ def monkey(term: Terminal, rng: random.Random, n_keys: int, size: tuple[int, int
             history.append(f"resize {w}x{h}")
             term.resize(w, h)
             cols, rows = w, h
+            footer_rows.add(h - 1)
         elif roll < 0.06:
-            x, y = rng.randrange(cols), rng.randrange(max(1, rows - 1))  # not the footer's row (q quit)
-            history.append(f"click {x},{y}")
-            term.click(x, y)
+            x, y = rng.randrange(cols), rng.randrange(rows)
+            if y not in footer_rows:
+                history.append(f"click {x},{y}")
+                term.click(x, y)
         elif roll < 0.08:
             x, y = rng.randrange(cols), rng.randrange(rows)
             history.append(f"wheel {x},{y}")
