@@ -16,6 +16,7 @@ import json
 from array import array
 from dataclasses import asdict, dataclass, field
 
+from traintop.errors import TraintopError
 from traintop.monitor import Monitor
 from traintop.rules import Severity, Thresholds, default_engine
 from traintop.text import plain
@@ -71,6 +72,8 @@ class Report:
     gpu_hours_lost: float
     notes: list[str] = field(default_factory=list)
     energy_kwh: float = 0.0  # the run's, all GPUs: the energy counter where recorded, else power × time
+    skipped_chunks: int = 0  # damaged chunks of a recording that could not be read
+    skipped_lines: int = 0  # unreadable lines of an imported log
 
     def worst(self) -> Severity | None:
         return max((Severity.parse(f.severity) for f in self.findings), default=None)
@@ -194,8 +197,7 @@ def analyze(source, config: Thresholds | None = None, name: str = "", rerun: boo
                 acc = accs[g.index] = _Acc(g.index, names.get(g.index, "GPU"))
             acc.add(f.t, g)
     if first is None:
-        return Report(name, getattr(source, "kind", "recording"), 0.0, 0, info.interval, [], [], 0.0, 0.0,
-                      ["no samples"])
+        _nothing_read(source, name)
     monitor.engine.close_all(last)
     return _report(source, name, monitor.engine.alerts, accs, first, last, n)
 
@@ -217,13 +219,18 @@ def _report(source, name, alerts, accs, first, last, n, notes=()) -> Report:
     duration = last - first
     gpus = [accs[i].finish() for i in sorted(accs)]
     notes = list(getattr(source, "notes", [])) + list(notes)
-    skipped = getattr(source, "skipped_lines", 0) or getattr(source, "skipped_chunks", 0)
-    if skipped:
-        notes.append(f"{skipped} unreadable line(s)/chunk(s) skipped")
+    chunks = getattr(source, "skipped_chunks", 0)
+    lines = getattr(source, "skipped_lines", 0)
+    if chunks:
+        total = getattr(source, "chunk_total", None)
+        notes.append(f"{chunks}{f' of {total}' if total else ''} chunk(s) could not be read (damaged) and were "
+                     "skipped: the findings cover the rest")
+    if lines:
+        notes.append(f"{lines} unreadable line(s) skipped")
     energy = sum(acc.energy_kwh(first, last) for acc in accs.values())
     return Report(name, getattr(source, "kind", "traintop recording"), round(duration, 1), n, info.interval, gpus,
                   findings, round(duration / 3600 * len(gpus), 4), round(sum(f.gpu_hours_lost for f in findings), 4),
-                  notes, round(energy, 4))
+                  notes, round(energy, 4), skipped_chunks=chunks, skipped_lines=lines)
 
 
 def _gpus_of(subject: str, accs: dict) -> list:
@@ -231,6 +238,16 @@ def _gpus_of(subject: str, accs: dict) -> list:
     if subject.startswith("gpu") and subject[3:].isdigit():
         return [accs[int(subject[3:])]] if int(subject[3:]) in accs else []
     return list(accs.values()) if subject == "gpus" else []
+
+
+def _nothing_read(source, name: str):
+    """No sample could be read: a report of "no findings" would pass a CI gate on a file that
+    said nothing, so this is an error."""
+    skipped = getattr(source, "skipped_chunks", 0)
+    total = getattr(source, "chunk_total", skipped)
+    if skipped:
+        raise TraintopError(f"{name}: none of its {total} chunk(s) could be read (all damaged); nothing to analyze")
+    raise TraintopError(f"{name} holds no samples; nothing to analyze")
 
 
 def _last(col):
@@ -270,7 +287,7 @@ def _from_recorded(source, name) -> Report:
     if hasattr(source, "skipped_chunks"):
         source.skipped_chunks += skipped
     if first is None:
-        return Report(name, "traintop recording", 0.0, 0, source.info.interval, [], [], 0.0, 0.0, ["no samples"])
+        _nothing_read(source, name)
     alerts = source.alerts()
     for a in alerts:
         if a.end is None or a.end > last:

@@ -16,15 +16,27 @@ from dataclasses import fields
 from itertools import accumulate
 from typing import Any
 
+from traintop import plausible
 from traintop.errors import RecordingError
 from traintop.metrics import checked_name
+from traintop.plausible import MAX_GPUS, MAX_RANKS, T_MAX, T_MIN
 from traintop.samples import Frame, GpuProcess, GpuSample, HostSample, ProcessSample, ProcInfo, RankSample
 from traintop.units import MiB
 
 CODEC = "cols2+zlib"
 CODECS = ("cols1+zlib", "cols2+zlib")
-_NUMERIC = {int, float, type(None)}
+_NUMERIC = {int, type(None)}  # the writer stores every number as a quantised integer
 MAX_CHUNK_BYTES = 64 * 1024 * 1024  # refuse to inflate more than this (zip bombs)
+# What one chunk can hold, checked before anything is built from it. The writer puts at most
+# 2 x chunk_frames - 1 samples in a chunk (chunk_frames <= MAX_CHUNK_SAMPLES // 2; 600 by
+# default). A chunk of 1200 samples of 8 GPUs, a 256-core host, a job of 64 processes and 8
+# ranks holds about 1.3 million values and 80 000 lists: the limits leave room for 3x that.
+MAX_CHUNK_SAMPLES = 10_000
+MAX_CHUNK_VALUES = 4_000_000  # JSON values (counted as commas)
+MAX_CHUNK_LISTS = 1_000_000  # JSON lists and objects
+MAX_LIST = 4096  # entries in one sample's list: cores, processes of the job, a GPU's processes
+MAX_TEXT = 65_536  # characters in one stored name or command line
+WRITE_TEXT = 4096  # what the writer keeps of a command line or a name
 
 # field -> scale: stored = round(value * scale); bytes fields are stored in MiB.
 _BYTES = "mib"
@@ -96,26 +108,26 @@ def _row(frame: Frame) -> dict[str, Any]:
         p = f"g{g.index}."
         for name, scale in GPU_FIELDS.items():
             row[p + name] = _q(getattr(g, name), scale)
-        row[p + "procs"] = [[pr.pid, _q(pr.used_bytes, _BYTES)] for pr in g.processes]
+        row[p + "procs"] = [[pr.pid, _q(pr.used_bytes, _BYTES)] for pr in g.processes[:MAX_LIST]]
     h = frame.host
     if h is not None:
         for name, scale in HOST_FIELDS.items():
             row["h." + name] = _q(getattr(h, name), scale)
-        row["h.cores"] = [int(round(c)) for c in h.per_core]
+        row["h.cores"] = [int(round(c)) for c in h.per_core[:MAX_LIST]]
     pr = frame.process
     if pr is not None:
         row["p.pid"] = pr.pid
         row["p.alive"] = 1 if pr.alive else 0
-        row["p.name"] = pr.name
-        row["p.cmd"] = pr.cmdline
+        row["p.name"] = pr.name[:WRITE_TEXT]
+        row["p.cmd"] = pr.cmdline[:WRITE_TEXT]
         for name, scale in PROC_FIELDS.items():
             row["p." + name] = _q(getattr(pr, name), scale)
         row["p.members"] = [
-            [m.pid, m.name, _q(m.cpu_percent, 1), _q(m.rss, _BYTES), m.threads, 1 if m.is_loader_worker else 0]
+            [m.pid, m.name[:WRITE_TEXT], _q(m.cpu_percent, 1), _q(m.rss, _BYTES), m.threads, 1 if m.is_loader_worker else 0]
             + ([m.ppid] if m.ppid is not None else [])
-            for m in pr.members
+            for m in pr.members[:MAX_LIST]
         ]
-    for j, r in enumerate(frame.ranks):
+    for j, r in enumerate(frame.ranks[:MAX_RANKS]):
         p = f"r{j}."
         for name, scale in RANK_FIELDS.items():
             row[p + name] = _q(getattr(r, name), scale)
@@ -125,6 +137,8 @@ def _row(frame: Frame) -> dict[str, Any]:
 
 def encode(frames: list[Frame]) -> bytes:
     """Encode frames (time-ordered) as one compressed columnar chunk."""
+    if len(frames) > MAX_CHUNK_SAMPLES:
+        raise ValueError(f"at most {MAX_CHUNK_SAMPLES} samples go in one chunk")
     rows = [_row(f) for f in frames]
     keys: dict[str, None] = {}
     for r in rows:
@@ -154,21 +168,47 @@ def _inflate(blob: bytes) -> bytes:
     return out
 
 
+_HEADER = re.compile(rb'\{"n":(\d{1,12}),"t":\[')
+
+
+def _checked(raw: bytes) -> int:
+    """The sample count of an inflated chunk, once its size is known to be one the writer can
+    produce: checked on the bytes, before a single object is built from them (64 MiB of
+    ``[],`` would otherwise become 20 million lists)."""
+    m = _HEADER.match(raw)
+    if m is None:
+        raise ValueError("bad header")
+    n = int(m.group(1))
+    if n > MAX_CHUNK_SAMPLES:
+        raise RecordingError(f"a chunk claims {n} samples (the writer puts at most {MAX_CHUNK_SAMPLES} "
+                             "in one); refusing it")
+    if raw.count(b",") >= MAX_CHUNK_VALUES:
+        raise RecordingError(f"a chunk holds more than {MAX_CHUNK_VALUES} values; refusing it")
+    if raw.count(b"[") + raw.count(b"{") >= MAX_CHUNK_LISTS:
+        raise RecordingError(f"a chunk holds more than {MAX_CHUNK_LISTS} lists; refusing it")
+    return n
+
+
 def _times(n, deltas) -> list[float]:
-    """Sample times from the header (validated: n samples, integer millisecond deltas)."""
+    """Sample times from the header (validated: n samples, integer millisecond deltas, every
+    time within plausible.T_MIN..T_MAX)."""
     if type(n) is not int or not isinstance(deltas, list) or len(deltas) != n:
         raise ValueError("bad header")
     if not set(map(type, deltas)) <= {int}:
         raise ValueError("bad time")
-    return [v / 1000.0 for v in accumulate(deltas)]
+    ms = list(accumulate(deltas))
+    if ms and (min(ms) < T_MIN * 1000 or max(ms) >= T_MAX * 1000):
+        raise ValueError("time out of range")
+    return [v / 1000.0 for v in ms]
 
 
 def _column(col, n: int) -> list:
-    """A stored column as n values: delta-coded integer columns are summed back."""
+    """A stored column as n values: delta-coded integer columns are summed back (their
+    length checked first)."""
     if not isinstance(col, list):
         raise ValueError("bad column")
     if col and col[0] == "d":
-        if not set(map(type, col[1:])) <= {int}:
+        if len(col) != n + 1 or not set(map(type, col[1:])) <= {int}:
             raise ValueError("bad delta")
         col = list(accumulate(col[1:]))
     if len(col) != n:
@@ -176,17 +216,76 @@ def _column(col, n: int) -> list:
     return col
 
 
+def _key_index(key: str, prefix: str, limit: int) -> int | None:
+    """The GPU or rank number of a column name (``g3.util`` -> 3); damage when out of range."""
+    if not key.startswith(prefix) or "." not in key:
+        return None
+    digits = key[1:key.index(".")]
+    if not digits.isdigit() or len(digits) > 4:
+        return None
+    i = int(digits)
+    if i >= limit:
+        raise ValueError("index out of range")
+    return i
+
+
+def _lists(col: list, width: tuple[int, ...] | None, text_at: int | None = None) -> list:
+    """A column of lists (cores, members, a GPU's processes): each None or a list of at most
+    MAX_LIST entries; with ``width``, each entry a list of one of those many scalars."""
+    for cell in col:
+        if cell is None:
+            continue
+        if type(cell) is not list or len(cell) > MAX_LIST:
+            raise ValueError("bad list")
+        if width is None:
+            if not set(map(type, cell)) <= _NUMERIC:
+                raise ValueError("bad list entry")
+            continue
+        for e in cell:
+            if type(e) is not list or len(e) not in width:
+                raise ValueError("bad list entry")
+            for k, v in enumerate(e):
+                if k == text_at:
+                    if type(v) is not str or len(v) > MAX_TEXT:
+                        raise ValueError("bad text")
+                elif v is not None and type(v) is not int:
+                    raise ValueError("bad number")
+    return col
+
+
+def _texts(col: list) -> list:
+    if not all(v is None or (type(v) is str and len(v) <= MAX_TEXT) for v in col):
+        raise ValueError("bad text")
+    return col
+
+
 def _parse(blob: bytes, codec: str) -> tuple[list[float], dict[str, list]]:
-    """Inflate, parse and validate a chunk: times and its (quantised) columns."""
-    doc = json.loads(_inflate(blob))
-    if not isinstance(doc["c"], dict):
+    """Inflate, check, parse and validate a chunk: times and its (quantised) columns."""
+    raw = _inflate(blob)
+    _checked(raw)
+    doc = json.loads(raw)
+    if not isinstance(doc, dict) or not isinstance(doc.get("c"), dict):
         raise ValueError("bad header")
     times = _times(doc["n"], doc["t"])
+    n = len(times)
     columns = {}
     for k, col in doc["c"].items():
-        col = _column(col, len(times))
-        if k.endswith(".procs") and codec != "cols1+zlib":
-            col = _repeat_nulls(col)
+        if _key_index(k, "g", MAX_GPUS) is None and _key_index(k, "r", MAX_RANKS) is None \
+                and not k.startswith(("h.", "p.")):
+            continue  # a field this version does not know
+        col = _column(col, n)
+        if k.endswith(".procs"):
+            col = _lists(col, (2,))
+            if codec != "cols1+zlib":
+                col = _repeat_nulls(col)
+        elif k == "h.cores":
+            col = _lists(col, None)
+        elif k == "p.members":
+            col = _lists(col, (6, 7), text_at=1)  # pid, name, cpu, rss, threads, loader[, ppid]
+        elif k in ("p.name", "p.cmd"):
+            col = _texts(col)
+        elif not set(map(type, col)) <= _NUMERIC:
+            raise ValueError("bad number")
         columns[k] = col
     return times, columns
 
@@ -230,17 +329,48 @@ def decode(blob: bytes, codec: str = CODEC, t_from: float | None = None,
 _GPU_ORDER = [f.name for f in fields(GpuSample)][1:-1]  # between index and processes
 
 
-def _dq_col(col: list | None, scale, as_int: bool, n: int) -> list:
-    """Dequantise a whole column (None where missing); non-numbers are damage."""
+def _bounds(scale, bounds) -> tuple[float, float]:
+    """A plausible range in stored (quantised) units."""
+    lo, hi = bounds
+    if scale == _BYTES:
+        return lo / MiB, hi / MiB
+    return lo * scale, hi * scale
+
+
+def _in_range(col: list, scale, bounds) -> list:
+    """``col`` (quantised) with the values outside ``bounds`` read as None. The common case
+    (everything in range) costs a min and a max."""
+    present = [v for v in col if v is not None] if None in col else col
+    if not present:
+        return col
+    lo, hi = _bounds(scale, bounds)
+    if lo <= min(present) and max(present) <= hi:
+        return col
+    return [v if v is not None and lo <= v <= hi else None for v in col]
+
+
+def _dq_col(col: list | None, scale, as_int: bool, n: int, bounds=None) -> list:
+    """Dequantise a whole column (None where missing or implausible); non-numbers are damage."""
     if col is None:
         return [None] * n
     if not set(map(type, col)) <= _NUMERIC:
         raise ValueError("bad number")
+    if bounds is not None:
+        col = _in_range(col, scale, bounds)
     if scale == _BYTES:
         return [None if v is None else int(v) * MiB for v in col]
     if as_int:
         return [None if v is None else int(round(v / scale)) for v in col]
     return [None if v is None else v / scale for v in col]
+
+
+def _dq_one(v, scale, bounds, as_int: bool = False):
+    if v is None:
+        return None
+    lo, hi = _bounds(scale, bounds)
+    if not lo <= v <= hi:
+        return None
+    return _dq(v, scale, as_int)
 
 
 def _frames(times: list[float], columns: dict[str, list], scheme) -> list[Frame]:
@@ -249,48 +379,57 @@ def _frames(times: list[float], columns: dict[str, list], scheme) -> list[Frame]
     gpu_fields, host_fields, proc_fields, rank_fields, core_scale, member_scale = scheme
     n = len(times)
     gpus_by_row: list[list[GpuSample]] = [[] for _ in range(n)]
-    for i in sorted({int(k[1:k.index(".")]) for k in columns if k.startswith("g") and "." in k}):
+    for i in sorted({g for g in (_key_index(k, "g", MAX_GPUS) for k in columns) if g is not None}):
         p = f"g{i}."
-        cols = [_dq_col(columns.get(p + name), gpu_fields[name], name in INT_FIELDS, n) if name in gpu_fields
-                else [None] * n for name in _GPU_ORDER]
+        cols = [_dq_col(columns.get(p + name), gpu_fields[name], name in INT_FIELDS, n, plausible.GPU[name])
+                if name in gpu_fields else [None] * n for name in _GPU_ORDER]
         procs_col = columns.get(p + "procs") or [None] * n
         for j, row in enumerate(zip(*cols)):
             procs = procs_col[j] or ()
             if procs:
-                procs = tuple(GpuProcess(int(pid), _dq(mib, _BYTES)) for pid, mib in procs)
+                procs = tuple(GpuProcess(pid, _dq_one(mib, _BYTES, plausible.GPU["mem_used"]))
+                              for pid, mib in procs if plausible.number(pid, plausible.PID) is not None)
             elif all(v is None for v in row):
                 continue  # this GPU was not sampled in this frame
             gpus_by_row[j].append(GpuSample(i, *row, processes=procs))
     host_rows = [None] * n
     if any(k.startswith("h.") for k in columns):
-        hcols = {name: _dq_col(columns.get("h." + name), scale, False, n) for name, scale in host_fields.items()}
+        hcols = {name: _dq_col(columns.get("h." + name), scale, False, n, plausible.HOST[name])
+                 for name, scale in host_fields.items()}
         cores = columns.get("h.cores") or [None] * n
+        lo, hi = _bounds(core_scale, plausible.CORE)
         for j in range(n):
             kw = {name: c[j] for name, c in hcols.items()}
-            if any(v is not None for v in kw.values()) or cores[j]:
-                host_rows[j] = HostSample(per_core=tuple(c / core_scale for c in (cores[j] or [])), **kw)
+            row_cores = cores[j] or ()
+            if not all(c is not None and lo <= c <= hi for c in row_cores):
+                row_cores = ()  # an implausible core makes the row's per-core figures unknown
+            if any(v is not None for v in kw.values()) or row_cores:
+                host_rows[j] = HostSample(per_core=tuple(c / core_scale for c in row_cores), **kw)
     proc_rows = [None] * n
     pids = columns.get("p.pid")
     if pids is not None:
-        pcols = {name: _dq_col(columns.get("p." + name), scale, name == "threads", n)
+        pcols = {name: _dq_col(columns.get("p." + name), scale, name == "threads", n, plausible.PROCESS[name])
                  for name, scale in proc_fields.items()}
         alive, names, cmds = (columns.get(k) or [None] * n for k in ("p.alive", "p.name", "p.cmd"))
         members = columns.get("p.members") or [None] * n
+        m_cpu = plausible.MEMBER["cpu_percent"]
         for j in range(n):
-            if pids[j] is None:
+            if plausible.number(pids[j], plausible.PID) is None:
                 continue
-            ms = tuple(ProcInfo(int(m[0]), str(m[1]), _dq(m[2], member_scale), _dq(m[3], _BYTES),
-                                _dq(m[4], 1, True), bool(m[5]), int(m[6]) if len(m) > 6 else None)
-                       for m in (members[j] or []))
-            proc_rows[j] = ProcessSample(pid=int(pids[j]), alive=bool(alive[j]), name=str(names[j] or ""),
-                                         cmdline=str(cmds[j] or ""), members=ms,
+            ms = tuple(ProcInfo(m[0], m[1], _dq_one(m[2], member_scale, m_cpu),
+                                _dq_one(m[3], _BYTES, plausible.MEMBER["rss"]),
+                                _dq_one(m[4], 1, plausible.MEMBER["threads"], True), bool(m[5]),
+                                plausible.number(m[6], plausible.PID) if len(m) > 6 else None)
+                       for m in (members[j] or []) if plausible.number(m[0], plausible.PID) is not None)
+            proc_rows[j] = ProcessSample(pid=pids[j], alive=bool(alive[j]), name=names[j] or "",
+                                         cmdline=cmds[j] or "", members=ms,
                                          **{name: c[j] for name, c in pcols.items()})
     ranks_by_row: list[list[RankSample]] = [[] for _ in range(n)]
-    for r in sorted({int(k[1:k.index(".")]) for k in columns if k.startswith("r") and "." in k}):
+    for r in sorted({g for g in (_key_index(k, "r", MAX_RANKS) for k in columns) if g is not None}):
         p = f"r{r}."
         if columns.get(p + "pid") is None:
             continue
-        rcols = {name: _dq_col(columns.get(p + name), scale, name in RANK_INT_FIELDS, n)
+        rcols = {name: _dq_col(columns.get(p + name), scale, name in RANK_INT_FIELDS, n, plausible.RANK[name])
                  for name, scale in rank_fields.items()}
         cuda = columns.get(p + "cuda") or [None] * n
         for j in range(n):
@@ -314,11 +453,14 @@ _KEY = re.compile(r'"(g\d+\.[a-z_]+)":')
 
 
 @_corrupt_is_one_line
-def decode_columns(blob: bytes, names) -> tuple[list[float], dict[str, list]]:
-    """Times and the raw (quantised) columns ``names`` of a chunk, without building frames and
-    without parsing the other columns: what a summary over a day of samples needs (parsing
-    whole chunks made a day of 8 GPUs take 20 s). Damage raises RecordingError."""
+def decode_columns(blob: bytes, names, codec: str = CODEC) -> tuple[list[float], dict[str, list]]:
+    """Times and the raw (quantised) GPU columns ``names`` of a chunk, without building frames
+    and without parsing the other columns: what a summary over a day of samples needs (parsing
+    whole chunks made a day of 8 GPUs take 20 s). Implausible values read as None, like
+    ``decode``'s. Damage raises RecordingError."""
+    gpu_fields = SCHEMES[codec][0]
     raw = _inflate(blob)
+    _checked(raw)
     # The encoder writes the GPU columns first: read up to the host's, the whole text only
     # if a wanted column is not found there.
     cut = raw.find(b'"h.')
@@ -328,6 +470,8 @@ def decode_columns(blob: bytes, names) -> tuple[list[float], dict[str, list]]:
     out = {}
     full = None
     for name in names:
+        _key_index(name, "g", MAX_GPUS)
+        field = name[name.index(".") + 1:]
         if name in where:
             col, _ = _JSON.raw_decode(text, where[name])
         elif cut > 0:
@@ -340,7 +484,29 @@ def decode_columns(blob: bytes, names) -> tuple[list[float], dict[str, list]]:
         col = _column(col, len(times))
         if not set(map(type, col)) <= _NUMERIC:
             raise ValueError("column")
+        if field in gpu_fields:
+            col = _in_range(col, gpu_fields[field], plausible.GPU[field])
         out[name] = col
+    return times, out
+
+
+def columns_of(frames: list[Frame], names, codec: str = CODEC) -> tuple[list[float], dict[str, list]]:
+    """What ``decode_columns`` gives, from decoded frames: the fallback for a chunk that the
+    fast path cannot read but the full decoder can (its samples must count)."""
+    gpu_fields = SCHEMES[codec][0]
+    times = [f.t for f in frames]
+    out = {}
+    for name in names:
+        i = _key_index(name, "g", MAX_GPUS)
+        field = name[name.index(".") + 1:]
+        if i is None or field not in gpu_fields:
+            continue
+        col = []
+        for f in frames:
+            g = next((g for g in f.gpus if g.index == i), None)
+            col.append(None if g is None else _q(getattr(g, field), gpu_fields[field]))
+        if any(v is not None for v in col):
+            out[name] = col
     return times, out
 
 

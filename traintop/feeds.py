@@ -185,6 +185,11 @@ class ReplayFeed(Feed):
             self._peek_ready = True
         return self._peek
 
+    def peek(self) -> Frame | None:
+        """The next frame playback would show (None: nothing left to read)."""
+        with self._lock:
+            return self._ensure_peek()
+
     def _take(self) -> Frame | None:
         f = self._ensure_peek()
         self._peek_ready = False

@@ -20,8 +20,10 @@ from dataclasses import asdict
 from typing import Iterator
 
 from traintop import __version__
-from traintop.codec import CODEC, CODECS, decode, encode
-from traintop.errors import RecordingError
+from traintop import plausible
+from traintop.codec import CODEC, CODECS, MAX_CHUNK_SAMPLES, columns_of, decode, decode_columns, encode
+from traintop.errors import RecordingError, TraintopError
+from traintop.files import check_regular, open_regular
 from traintop.rules.engine import Alert, Severity
 from traintop.samples import Frame, GpuInfo, SessionInfo
 
@@ -47,25 +49,33 @@ def info_from_json(text: str) -> SessionInfo:
     d = json.loads(text)
     if not isinstance(d, dict):
         raise ValueError("session is not an object")
-    def num(v):
-        return v if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v else None
+    def num(v, bounds=(0, plausible.MAX_COUNT)):
+        return plausible.number(v, bounds)
 
     def text(v):
-        return v if isinstance(v, str) else None
+        return v[:256] if isinstance(v, str) else None
 
     gpus = []
     raw_gpus = d.get("gpus") or []
     if not isinstance(raw_gpus, list):
         raise ValueError("bad gpu list")
     for g in raw_gpus:
-        if not isinstance(g, dict) or not isinstance(g.get("index"), int):
+        if not isinstance(g, dict) or plausible.number(g.get("index"), (0, plausible.MAX_GPUS - 1)) is None \
+                or not isinstance(g["index"], int):
             raise ValueError("bad gpu entry")
+        r = plausible.GPU
         gpus.append(GpuInfo(index=g["index"], name=text(g.get("name")) or "GPU", uuid=text(g.get("uuid")),
-                            mem_total=num(g.get("mem_total")), power_limit_w=num(g.get("power_limit_w")),
-                            temp_slowdown_c=num(g.get("temp_slowdown_c")), sm_clock_max=num(g.get("sm_clock_max")),
-                            mem_clock_max=num(g.get("mem_clock_max")), pcie_gen_max=num(g.get("pcie_gen_max")),
-                            pcie_width_max=num(g.get("pcie_width_max")), pci_bus_id=text(g.get("pci_bus_id")),
-                            minor=g.get("minor") if isinstance(g.get("minor"), int) else None))
+                            mem_total=num(g.get("mem_total"), r["mem_total"]),
+                            power_limit_w=num(g.get("power_limit_w"), r["power_limit_w"]),
+                            temp_slowdown_c=num(g.get("temp_slowdown_c"), r["temp_slowdown_c"]),
+                            sm_clock_max=num(g.get("sm_clock_max"), r["sm_clock_max"]),
+                            mem_clock_max=num(g.get("mem_clock_max"), r["mem_clock_max"]),
+                            pcie_gen_max=num(g.get("pcie_gen_max"), r["pcie_gen_max"]),
+                            pcie_width_max=num(g.get("pcie_width_max"), r["pcie_width_max"]),
+                            pci_bus_id=text(g.get("pci_bus_id")),
+                            minor=num(g.get("minor"), (0, 1 << 20)) if type(g.get("minor")) is int else None))
+    if len(gpus) > plausible.MAX_GPUS:
+        raise ValueError("too many GPUs")
     interval = d.get("interval", 0.5)
     if not isinstance(interval, (int, float)) or not 0 < interval < 3600:
         raise ValueError("bad interval")
@@ -95,6 +105,8 @@ class RecordingWriter:
     def __init__(self, path: str, info: SessionInfo, *, chunk_frames: int = 600,
                  flush_every: float = 1.0, overwrite: bool = False, clock=time.monotonic) -> None:
         self.path = path
+        if not 1 <= chunk_frames <= MAX_CHUNK_SAMPLES // 2:
+            raise ValueError(f"chunk_frames must be 1..{MAX_CHUNK_SAMPLES // 2}")  # what the reader accepts
         self.chunk_frames = chunk_frames
         self.flush_every = flush_every
         self._clock = clock
@@ -207,29 +219,71 @@ class RecordingWriter:
             self.closed = True
 
 
+# SQLite limits for a file someone else may have written: the schema of ours is a few short
+# statements; nothing else is needed to read it.
+_SQLITE_LIMITS = {
+    "SQLITE_LIMIT_LENGTH": 64 * 1024 * 1024,  # a string or blob (a chunk is far smaller)
+    "SQLITE_LIMIT_SQL_LENGTH": 100_000,
+    "SQLITE_LIMIT_COLUMN": 64,
+    "SQLITE_LIMIT_EXPR_DEPTH": 64,
+    "SQLITE_LIMIT_COMPOUND_SELECT": 4,
+    "SQLITE_LIMIT_FUNCTION_ARG": 8,
+    "SQLITE_LIMIT_ATTACHED": 0,
+    "SQLITE_LIMIT_LIKE_PATTERN_LENGTH": 100,
+    "SQLITE_LIMIT_VARIABLE_NUMBER": 16,
+    "SQLITE_LIMIT_TRIGGER_DEPTH": 1,
+    "SQLITE_LIMIT_WORKER_THREADS": 0,
+}
+# Every query gets at most this many SQLite VM steps and seconds: listing a week's chunks
+# takes well under a million steps.
+QUERY_STEPS = 200_000_000
+QUERY_SECONDS = 30.0
+_STEP_BATCH = 10_000
+# The tables read and the columns each must have (a view, a virtual table or a table without
+# them is not a traintop recording, whatever it is called).
+_TABLES = {
+    "meta": ("key", "value"),
+    "chunks": ("id", "t0", "t1", "n", "codec", "data"),
+    "alerts": ("id", "rule", "subject", "severity", "title", "start", "end", "evidence", "remedies"),
+}
+MAX_META_ROWS = 1000
+MAX_META_VALUE = 1 << 20  # a session's metadata is a few kB
+MAX_ALERTS = 100_000
+
+
 class RecordingReader:
-    """Reads a recording written by RecordingWriter (also one cut short by SIGKILL)."""
+    """Reads a recording written by RecordingWriter (also one cut short by SIGKILL).
+
+    The file is untrusted: only a regular file is opened; only real tables with the expected
+    columns are read; SQLite runs with tight limits and every query with a step and time
+    budget; every chunk is checked against what the writer can produce before it is decoded."""
 
     def __init__(self, path: str) -> None:
         self.path = path
-        if not os.path.exists(path):
-            raise RecordingError(f"{path}: no such file")
-        if os.path.isdir(path):
-            raise RecordingError(f"{path} is a directory, not a recording")
-        if os.path.getsize(path) == 0:
+        st = check_regular(path, "recording", RecordingError)
+        if st.st_size == 0:
             raise RecordingError(f"{path} is empty: not a traintop recording")
-        with open(path, "rb") as fh:
+        with open_regular(path, "recording", RecordingError) as fh:
             if fh.read(16) != b"SQLite format 3\x00":
                 raise RecordingError(f"{path} is not a traintop recording (not an SQLite file)")
+        self._deadline = 0.0
+        self._steps = 0
+        self._interrupted = False
         try:
             self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
-            # Text in a hostile file may not be UTF-8: never let decoding raise.
-            self._db.text_factory = lambda b: b.decode("utf-8", "replace")
-            self._db.execute("PRAGMA trusted_schema=OFF")
-            self._db.execute("PRAGMA query_only=ON")
-            meta = {str(k): str(v) for k, v in self._db.execute("SELECT key, value FROM meta").fetchall()}
-        except (sqlite3.Error, ValueError, TypeError) as e:
+        except sqlite3.Error as e:
             raise RecordingError(f"{path} is damaged or not a traintop recording ({e})") from None
+        try:
+            self._harden()
+            self._has_alerts = self._check_schema()
+            rows = self._query(f"SELECT key, value FROM meta LIMIT {MAX_META_ROWS}")
+            meta = {str(k): str(v) for k, v in rows}
+        except (sqlite3.Error, ValueError, TypeError) as e:
+            self._db.close()
+            raise self._error(e) from None
+        except RecordingError:
+            self._db.close()
+            raise
         if meta.get("format") != FORMAT:
             raise RecordingError(f"{path} is an SQLite file but not a traintop recording")
         try:
@@ -242,20 +296,72 @@ class RecordingReader:
         if version < 1:
             raise RecordingError(f"{path} has an unknown format version {version}")
         try:
+            if len(meta["session"]) > MAX_META_VALUE:
+                raise ValueError("too long")
             self.info = info_from_json(meta["session"])
-        except (KeyError, ValueError, TypeError) as e:
+        except (KeyError, ValueError, TypeError, RecursionError) as e:
             raise RecordingError(f"{path} has damaged session metadata ({type(e).__name__})") from None
         self.meta = meta
         try:
-            rows = self._db.execute("SELECT id, t0, t1, n, codec FROM chunks ORDER BY t0, id").fetchall()
+            rows = self._query("SELECT id, t0, t1, n, codec FROM chunks ORDER BY t0, id")
         except sqlite3.Error as e:
-            raise RecordingError(f"{path} is damaged ({e})") from None
-        self._chunks = [r for r in rows if isinstance(r[0], int) and isinstance(r[1], (int, float))
-                        and isinstance(r[2], (int, float)) and isinstance(r[3], int) and r[3] >= 0
-                        and r[1] == r[1] and r[2] == r[2]]
+            raise self._error(e) from None
+        self._chunks = [r for r in rows if type(r[0]) is int and plausible.time_ok(r[1]) and plausible.time_ok(r[2])
+                        and type(r[3]) is int and 0 <= r[3] <= MAX_CHUNK_SAMPLES and r[1] <= r[2]]
         self._t0s = [r[1] for r in self._chunks]
-        self.skipped_chunks = 0
+        self.skipped_chunks = len(rows) - len(self._chunks)  # rows no writer makes
+        self.chunk_total = len(rows)
         self._cache: dict[int, list[Frame]] = {}
+
+    # -- SQLite, hardened ------------------------------------------------------
+    def _harden(self) -> None:
+        db = self._db
+        for name, value in _SQLITE_LIMITS.items():
+            if hasattr(sqlite3, name) and hasattr(db, "setlimit"):
+                db.setlimit(getattr(sqlite3, name), value)
+        db.set_progress_handler(self._progress, _STEP_BATCH)
+        # Text in a hostile file may not be UTF-8: never let decoding raise.
+        db.text_factory = lambda b: b.decode("utf-8", "replace")
+        for pragma in ("trusted_schema=OFF", "query_only=ON", "cell_size_check=ON", "mmap_size=0"):
+            self._query(f"PRAGMA {pragma}")
+
+    def _progress(self) -> int:
+        self._steps += _STEP_BATCH
+        if self._steps > QUERY_STEPS or time.monotonic() > self._deadline:
+            self._interrupted = True
+            return 1
+        return 0
+
+    def _query(self, sql: str, args: tuple = ()) -> list:
+        self._steps, self._interrupted = 0, False
+        self._deadline = time.monotonic() + QUERY_SECONDS
+        return self._db.execute(sql, args).fetchall()
+
+    def _error(self, e: Exception) -> RecordingError:
+        if self._interrupted:
+            return RecordingError(f"{self.path}: a query ran past its limit ({QUERY_STEPS:,} steps or "
+                                  f"{QUERY_SECONDS:g} s); not a traintop recording")
+        return RecordingError(f"{self.path} is damaged or not a traintop recording ({e})")
+
+    def _check_schema(self) -> bool:
+        """Refuse views, virtual tables and tables without our columns; True if alerts can be read."""
+        objects = {}
+        for kind, name, sql in self._query("SELECT type, name, sql FROM sqlite_master"):
+            objects[str(name)] = (str(kind), str(sql or ""))
+        for name, columns in _TABLES.items():
+            if name not in objects:
+                if name == "alerts":
+                    return False
+                raise RecordingError(f"{self.path} is not a traintop recording (no {name} table)")
+            kind, sql = objects[name]
+            if kind != "table" or not sql.upper().lstrip().startswith("CREATE TABLE"):
+                raise RecordingError(f"{self.path} is not a traintop recording ({name} is a {kind}, not a table)")
+            have = {str(r[1]) for r in self._query(f"PRAGMA table_xinfo({name})") if r[6] == 0}
+            missing = [c for c in columns if c not in have]
+            if missing:
+                raise RecordingError(f"{self.path} is not a traintop recording ({name} has no "
+                                     f"{', '.join(missing)} column)")
+        return True
 
     @property
     def t_start(self) -> float | None:
@@ -276,7 +382,8 @@ class RecordingReader:
             return self._cache[chunk_id]
         frames: list[Frame] = []
         try:
-            row = self._db.execute("SELECT data FROM chunks WHERE id=?", (chunk_id,)).fetchone()
+            rows = self._query("SELECT data FROM chunks WHERE id=?", (chunk_id,))
+            row = rows[0] if rows else None
             if codec not in CODECS or row is None or not isinstance(row[0], bytes):
                 raise RecordingError("unknown codec")
             frames = decode(row[0], codec, t_from=t_from, t_to=t_to)
@@ -309,9 +416,8 @@ class RecordingReader:
 
     def columns(self, names: list[str], ids: list[int] | None = None) -> Iterator[tuple[str, list[float], dict[str, list]]]:
         """Chunk by chunk (all, or the chunks ``ids`` in time order): its codec, times and the raw
-        columns ``names`` (see codec.decode_columns). Damaged chunks are skipped and counted."""
-        from traintop.codec import decode_columns
-
+        columns ``names`` (see codec.decode_columns). A chunk the fast path cannot read goes
+        through the full decoder; one neither can read is skipped and counted."""
         rows = [(r[0], r[4]) for r in self._chunks]
         if ids is not None:
             wanted = set(ids)
@@ -321,10 +427,20 @@ class RecordingReader:
                 self.skipped_chunks += 1
                 continue
             try:
-                (blob,) = self._db.execute("SELECT data FROM chunks WHERE id = ?", (chunk_id,)).fetchone()
-                yield codec, *decode_columns(bytes(blob), names)
-            except (RecordingError, sqlite3.Error, TypeError):
+                (blob,) = self._query("SELECT data FROM chunks WHERE id = ?", (chunk_id,))[0]
+                blob = bytes(blob)
+            except (sqlite3.Error, TypeError, IndexError, ValueError):
                 self.skipped_chunks += 1
+                continue
+            try:
+                got = decode_columns(blob, names, codec)
+            except RecordingError:
+                try:
+                    got = columns_of(decode(blob, codec), names, codec)
+                except RecordingError:
+                    self.skipped_chunks += 1
+                    continue
+            yield codec, *got
 
     def judged_by(self, config=None) -> bool:
         """Were its recorded alerts made by these rules (this version, ``config`` or the default
@@ -333,7 +449,7 @@ class RecordingReader:
 
         try:
             meta = json.loads(self.meta.get("rules", "null"))
-        except ValueError:
+        except (ValueError, RecursionError):
             return False
         return isinstance(meta, dict) and meta.get("version") == RULES_VERSION \
             and meta.get("thresholds") == asdict(config or DEFAULT)
@@ -341,16 +457,22 @@ class RecordingReader:
     def alerts(self) -> list[Alert]:
         out = []
         try:
-            rows = self._db.execute("SELECT id, rule, subject, severity, title, start, end, evidence, remedies "
-                                    "FROM alerts ORDER BY start").fetchall()
+            if not self._has_alerts:
+                return out
+            rows = self._query("SELECT id, rule, subject, severity, title, start, end, evidence, remedies "
+                               f"FROM alerts ORDER BY start LIMIT {MAX_ALERTS}")
         except sqlite3.Error:
             return out
         for aid, rule, subject, sev, title, start, end, evidence, remedies in rows:
             try:
-                rem = tuple(str(r) for r in json.loads(remedies))
+                rem = json.loads(remedies)
+                if not isinstance(rem, list) or not all(isinstance(r, str) for r in rem) or len(rem) > 64:
+                    raise ValueError("bad remedies")
+                if not plausible.time_ok(start) or not (end is None or plausible.time_ok(end)):
+                    raise ValueError("bad time")
                 out.append(Alert(str(rule), str(title), str(subject), Severity.parse(str(sev)), float(start),
-                                 str(evidence), rem, None if end is None else float(end), id=int(aid)))
-            except (ValueError, TypeError, OverflowError):
+                                 str(evidence), tuple(rem), None if end is None else float(end), id=int(aid)))
+            except (ValueError, TypeError, OverflowError, RecursionError, TraintopError):
                 continue
         return out
 

@@ -106,12 +106,10 @@ def simulated_session(scenario: str = "healthy", gpus: int = 1, seed: int = 0, i
 def open_source(path: str, fields: list[str] | None = None):
     """A traintop recording, or an nvidia-smi query/dmon log (imported)."""
     from traintop import importers
+    from traintop.files import open_regular
 
-    try:
-        with open(path, "rb") as fh:
-            is_sqlite = fh.read(16) == b"SQLite format 3\x00"
-    except OSError:
-        is_sqlite = False
+    with open_regular(path) as fh:  # a FIFO or a device is refused here, before any read
+        is_sqlite = fh.read(16) == b"SQLite format 3\x00"
     if is_sqlite or path.endswith(".ttrec"):
         return RecordingReader(path)
     return importers.load(path, fields)
@@ -129,6 +127,10 @@ def replay_session(path: str, *, loop: bool = False, kind: str = "replay", speed
     monitor = Monitor(info, store=_store_for(info.interval), engine=default_engine(config) if config else None)
     feed = ReplayFeed(monitor, reader, loop=loop)
     feed.speed = speed
+    if not monitor.store and feed.peek() is None:  # every chunk damaged: nothing would ever play
+        skipped = getattr(reader, "skipped_chunks", 0)
+        raise TraintopError(f"{path}: none of its {getattr(reader, 'chunk_total', skipped)} chunk(s) could be read "
+                            "(all damaged); nothing to replay")
     return monitor, feed
 
 

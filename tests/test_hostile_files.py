@@ -1,0 +1,203 @@
+"""Hostile files, made here and small, given to the real commands in a subprocess under a memory
+limit and a time limit: each must end with one line on stderr, a non-zero exit, no traceback.
+
+The memory limit (RLIMIT_AS, 1.5 GiB of address space) is what proves "bounded memory": before
+these fixes the same files took 4 to 16 GB.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sqlite3
+import subprocess
+import sys
+import zlib
+
+import pytest
+
+from traintop.collectors.simulated import Simulator
+from traintop.recording import RecordingWriter
+
+MEMORY_LIMIT = 1536 * 1024 * 1024
+TIME_LIMIT = 120  # a guard against hangs (the fixed commands take seconds), not a measurement
+
+
+def _limit_memory():
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+
+
+def run_traintop(tmp_path, *args, timeout=TIME_LIMIT):
+    env = dict(os.environ, XDG_CONFIG_HOME=str(tmp_path / "config"), HOME=str(tmp_path), TERM="dumb")
+    return subprocess.run([sys.executable, "-m", "traintop", *args], capture_output=True, text=True,
+                          timeout=timeout, preexec_fn=_limit_memory, stdin=subprocess.DEVNULL, env=env)
+
+
+def assert_refused(p, *words):
+    """One line on stderr, exit 2, no traceback (and ``words`` in that line)."""
+    assert "Traceback" not in p.stderr, p.stderr[-3000:]
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1, p.stderr[-3000:]
+    assert lines[0].startswith("traintop: ")
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    for w in words:
+        assert w in lines[0], lines[0]
+    return lines[0]
+
+
+def recording_with_chunk(path, doc: bytes) -> str:
+    """A valid recording whose only chunk holds ``doc`` (compressed, as the writer stores it)."""
+    sim = Simulator("healthy", gpus=1, interval=0.5)
+    w = RecordingWriter(str(path), sim.info(), chunk_frames=10)
+    for f in sim.frames(10):
+        w.add(f)
+    w.close()
+    db = sqlite3.connect(path)
+    assert db.execute("SELECT count(*) FROM chunks").fetchone()[0] == 1
+    db.execute("UPDATE chunks SET data=?", (zlib.compress(doc, 9),))
+    db.commit()
+    db.close()
+    return str(path)
+
+
+T0 = 1_790_000_000_000
+
+
+def _just_under_64_mib(prefix: bytes, item: bytes, suffix: bytes) -> bytes:
+    k = (64 * 1024 * 1024 - 64 - len(prefix) - len(suffix)) // len(item)
+    return prefix + item * k + suffix
+
+
+# -- 1. chunks that inflate into gigabytes of objects ---------------------------------------
+
+def huge_n_chunk() -> bytes:
+    """``{"n":33554350,"t":[t0,0,0,…],"c":{}}`` just under 64 MiB (issue 14, 9.5 GB before)."""
+    body = _just_under_64_mib(b"[%d" % T0, b",0", b"]")
+    n = body.count(b",") + 1
+    return b'{"n":%d,"t":' % n + body + b',"c":{}}'
+
+
+def delta_column_chunk() -> bytes:
+    """A small n with a delta-coded ``g0.util`` column of millions of entries (15.9 GB before)."""
+    col = _just_under_64_mib(b'["d",0', b",1", b"]")
+    return b'{"n":3,"t":[%d,500,500],"c":{"g0.util":' % T0 + col + b"}}"
+
+
+def member_lists_chunk() -> bytes:
+    """``{"c":{"p.members":[[[],[],…]]}}``: twenty million empty lists (1.7 GB before)."""
+    members = _just_under_64_mib(b"[[[]", b",[]", b"]]")
+    return b'{"n":1,"t":[%d],"c":{"p.pid":[1],"p.members":' % T0 + members + b"}}"
+
+
+@pytest.mark.parametrize("make", [huge_n_chunk, delta_column_chunk, member_lists_chunk])
+@pytest.mark.parametrize("command", ["analyze", "replay"])
+def test_a_chunk_that_inflates_into_gigabytes_is_refused_in_bounded_memory(tmp_path, make, command):
+    path = recording_with_chunk(tmp_path / "bomb.ttrec", make())
+    assert os.path.getsize(path) < 200_000
+    assert_refused(run_traintop(tmp_path, command, path), "could be read")
+
+
+def test_analyze_json_says_how_many_chunks_were_skipped(tmp_path):
+    sim = Simulator("healthy", gpus=1, interval=0.5)
+    path = str(tmp_path / "half.ttrec")
+    w = RecordingWriter(path, sim.info(), chunk_frames=10)
+    for f in sim.frames(40):
+        w.add(f)
+    w.close()
+    db = sqlite3.connect(path)
+    ids = [r[0] for r in db.execute("SELECT id FROM chunks ORDER BY t0")]
+    db.execute("UPDATE chunks SET data=? WHERE id=?", (zlib.compress(huge_n_chunk(), 9), ids[1]))
+    db.commit()
+    db.close()
+    for rerun in ([], ["--rerun"]):
+        p = run_traintop(tmp_path, "analyze", path, "--json", *rerun)
+        assert p.returncode == 0, p.stderr
+        report = json.loads(p.stdout)
+        assert report["skipped_chunks"] == 1
+        assert report["samples"] == 30
+        text = run_traintop(tmp_path, "analyze", path, *rerun).stdout
+        assert "1 of 4 chunk(s) could not be read" in text
+
+
+def test_fail_on_fails_when_every_chunk_is_damaged(tmp_path):
+    sim = Simulator("starved", gpus=1, interval=0.5)
+    path = str(tmp_path / "all-bad.ttrec")
+    w = RecordingWriter(path, sim.info(), chunk_frames=10)
+    for f in sim.frames(30):
+        w.add(f)
+    w.close()
+    db = sqlite3.connect(path)
+    db.execute("UPDATE chunks SET data=?", (b"not zlib",))
+    db.commit()
+    db.close()
+    for extra in ([], ["--json"], ["--rerun"]):
+        line = assert_refused(run_traintop(tmp_path, "analyze", path, "--fail-on", "warning", *extra))
+        assert "none of its 3 chunk(s) could be read" in line
+
+
+# -- 2. SQLite files that are not what they claim --------------------------------------------
+
+RECURSIVE = ("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c) ")
+
+
+def sqlite_file(path, statements: list[str]) -> str:
+    db = sqlite3.connect(path)
+    for s in statements:
+        db.execute(s)
+    db.commit()
+    db.close()
+    return str(path)
+
+
+HOSTILE_SCHEMAS = {
+    "recursive view as meta": [
+        "CREATE VIEW meta(key, value) AS " + RECURSIVE + "SELECT 'k'||x, 'v' FROM c",
+        "CREATE TABLE chunks(id INTEGER PRIMARY KEY, t0 REAL, t1 REAL, n INTEGER, codec TEXT, data BLOB)"],
+    "recursive view as chunks": [
+        "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT)",
+        "INSERT INTO meta VALUES ('format', 'traintop-recording'), ('schema_version', '1'), "
+        "('session', '{\"kind\": \"live\"}')",
+        "CREATE VIEW chunks(id, t0, t1, n, codec, data) AS " + RECURSIVE
+        + "SELECT x, x, x, 1, 'cols2+zlib', zeroblob(10) FROM c"],
+    "meta without its columns": [
+        "CREATE TABLE meta(k TEXT, v TEXT)",
+        "CREATE TABLE chunks(id INTEGER PRIMARY KEY, t0 REAL, t1 REAL, n INTEGER, codec TEXT, data BLOB)"],
+    "a trigger and a view beside real tables": [
+        "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT)",
+        "CREATE VIEW chunks AS SELECT 1 AS id, 2 AS t0, 3 AS t1, 4 AS n, 'x' AS codec, x'00' AS data",
+        "CREATE TRIGGER t AFTER INSERT ON meta BEGIN DELETE FROM meta; END"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_SCHEMAS))
+@pytest.mark.parametrize("command", ["analyze", "replay"])
+def test_views_and_foreign_tables_are_refused(tmp_path, name, command):
+    path = sqlite_file(tmp_path / "view.ttrec", HOSTILE_SCHEMAS[name])
+    assert os.path.getsize(path) < 16_384
+    assert_refused(run_traintop(tmp_path, command, path), "not a traintop recording")
+
+
+def test_a_virtual_table_is_refused(tmp_path):
+    try:
+        path = sqlite_file(tmp_path / "fts.ttrec", ["CREATE VIRTUAL TABLE meta USING fts5(key, value)"])
+    except sqlite3.OperationalError:
+        pytest.skip("no FTS5 in this SQLite")
+    assert_refused(run_traintop(tmp_path, "analyze", path), "not a traintop recording")
+
+
+def test_every_query_has_a_step_budget(tmp_path, monkeypatch):
+    """Defence in depth behind the schema check: a query that runs on is interrupted."""
+    from traintop import recording
+    from traintop.errors import RecordingError
+
+    sim = Simulator("healthy", gpus=1, interval=0.5)
+    path = str(tmp_path / "ok.ttrec")
+    w = RecordingWriter(path, sim.info(), chunk_frames=10)
+    for f in sim.frames(10):
+        w.add(f)
+    w.close()
+    monkeypatch.setattr(recording, "QUERY_STEPS", 1)
+    monkeypatch.setattr(recording, "_STEP_BATCH", 1)
+    with pytest.raises(RecordingError, match="ran past its limit"):
+        recording.RecordingReader(path)
