@@ -37,11 +37,45 @@ def test_bad_files(tmp_path, text, needle):
         load_thresholds(str(p))
 
 
-@pytest.mark.parametrize("item,needle", [("nope=1", "use --set NAME=NUMBER"), ("underuse_power_frac=x", "not a number"),
-                                         ("underuse_power_frac", "use --set"), ("underuse_power_frac=-1", "≥ 0")])
-def test_bad_flags(item, needle):
+@pytest.mark.parametrize("item,needle", [
+    ("nope=1", "use --set NAME=NUMBER"), ("underuse_power_frac=x", "not a number"),
+    ("underuse_power_frac", "use --set"), ("underuse_power_frac=-1", "between 0 and 1, not -1"),
+    # a window longer than the samples kept would silently turn the rule off
+    ("starvation_window_s=1e308", "between 1 and 600, not 1e[+]308"), ("starvation_window_s=inf", "between 1 and 600"),
+    ("starvation_window_s=nan", "between 1 and 600"), ("step_regression_ratio=0.5", "between 1 and 100"),
+    ("starvation_idle_util=101", "between 0 and 100"),
+])
+def test_bad_flags(tmp_path, item, needle):
+    empty = tmp_path / "empty.toml"
+    empty.write_text("")
     with pytest.raises(TraintopError, match=needle):
-        load_thresholds("/dev/null", [item])
+        load_thresholds(str(empty), [item])
+
+
+def test_every_threshold_has_a_range_that_holds_its_default(tmp_path, monkeypatch):
+    from dataclasses import asdict
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    from traintop.rules.config import RANGES
+
+    assert set(RANGES) == set(asdict(DEFAULT))
+    for name, value in asdict(DEFAULT).items():
+        lo, hi = RANGES[name]
+        assert lo <= value <= hi, name
+        load_thresholds(None, [f"{name}={lo}"])
+        load_thresholds(None, [f"{name}={hi}"])
+
+
+@pytest.mark.parametrize("data,needle", [
+    (b"[thresholds]\nunderuse_power_frac = 0.2 # \xff\xfe\n", "not UTF-8"),
+    (b"[thresholds]\nx = " + b"[" * 50_000 + b"]" * 50_000 + b"\n", "not valid TOML"),
+    (b"[thresholds]\ncreep_window_s = 1e400\n", "between 1 and 600"),
+])
+def test_hostile_config_files(tmp_path, data, needle):
+    p = tmp_path / "c.toml"
+    p.write_bytes(data)
+    with pytest.raises(TraintopError, match=needle):
+        load_thresholds(str(p))
 
 
 def test_analyze_applies_them(tmp_path):

@@ -201,3 +201,53 @@ def test_every_query_has_a_step_budget(tmp_path, monkeypatch):
     monkeypatch.setattr(recording, "_STEP_BATCH", 1)
     with pytest.raises(RecordingError, match="ran past its limit"):
         recording.RecordingReader(path)
+
+
+# -- 9. things that are not regular files ----------------------------------------------------
+
+def _not_regular(tmp_path, kind):
+    import socket
+
+    if kind == "fifo":
+        path = str(tmp_path / "pipe.ttrec")
+        os.mkfifo(path)
+        return path, None
+    if kind == "socket":
+        path = str(tmp_path / "sock.csv")
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.bind(path)
+        s.listen(1)
+        return path, s
+    if kind == "directory":
+        return str(tmp_path), None
+    return "/dev/zero", None
+
+
+@pytest.mark.parametrize("kind", ["fifo", "/dev/zero", "directory", "socket"])
+@pytest.mark.parametrize("how", ["analyze", "replay", "--config"])
+def test_not_a_regular_file_is_refused_before_reading(tmp_path, kind, how):
+    path, keep = _not_regular(tmp_path, kind)
+    try:
+        if how == "--config":
+            args = ["analyze", "--config", path, "nothing.ttrec"]
+        else:
+            args = [how, path]
+        line = assert_refused(run_traintop(tmp_path, *args, timeout=60))
+        assert "not a" in line or "is a" in line, line
+    finally:
+        if keep is not None:
+            keep.close()
+
+
+# -- 7. a config file that breaks every command must not break doctor --------------------------
+
+def test_doctor_reports_a_bad_config_as_one_of_its_lines(tmp_path):
+    bad = tmp_path / "config" / "traintop" / "config.toml"
+    bad.parent.mkdir(parents=True)
+    bad.write_bytes(b"[thresholds]\nunderuse_power_frac = 0.2 \xff\n")
+    assert_refused(run_traintop(tmp_path, "analyze", "x.ttrec"), "not UTF-8")
+    p = run_traintop(tmp_path, "doctor", "--python", "/nonexistent/python", timeout=300)
+    assert "Traceback" not in p.stderr + p.stdout
+    assert p.returncode == 1
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("FAIL  config:")]
+    assert len(lines) == 1 and "not UTF-8" in lines[0]

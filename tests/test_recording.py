@@ -181,3 +181,75 @@ def test_one_recording_route_for_record_option_and_r_key(tmp_path, monkeypatch):
     feed.prefill(4)
     monitor.close()
     assert len(list(RecordingReader(str(tmp_path / "c.ttrec")).frames())) == 4
+
+
+def _chunk(doc: dict) -> bytes:
+    import json
+    import zlib
+
+    return zlib.compress(json.dumps(doc, separators=(",", ":")).encode())
+
+
+def test_implausible_values_in_a_chunk_read_as_unknown():
+    from traintop.codec import decode
+
+    t0 = 1_790_000_000_000
+    frames = decode(_chunk({"n": 3, "t": [t0, 500, 500], "c": {
+        "g0.util": [50, 10 ** 400, -3], "g0.power_w": [-100, 300, 10 ** 300], "g0.mem_used": ["d", -5, 10, 10],
+        "g0.temp_c": [40, 41, 42], "h.cpu_percent": [10, 1000, 20], "h.cores": [[10, 20], [10, 900], None],
+        "r0.pid": [7, 7, 7], "r0.input_wait": [500, 5000, None], "r0.rank": [0, -1, 0]}}))
+    g = [f.gpus[0] for f in frames]
+    assert [x.util for x in g] == [50, None, None]
+    assert [x.power_w for x in g] == [None, 300, None]
+    assert [x.mem_used for x in g] == [None, 5 * 1024 ** 2, 15 * 1024 ** 2]
+    assert [x.temp_c for x in g] == [40, 41, 42]
+    assert frames[0].host.cpu_percent == 10 and frames[2].host.cpu_percent == 20
+    assert frames[0].host.per_core == (10, 20)
+    assert frames[1].host is None  # neither its CPU share nor its cores are plausible
+    r = [f.ranks[0] for f in frames]
+    assert [x.input_wait for x in r] == [0.5, None, None] and [x.rank for x in r] == [0, None, 0]
+
+
+@pytest.mark.parametrize("doc", [
+    {"n": 1, "t": [10 ** 20], "c": {}},  # a chunk time of 10^20 ms (OSError in the replay bar before)
+    {"n": 2, "t": [1_790_000_000_000, -1_790_000_000_001], "c": {}},  # before 1970
+    {"n": 1, "t": [1_790_000_000_000], "c": {"g64.util": [1]}},  # GPU 64
+    {"n": 1, "t": [1_790_000_000_000], "c": {"g0.util": [1.5]}},  # the writer stores integers
+    {"n": 1, "t": [1_790_000_000_000], "c": {"g0.util": ["d", 1, 2]}},  # delta column too long
+    {"n": 1, "t": [1_790_000_000_000], "c": {"p.pid": [1], "p.members": [[[1, "x", 1]]]}},
+    {"n": 1, "t": [1_790_000_000_000], "c": {"h.cores": [list(range(5000))]}},  # more than 4096 entries
+    {"t": [1], "n": 1, "c": {}},  # not the writer's layout
+])
+def test_chunks_no_writer_makes_are_damage(doc):
+    from traintop.codec import decode, decode_columns
+
+    with pytest.raises(RecordingError):
+        decode(_chunk(doc))
+    with pytest.raises(RecordingError):
+        decode_columns(_chunk(doc), ["g0.util", "g64.util"])
+
+
+def test_a_bad_chunk_time_is_skipped_in_the_file(tmp_rec):
+    sim = Simulator("healthy", seed=2, interval=1.0)
+    w = RecordingWriter(tmp_rec, sim.info(), chunk_frames=10)
+    for f in sim.frames(30):
+        w.add(f)
+    w.close()
+    db = sqlite3.connect(tmp_rec)
+    first = db.execute("SELECT min(id) FROM chunks").fetchone()[0]
+    db.execute("UPDATE chunks SET t1=1e20 WHERE id=?", (first,))
+    db.commit()
+    db.close()
+    r = RecordingReader(tmp_rec)
+    assert len(list(r.frames())) == 20 and r.skipped_chunks == 1 and r.t_end < 4e9
+
+
+def test_the_writer_only_makes_chunks_the_reader_accepts(tmp_rec):
+    from traintop.codec import MAX_CHUNK_SAMPLES, decode, encode
+
+    frames = Simulator("healthy", seed=2, interval=0.05).frames(MAX_CHUNK_SAMPLES)
+    assert len(decode(encode(frames))) == MAX_CHUNK_SAMPLES
+    with pytest.raises(ValueError):
+        encode(frames + frames[:1])
+    with pytest.raises(ValueError):
+        RecordingWriter(tmp_rec, Simulator().info(), chunk_frames=MAX_CHUNK_SAMPLES // 2 + 1)

@@ -282,7 +282,14 @@ def _fields(args) -> list[str] | None:
 def cmd_doctor(args) -> int:
     from traintop import doctor
 
-    checks = doctor.run(args.python)
+    from traintop.config import load_thresholds
+
+    try:  # a bad config file stops every other command: doctor runs and says what is wrong with it
+        load_thresholds()
+        config_error = None
+    except TraintopError as e:
+        config_error = str(e)
+    checks = doctor.run(args.python, config_error=config_error)
     print(doctor.to_json(checks) if args.json else doctor.render(checks))
     return 1 if any(c.status == doctor.FAIL for c in checks) else 0
 

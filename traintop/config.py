@@ -4,7 +4,9 @@
     underuse_power_frac = 0.25
     starvation_window_s = 30
 
-Unknown keys and non-numbers are refused with one line; nothing is evaluated.
+Unknown keys, non-numbers and values outside a threshold's range (``RANGES`` in
+traintop/rules/config.py) are refused with one line; nothing is evaluated. The file must be
+a regular file of at most 1 MiB of UTF-8 text.
 """
 
 from __future__ import annotations
@@ -15,8 +17,11 @@ import tomllib
 from dataclasses import fields
 
 from traintop.errors import TraintopError
-from traintop.rules.config import DEFAULT, Thresholds
+from traintop.files import open_regular
+from traintop.rules.config import DEFAULT, RANGES, Thresholds
 from traintop.text import one_line
+
+MAX_CONFIG_BYTES = 1 << 20
 
 
 def default_path() -> str:
@@ -27,8 +32,9 @@ def default_path() -> str:
 def _number(key: str, value, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TraintopError(f"{where}: {key} must be a number, not {value!r}")
-    if value != value or value in (float("inf"), float("-inf")) or value < 0:
-        raise TraintopError(f"{where}: {key} must be a finite number ≥ 0")
+    lo, hi = RANGES[key]
+    if not lo <= value <= hi:  # NaN fails too
+        raise TraintopError(f"{where}: {key} must be between {lo:g} and {hi:g}, not {value:g}")
     return float(value)
 
 
@@ -49,19 +55,32 @@ def describe_thresholds(values: Thresholds, path: str) -> str:
     return "\n".join([head, *rows])
 
 
+def _read_toml(file: str) -> dict:
+    with open_regular(file, "config file") as fh:  # a FIFO or a device is refused before any read
+        data = fh.read(MAX_CONFIG_BYTES + 1)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise TraintopError(f"{file}: larger than {MAX_CONFIG_BYTES // 1024} KiB; not a traintop config file")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise TraintopError(f"{file}: not UTF-8 text (byte {e.start}); save it as UTF-8") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise TraintopError(f"{file}: not valid TOML ({e})") from None
+    except RecursionError:
+        raise TraintopError(f"{file}: not valid TOML (nested too deeply)") from None
+
+
 def load_thresholds(path: str | None = None, overrides: list[str] | None = None) -> Thresholds:
     """Defaults, then the config file (the default one only if it exists), then --set KEY=VALUE."""
     names = {f.name for f in fields(Thresholds)}
     values: dict[str, float] = {}
     file = path or default_path()
     if path is not None or os.path.exists(file):
-        try:
-            with open(file, "rb") as fh:
-                doc = tomllib.load(fh)
-        except FileNotFoundError:
-            raise TraintopError(f"{file}: no such config file") from None
-        except (OSError, tomllib.TOMLDecodeError) as e:
-            raise TraintopError(f"{file}: not valid TOML ({e})") from None
+        if not os.path.lexists(file):
+            raise TraintopError(f"{file}: no such config file")
+        doc = _read_toml(file)
         table = doc.get("thresholds", {})
         if not isinstance(table, dict):
             raise TraintopError(f"{file}: [thresholds] must be a table")
@@ -77,7 +96,8 @@ def load_thresholds(path: str | None = None, overrides: list[str] | None = None)
         if key not in names:
             raise TraintopError(f"--set {item!r}: {_unknown(key, names)}; use --set NAME=NUMBER with one of them")
         try:
-            values[key] = _number(key, float(raw), "--set")
+            number = float(raw)
         except ValueError:
             raise TraintopError(f"--set {key}: {raw!r} is not a number") from None
+        values[key] = _number(key, number, "--set")
     return DEFAULT.with_overrides(**values) if values else DEFAULT

@@ -214,9 +214,13 @@ def interpret_torch(info: dict, driver_cuda: str | None, python: str = "python")
     return checks
 
 
-def run(python: str | None = None, nvml=None) -> list[Check]:
+def run(python: str | None = None, nvml=None, config_error: str | None = None) -> list[Check]:
     checks, driver_cuda = nvml_checks(nvml)
-    return checks + torch_checks(python or sys.executable, driver_cuda)
+    checks += torch_checks(python or sys.executable, driver_cuda)
+    if config_error:  # every other command refuses to start with it; doctor says what to fix
+        checks.append(Check("config", FAIL, config_error,
+                            "fix the file, or move it away to use the default thresholds"))
+    return checks
 
 
 def render(checks: list[Check]) -> str:

@@ -74,3 +74,32 @@ class Thresholds:
 
 
 DEFAULT = Thresholds()
+
+# The values each threshold may take. Outside them a rule would silently never fire (a
+# window longer than the 15 minutes of samples the dashboard keeps, a share above 1) or
+# always fire: ``--set`` and the config file refuse them with one line naming the range.
+_WINDOW = (1.0, 600.0)  # seconds
+_PCT = (0.0, 100.0)  # utilization points, percent of the GPU
+_FRAC = (0.0, 1.0)  # a share
+_GIB = (0.0, 100_000.0)
+RANGES: dict[str, tuple[float, float]] = {
+    "starvation_window_s": _WINDOW, "starvation_idle_util": _PCT, "starvation_busy_util": _PCT,
+    "starvation_min_idle_frac": _FRAC, "starvation_min_busy_frac": _FRAC,
+    "starvation_busy_worker_cpu": (0.0, 1000.0), "starvation_input_wait": _FRAC,
+    "underuse_window_s": _WINDOW, "underuse_power_frac": _FRAC, "underuse_max_util": _PCT,
+    "underuse_max_sm_active": _PCT, "underuse_min_util_for_sm": _PCT,
+    "thermal_window_s": _WINDOW, "thermal_min_frac": _FRAC, "thermal_margin_c": (0.0, 50.0),
+    "power_cap_window_s": _WINDOW, "power_cap_min_util": _PCT,
+    "creep_window_s": _WINDOW, "creep_min_rate_mib_s": (0.0, 1_000_000.0), "creep_min_rise_frac": _FRAC,
+    "creep_min_r2": _FRAC, "creep_critical_tto_s": (1.0, 86_400.0),
+    "frag_min_unused_frac": _FRAC, "frag_min_unused_gib": _GIB,
+    "cpu_training_min_cpu": (0.0, 100_000.0), "cpu_training_window_s": _WINDOW,
+    "step_regression_ratio": (1.0, 100.0), "step_regression_window_s": _WINDOW,
+    "idle_window_s": _WINDOW, "idle_max_util": _PCT,
+    "other_process_min_gib": _GIB,
+    "host_mem_frac": _FRAC, "host_swap_rise_gib": _GIB,
+    "imbalance_window_s": _WINDOW, "imbalance_gap": _PCT,
+    "low_clocks_frac": _FRAC, "low_clocks_min_util": _PCT,
+    "pcie_window_s": _WINDOW, "pcie_min_link_frac": _FRAC, "pcie_max_util": _PCT, "pcie_max_sm_active": _PCT,
+    "ecc_corrected_per_min": (0.0, 1_000_000.0),
+}
