@@ -251,3 +251,90 @@ def test_doctor_reports_a_bad_config_as_one_of_its_lines(tmp_path):
     assert p.returncode == 1
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("FAIL  config:")]
     assert len(lines) == 1 and "not UTF-8" in lines[0]
+
+
+# -- 6. nvidia-smi logs that are too large, or whose numbers are not numbers -----------------
+
+HEADER = ("timestamp, index, name, utilization.gpu [%], memory.used [MiB], memory.total [MiB], power.draw [W], "
+          "power.limit [W]\n")
+
+
+def smi_line(t: str, idx, util="50 %", used="1000 MiB", power="300.00 W") -> str:
+    return f"{t}, {idx}, NVIDIA H200, {util}, {used}, 143771 MiB, {power}, 700.00 W\n"
+
+
+def healthy_lines(n=120, gpus=2):
+    import datetime as dt
+
+    start = dt.datetime(2026, 11, 29, 20, 0, 0)
+    return [smi_line((start + dt.timedelta(seconds=k)).strftime("%Y/%m/%d %H:%M:%S.000"), g)
+            for k in range(n) for g in range(gpus)]
+
+
+def test_a_log_larger_than_the_limit_is_refused_at_once(tmp_path):
+    path = tmp_path / "huge.csv"
+    with open(path, "wb") as fh:
+        fh.write(HEADER.encode() + "".join(healthy_lines(10)).encode())
+        fh.truncate(600 * 1024 * 1024)  # sparse: costs no disk
+    assert_refused(run_traintop(tmp_path, "analyze", str(path)), "larger than 512 MiB")
+
+
+def test_a_small_gz_that_expands_past_the_limit_is_refused(tmp_path):
+    path = tmp_path / "bomb.csv.gz"
+    block = "".join(healthy_lines(100)).encode()
+    comp = zlib.compressobj(9, zlib.DEFLATED, 31)  # gzip framing
+    with open(path, "wb") as fh:
+        fh.write(comp.compress(HEADER.encode()))
+        for _ in range(520 * 1024 * 1024 // len(block) + 1):
+            fh.write(comp.compress(block))
+        fh.write(comp.flush())
+    assert os.path.getsize(path) < 8_000_000
+    assert_refused(run_traintop(tmp_path, "analyze", str(path)), "expands to more than 512 MiB")
+
+
+def test_ten_thousand_gpus_are_refused_in_bounded_memory(tmp_path):
+    path = tmp_path / "many.csv"
+    with open(path, "w") as fh:
+        fh.write(HEADER)
+        for k in range(10):
+            fh.write("".join(smi_line(f"2026/11/29 20:00:{k:02d}.000", g) for g in range(10_000)))
+    assert_refused(run_traintop(tmp_path, "analyze", str(path)), "GPU index '64' outside 0-63")
+
+
+def test_dmon_with_ten_thousand_gpus_is_refused(tmp_path):
+    path = tmp_path / "many.dmon"
+    with open(path, "w") as fh:
+        fh.write("# gpu pwr gtemp sm mem\n# Idx W C % %\n")
+        for _ in range(5):
+            fh.write("".join(f" {g} 300 50 90 40\n" for g in range(10_000)))
+    assert_refused(run_traintop(tmp_path, "analyze", str(path)), "outside 0-63")
+
+
+def test_implausible_values_in_a_log_are_dropped_not_summed(tmp_path):
+    """Negative power and memory, 400-digit numbers: the value reads as unknown. "inf %" (not a
+    number nvidia-smi writes), a timestamp with e400, years 0001 and 9999, GPU index -10^300: the
+    line is skipped and counted."""
+    lines = healthy_lines(120, gpus=1)
+    lines[5] = smi_line("2026/11/29 20:00:05.000", 0, util="inf %")
+    lines[6] = smi_line("2026/11/29 20:00:06.000", 0, power="-300.00 W", used="-5 MiB")
+    lines[7] = smi_line("2026/11/29 20:00:07.000", 0, util="9" * 400 + " %", power="1" + "0" * 400 + " W")
+    bad = [smi_line("2026/11/29 20:00:08.5e400", 0), smi_line("0001/01/01 00:00:00.000", 0),
+           smi_line("9999/12/31 23:59:59.000", 0), smi_line("2026/11/29 20:00:09.000", "-1" + "0" * 300)]
+    path = tmp_path / "odd.csv"
+    path.write_text(HEADER + "".join(lines + bad))
+    p = run_traintop(tmp_path, "analyze", str(path), "--json")
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+    r = json.loads(p.stdout)
+    (g,) = r["gpus"]
+    assert g["util_peak"] == 50 and g["power_peak"] == 300 and g["mem_peak_gib"] < 1
+    assert r["duration_s"] == 119 and r["gpu_hours"] < 0.04
+    assert r["skipped_lines"] == 5
+    dmon = tmp_path / "odd.dmon"
+    dmon.write_text("#Date Time gpu pwr gtemp sm mem fb\n"
+                    + "".join(f" 20261129 20:00:{k:02d} 0 300 50 90 40 1000\n" for k in range(50))
+                    + " 20261129 20:00:50 0 " + "9" * 400 + " 50 90 40 1000\n"
+                    + " 00010101 00:00:00 0 300 50 90 40 1000\n")
+    p = run_traintop(tmp_path, "analyze", str(dmon), "--json")
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+    r = json.loads(p.stdout)
+    assert r["gpus"][0]["power_peak"] == 300 and r["skipped_lines"] == 1 and r["duration_s"] == 50

@@ -141,3 +141,41 @@ def test_an_imported_log_replays_in_the_dashboard():
             assert len(app.query(GpuPanel)) == 1
             assert "Data starvation" in str(app.query_one("#alerts-body").render())
     asyncio.run(go())
+
+
+@pytest.mark.parametrize("limit,value,needle", [("MAX_ROWS", 50, "more than 50 samples"),
+                                                ("MAX_VALUES", 300, "more than 300 values")])
+def test_logs_above_the_stated_limits_are_refused(monkeypatch, limit, value, needle):
+    monkeypatch.setattr(importers, limit, value)
+    with pytest.raises(TraintopError, match=needle) as e:
+        importers.load(str(QUERY))
+    assert "split it first" in str(e.value)
+
+
+def test_a_line_longer_than_the_limit_is_skipped_not_held(tmp_path):
+    lines = query_lines()[:200]
+    lines[50] = lines[50] + "x" * (importers.MAX_LINE * 3)
+    p = tmp_path / "long.csv"
+    p.write_text("\n".join(lines))
+    log = importers.load(str(p))
+    assert log.skipped_lines == 1 and log.frame_count == 198
+
+
+def test_import_keeps_columns_not_frames():
+    """Memory follows the samples: one float per GPU and field, frames built only when read."""
+    log = importers.load(str(QUERY))
+    cols = log.columns
+    per_sample = sum(c.itemsize for g in cols.gpus.values() for c in g.cols) / len(cols.gpus)
+    assert per_sample <= 8 * len(importers.QUERY_FIELDS)
+    assert not hasattr(log, "frames_list_cache") and log.frame_count == len(cols.t)
+    first = next(log.frames())
+    assert first.t == log.t_start and first.gpus[0].mem_total == 143771 * 1024 ** 2
+
+
+def test_lines_out_of_time_order_play_sorted(tmp_path):
+    lines = query_lines()
+    body = lines[1:101]
+    p = tmp_path / "shuffled.csv"
+    p.write_text("\n".join([lines[0]] + body[50:] + body[:50]))
+    frames = importers.load(str(p)).frames_list
+    assert [f.t for f in frames] == sorted(f.t for f in frames) and len(frames) == 100
