@@ -15,11 +15,63 @@ import socket
 import statistics
 import time
 
+from traintop import plausible
 from traintop.probe_agent import peer_uid, private_dir_problem, probe_dir
 from traintop.samples import RankSample
 from traintop.text import one_line
 
 MAX_LINE = 1 << 20
+MAX_STEP_TIMES = 10_000  # what the probe keeps between two messages
+MAX_DEVICES = 64
+
+
+def _reject_constant(name):
+    raise ValueError(f"{name} is not a number")
+
+
+def _count(v, bounds=(0, plausible.MAX_COUNT)) -> bool:
+    return v is None or (type(v) is int and bounds[0] <= v <= bounds[1])
+
+
+def _seconds(v) -> bool:
+    return v is None or (type(v) in (int, float) and plausible.number(v, (0.0, 1e6)) is not None)
+
+
+_MEMORY_FIELDS = ("allocated", "reserved", "peak", "active", "inactive_split")
+_RANK = plausible.RANK
+
+
+def parse_message(line: bytes) -> dict | None:
+    """A probe message checked field by field (None: drop it). JSON's NaN and Infinity are
+    refused, every number must be of its type and in its range, lists are bounded."""
+    try:
+        msg = json.loads(line, parse_constant=_reject_constant)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(msg, dict) or msg.get("v") != 1 or type(msg.get("v")) is not int:
+        return None
+    ok = (_count(msg.get("pid"), plausible.PID) and _count(msg.get("rank"), _RANK["rank"])
+          and _count(msg.get("local_rank"), _RANK["rank"]) and _count(msg.get("world_size"), _RANK["world_size"])
+          and msg.get("cuda") in (None, True, False) and msg.get("hooks") in (None, True, False)
+          and _count(msg.get("steps")) and _count(msg.get("drops"))
+          and _seconds(msg.get("input_wait")) and _seconds(msg.get("window"))
+          and (msg.get("t") is None or plausible.number(msg.get("t"), (0.0, plausible.T_MAX)) is not None))
+    if not ok:
+        return None
+    times = msg.get("step_times")
+    if times is not None and (not isinstance(times, list) or len(times) > MAX_STEP_TIMES
+                              or not all(type(x) in (int, float) and _seconds(x) for x in times)):
+        return None
+    memory = msg.get("memory")
+    if memory is not None:
+        if not isinstance(memory, list) or len(memory) > MAX_DEVICES:
+            return None
+        for d in memory:
+            if not isinstance(d, dict) or not _count(d.get("device"), _RANK["device"]) \
+                    or not all(_count(d.get(k), _RANK[k]) for k in _MEMORY_FIELDS) \
+                    or not _count(d.get("alloc_retries")) or not _count(d.get("ooms")):
+                return None
+    return msg
 
 
 def _job(v) -> str | None:
@@ -64,7 +116,7 @@ class ProbeClient:
         self._conns: dict[int, _Conn] = {}
         self._clock = clock
         self.rejected: set[int] = set()
-        self.bad_lines = 0
+        self.bad_messages = 0  # dropped: not JSON, or a field out of its type or range
         self._job_dirs: dict[int, str | None] = {}
         self.refused_dirs: dict[str, str] = {}  # directory -> why no probe there is read
 
@@ -125,20 +177,24 @@ class ProbeClient:
                 self._accept_line(c, line)
 
     def _accept_line(self, c: _Conn, line: bytes) -> None:
-        try:
-            msg = json.loads(line)
-            if not isinstance(msg, dict) or msg.get("v") != 1:
-                raise ValueError
-            times = [float(x) for x in msg.get("step_times") or [] if isinstance(x, (int, float))]
-            c.step_times.extend(times)
-            c.wait += float(msg.get("input_wait") or 0.0)
-            c.window += float(msg.get("window") or 0.0)
-        except (ValueError, TypeError):
-            self.bad_lines += 1
+        """Take one message, or drop it whole (counted) when any field is not what a probe sends:
+        a bad line must never reach the sample, where it would stop every later tick."""
+        msg = parse_message(line)
+        if msg is None:
+            self.bad_messages += 1
             return
+        c.step_times.extend(msg.get("step_times") or ())
+        if len(c.step_times) > MAX_STEP_TIMES:
+            del c.step_times[:-MAX_STEP_TIMES]
+        c.wait += msg.get("input_wait") or 0.0
+        c.window += msg.get("window") or 0.0
         c.last = msg
         c.last_seen = self._clock()
         c.fresh = True
+
+    @property
+    def bad_lines(self) -> int:  # the older name
+        return self.bad_messages
 
     def sample(self, pids: set[int]) -> tuple[RankSample, ...]:
         for pid in [p for p in self._job_dirs if p not in pids]:
@@ -156,7 +212,14 @@ class ProbeClient:
             if c.last is None:
                 continue
             if c.fresh or c.prev is None:
-                c.prev = self._rank(c, now)
+                try:
+                    c.prev = self._rank(c, now)
+                except (ValueError, TypeError, OverflowError, ZeroDivisionError):
+                    # parse_message should make this impossible; if not, lose this message, not the tick
+                    self.bad_messages += 1
+                    c.last, c.prev = None, None
+                    c.step_times, c.wait, c.window, c.fresh = [], 0.0, 0.0, False
+                    continue
                 c.step_times, c.wait, c.window, c.fresh = [], 0.0, 0.0, False
                 out.append(c.prev)
             else:  # the probe publishes less often than we sample: its last rates still hold
@@ -179,7 +242,8 @@ class ProbeClient:
             cuda=bool(m.get("cuda")), allocated=i(main.get("allocated")), reserved=i(main.get("reserved")),
             peak=i(main.get("peak")), active=i(main.get("active")), inactive_split=i(main.get("inactive_split")),
             alloc_retries=i(main.get("alloc_retries")), ooms=i(main.get("ooms")), steps=i(m.get("steps")),
-            step_time=step_time, steps_per_s=steps_per_s,
+            step_time=plausible.number(step_time, plausible.RANK["step_time"]),
+            steps_per_s=plausible.number(steps_per_s, plausible.RANK["steps_per_s"]),
             input_wait=min(1.0, c.wait / c.window) if c.window > 0 else None,
             age=now - c.last_seen, local_rank=i(m.get("local_rank")), job=_job(m.get("job")),
         )

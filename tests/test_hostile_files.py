@@ -338,3 +338,86 @@ def test_implausible_values_in_a_log_are_dropped_not_summed(tmp_path):
     assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
     r = json.loads(p.stdout)
     assert r["gpus"][0]["power_peak"] == 300 and r["skipped_lines"] == 1 and r["duration_s"] == 50
+
+
+# -- 8. probe messages that are not what a probe sends ----------------------------------------
+
+class _FakeProcess:
+    """The attached process, always alive: only the probe channel is under test here."""
+
+    def __init__(self, pid):
+        self.pid = pid
+
+    def sample(self):
+        from traintop.samples import ProcessSample
+
+        return ProcessSample(pid=self.pid, alive=True)
+
+    def channel_pids(self):
+        return {self.pid}
+
+
+def _probe_server(tmp_path, monkeypatch, pid):
+    import socket
+
+    d = tmp_path / "probes"
+    d.mkdir(mode=0o700)
+    monkeypatch.setenv("TRAINTOP_PROBE_DIR", str(d))
+    srv = socket.socket(socket.AF_UNIX)
+    srv.bind(str(d / f"probe-{pid}.sock"))
+    srv.listen(1)
+    return srv
+
+
+GOOD = {"v": 1, "pid": 4321, "rank": 0, "world_size": 1, "cuda": True, "window": 0.33, "steps": 10,
+        "step_times": [0.1, 0.1], "input_wait": 0.05,
+        "memory": [{"device": 0, "allocated": 1 << 30, "reserved": 2 << 30, "peak": 1 << 30}]}
+BAD = [b'{"v":1,"rank":Infinity}', b'{"v":1,"memory":[{"reserved":"x"}]}', b'{"v":1,"steps":NaN}',
+       b'{"v":1,"rank":-5}', b'{"v":1,"step_times":[1e400]}', b'{"v":1,"memory":[{"device":0,"reserved":-1}]}',
+       b'{"v":1,"world_size":' + b"9" * 400 + b"}", b"[" * 5000 + b"]" * 5000, b'{"v":true}']
+
+
+def test_a_bad_probe_message_is_dropped_and_sampling_goes_on(tmp_path, monkeypatch):
+    import time
+
+    from traintop.collectors.probe_client import ProbeClient
+    from traintop.live import LiveSampler
+
+    srv = _probe_server(tmp_path, monkeypatch, 4321)
+    client = ProbeClient()
+    sampler = LiveSampler(process=_FakeProcess(4321), probes=client)
+    sampler.next_frame()
+    conn, _ = srv.accept()
+    frames = []
+    for k, bad in enumerate(BAD):
+        conn.sendall(bad + b"\n" + json.dumps(dict(GOOD, steps=k)).encode() + b"\n")
+        time.sleep(0.05)
+        frames.append(sampler.next_frame())
+    assert client.bad_messages == len(BAD)
+    assert [f.ranks[0].steps for f in frames] == list(range(len(BAD)))
+    assert all(f.ranks[0].rank == 0 and f.ranks[0].reserved == 2 << 30 for f in frames)
+    conn.close()
+    srv.close()
+    sampler.close()
+
+
+def test_the_count_of_dropped_probe_messages_reaches_the_recording_and_analyze(tmp_path):
+    from traintop.analyze import analyze
+    from traintop.monitor import Monitor
+    from traintop.recording import RecordingReader
+    from traintop.sessions import _note_probe_errors
+
+    sim = Simulator("healthy", gpus=1, interval=0.5)
+    path = str(tmp_path / "probe.ttrec")
+    monitor = Monitor(sim.info(), recorder=RecordingWriter(path, sim.info()))
+    for f in sim.frames(20):
+        monitor.ingest(f)
+
+    class Probes:
+        bad_messages = 3
+
+    _note_probe_errors(monitor, Probes())
+    monitor.close()
+    r = RecordingReader(path)
+    assert r.meta["probe_bad_messages"] == "3"
+    assert any("3 malformed message(s)" in n for n in analyze(r).notes)

@@ -196,8 +196,11 @@ def test_garbage_on_the_channel_is_ignored(probe_dir):
     conn, _ = srv.accept()
     conn.sendall(b"not json\n[1,2]\n" + json.dumps({"v": 1, "pid": 777, "steps": "x"}).encode() + b"\n")
     time.sleep(0.05)
+    assert client.sample({777}) == () and client.bad_messages == 3  # a message with a bad field is dropped whole
+    conn.sendall(json.dumps({"v": 1, "pid": 777, "steps": 5}).encode() + b"\n")
+    time.sleep(0.05)
     ranks = client.sample({777})
-    assert client.bad_lines == 2 and len(ranks) == 1 and ranks[0].steps is None
+    assert len(ranks) == 1 and ranks[0].steps == 5
     conn.close()
     srv.close()
 
@@ -245,3 +248,35 @@ def test_traintop_run_injects_the_probe_into_a_real_torch_job(tmp_path):
     assert any(rk.step_time for rk in ranks)
     workers = [m for f in frames if f.process for m in f.process.members if m.is_loader_worker]
     assert workers
+
+
+def test_idle_readers_cannot_take_every_slot(fake_torch, probe_dir):
+    """Eight connections that never read hold every slot; a ninth reader (traintop) gets in at
+    once: the reader with the most unread data gives its slot up."""
+    p = Probe(interval=0.05)
+    assert p.start()
+    idle = []
+    try:
+        for _ in range(probe_agent.MAX_CLIENTS):
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(p.path)
+            idle.append(s)
+        deadline = time.time() + 5
+        while (len(p._clients) < probe_agent.MAX_CLIENTS or p.sent < 2 * probe_agent.MAX_CLIENTS) \
+                and time.time() < deadline:
+            time.sleep(0.02)
+        assert len(p._clients) == probe_agent.MAX_CLIENTS  # every slot taken, none reading
+        client = ProbeClient()
+        ranks = ()
+        for _ in range(40):
+            ranks = client.sample({os.getpid()})
+            if ranks:
+                break
+            time.sleep(0.05)
+        assert ranks and ranks[0].pid == os.getpid()
+        assert p.evicted >= 1 and len(p._clients) <= probe_agent.MAX_CLIENTS
+        client.close()
+    finally:
+        for s in idle:
+            s.close()
+        p.stop()

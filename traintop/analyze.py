@@ -228,6 +228,11 @@ def _report(source, name, alerts, accs, first, last, n, notes=()) -> Report:
     if lines:
         notes.append(f"{lines} unreadable line(s) skipped")
     energy = sum(acc.energy_kwh(first, last) for acc in accs.values())
+
+
+    bad = getattr(source, "meta", {}).get("probe_bad_messages", "")
+    if bad.isdigit() and len(bad) < 12 and int(bad):
+        notes.append(f"the probe sent {int(bad)} malformed message(s) while recording; they were dropped")
     return Report(name, getattr(source, "kind", "traintop recording"), round(duration, 1), n, info.interval, gpus,
                   findings, round(duration / 3600 * len(gpus), 4), round(sum(f.gpu_hours_lost for f in findings), 4),
                   notes, round(energy, 4), skipped_chunks=chunks, skipped_lines=lines)

@@ -19,6 +19,7 @@ peers of the same uid (or root).
 from __future__ import annotations
 
 import atexit
+import fcntl
 import json
 import os
 import select
@@ -26,6 +27,7 @@ import socket
 import stat
 import struct
 import sys
+import termios
 import threading
 import time
 
@@ -125,6 +127,7 @@ class Probe:
         self._undo: list = []
         self._window_start = time.perf_counter()
         self.drops = 0
+        self.evicted = 0  # readers dropped to make room for a new one
         self.errors = 0
         self.sent = 0
 
@@ -287,11 +290,28 @@ class Probe:
             except (BlockingIOError, InterruptedError):
                 return
             uid = peer_uid(conn)
-            if (uid not in (os.getuid(), 0)) or len(self._clients) >= MAX_CLIENTS:
+            if uid not in (os.getuid(), 0) or (len(self._clients) >= MAX_CLIENTS and not self._make_room()):
                 conn.close()
                 continue
             conn.setblocking(False)
             self._clients.append(conn)
+
+    def _make_room(self) -> bool:
+        """Every slot taken: drop the reader with the most unread data (one that stopped reading,
+        or the slowest), so idle connections cannot lock traintop out. False: all keep up."""
+        def unread(c: socket.socket) -> int:
+            try:
+                return struct.unpack("i", fcntl.ioctl(c.fileno(), termios.TIOCOUTQ, b"\0" * 4))[0]
+            except (OSError, struct.error):
+                return -1  # unknown here: the oldest reader goes
+        backlog = [unread(c) for c in self._clients]
+        worst = max(range(len(backlog)), key=lambda k: (backlog[k], -k))
+        if backlog[worst] == 0:
+            return False
+        victim = self._clients.pop(worst)
+        victim.close()
+        self.evicted += 1
+        return True
 
     def _publish(self, data: bytes) -> None:
         for c in list(self._clients):

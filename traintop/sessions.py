@@ -9,7 +9,7 @@ import os
 import time
 from importlib import resources
 
-from traintop.errors import NoGpuError, TraintopError
+from traintop.errors import NoGpuError, RecordingError, TraintopError
 from traintop.feeds import ReplayFeed, SourceFeed
 from traintop.live import LiveSampler
 from traintop.monitor import Monitor
@@ -70,15 +70,25 @@ def live_session(interval: float = 0.5, pid: int | None = None, record: str | No
         import socket
         info = SessionInfo(kind="live", hostname=socket.gethostname(), interval=interval, label="no GPU",
                            extra={"no_gpu": no_gpu})
-    sampler = LiveSampler(gpu=gpu, host=HostCollector(), process=proc,
-                          probes=ProbeClient(probe_dir) if proc is not None else None,
+    probes = ProbeClient(probe_dir) if proc is not None else None
+    sampler = LiveSampler(gpu=gpu, host=HostCollector(), process=proc, probes=probes,
                           gpu_timeout=max(1.0, 2 * interval))
     engine = default_engine(config) if config else None
     monitor = _recording(Monitor(info, store=_store_for(interval), engine=engine), record)
     monitor.launched = own_child
     feed = SourceFeed(monitor, sampler, interval, kind="live")
-    feed.closers = [sampler.close]
+    feed.closers = [lambda: _note_probe_errors(monitor, probes), sampler.close]
     return monitor, feed
+
+
+def _note_probe_errors(monitor: Monitor, probes) -> None:
+    """The recording says how many probe messages were dropped as malformed (analyze shows it)."""
+    if probes is None or not probes.bad_messages or monitor.recorder is None or monitor.recording_error:
+        return
+    try:
+        monitor.recorder.set_meta("probe_bad_messages", str(probes.bad_messages))
+    except RecordingError as e:
+        monitor.recording_error = str(e)
 
 
 def simulated_session(scenario: str = "healthy", gpus: int = 1, seed: int = 0, interval: float = 0.5,
