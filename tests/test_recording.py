@@ -253,3 +253,14 @@ def test_the_writer_only_makes_chunks_the_reader_accepts(tmp_rec):
         encode(frames + frames[:1])
     with pytest.raises(ValueError):
         RecordingWriter(tmp_rec, Simulator().info(), chunk_frames=MAX_CHUNK_SAMPLES // 2 + 1)
+
+
+def test_a_process_named_d_is_not_a_delta_coded_column():
+    import dataclasses
+
+    from traintop.codec import decode, encode
+    from traintop.samples import ProcessSample
+
+    frames = [dataclasses.replace(f, process=ProcessSample(pid=7, alive=True, name="d", cmdline="d"))
+              for f in Simulator("healthy").frames(5)]
+    assert [f.process.name for f in decode(encode(frames))] == ["d"] * 5

@@ -202,12 +202,13 @@ def _times(n, deltas) -> list[float]:
     return [v / 1000.0 for v in ms]
 
 
-def _column(col, n: int) -> list:
+def _column(col, n: int, numeric: bool = True) -> list:
     """A stored column as n values: delta-coded integer columns are summed back (their
-    length checked first)."""
+    length checked first). Only a numeric column can be delta-coded: a text column may well
+    start with the name "d"."""
     if not isinstance(col, list):
         raise ValueError("bad column")
-    if col and col[0] == "d":
+    if numeric and col and col[0] == "d":
         if len(col) != n + 1 or not set(map(type, col[1:])) <= {int}:
             raise ValueError("bad delta")
         col = list(accumulate(col[1:]))
@@ -259,6 +260,9 @@ def _texts(col: list) -> list:
     return col
 
 
+_NOT_NUMERIC = {"p.name", "p.cmd", "p.members", "h.cores"}
+
+
 def _parse(blob: bytes, codec: str) -> tuple[list[float], dict[str, list]]:
     """Inflate, check, parse and validate a chunk: times and its (quantised) columns."""
     raw = _inflate(blob)
@@ -273,7 +277,7 @@ def _parse(blob: bytes, codec: str) -> tuple[list[float], dict[str, list]]:
         if _key_index(k, "g", MAX_GPUS) is None and _key_index(k, "r", MAX_RANKS) is None \
                 and not k.startswith(("h.", "p.")):
             continue  # a field this version does not know
-        col = _column(col, n)
+        col = _column(col, n, numeric=k not in _NOT_NUMERIC)
         if k.endswith(".procs"):
             col = _lists(col, (2,))
             if codec != "cols1+zlib":
