@@ -421,3 +421,88 @@ def test_the_count_of_dropped_probe_messages_reaches_the_recording_and_analyze(t
     r = RecordingReader(path)
     assert r.meta["probe_bad_messages"] == "3"
     assert any("3 malformed message(s)" in n for n in analyze(r).notes)
+
+
+def test_record_keeps_sampling_through_bad_probe_messages(tmp_path):
+    """The real `traintop record --pid` against a probe that sends bad lines among good ones:
+    every tick is recorded (before: 4 samples of ~12), the ranks keep coming, the count is kept."""
+    import socket
+    import threading
+    import time
+
+    job = subprocess.Popen(["sleep", "60"])
+    d = tmp_path / "probes"
+    d.mkdir(mode=0o700)
+    srv = socket.socket(socket.AF_UNIX)
+    srv.bind(str(d / f"probe-{job.pid}.sock"))
+    srv.listen(2)
+    srv.settimeout(20)
+    stop = threading.Event()
+
+    def serve():
+        try:
+            conn, _ = srv.accept()
+        except OSError:
+            return
+        k = 0
+        while not stop.is_set():
+            try:
+                conn.sendall(BAD[k % len(BAD)] + b"\n" + json.dumps(dict(GOOD, pid=job.pid, steps=k)).encode() + b"\n")
+            except OSError:
+                return
+            k += 1
+            time.sleep(0.1)
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    out = tmp_path / "probe.ttrec"
+    try:
+        env = dict(os.environ, XDG_CONFIG_HOME=str(tmp_path / "config"), TRAINTOP_PROBE_DIR=str(d))
+        p = subprocess.run([sys.executable, "-m", "traintop", "record", str(out), "--pid", str(job.pid),
+                            "--duration", "3", "--interval", "0.25", "--quiet"], capture_output=True, text=True,
+                           timeout=TIME_LIMIT, preexec_fn=_limit_memory, stdin=subprocess.DEVNULL, env=env)
+    finally:
+        stop.set()
+        srv.close()
+        job.kill()
+        job.wait()
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+    from traintop.recording import RecordingReader
+
+    r = RecordingReader(str(out))
+    frames = list(r.frames())
+    assert len(frames) >= 10  # 3 s at 4 Hz
+    with_ranks = [f for f in frames if f.ranks]
+    assert len(with_ranks) >= len(frames) - 3  # the first ticks may come before the first message
+    steps = [f.ranks[0].steps for f in with_ranks]
+    assert steps == sorted(steps) and steps[-1] > steps[0]
+    assert int(r.meta["probe_bad_messages"]) >= 10
+
+
+@pytest.mark.parametrize("where", ["session", "rules", "remedies"])
+def test_deeply_nested_metadata_is_one_line_or_ignored(tmp_path, where):
+    sim = Simulator("starved", gpus=1, interval=0.5)
+    path = str(tmp_path / "deep.ttrec")
+    from traintop.monitor import Monitor
+
+    monitor = Monitor(sim.info(), recorder=RecordingWriter(path, sim.info(), chunk_frames=100))
+    for f in sim.frames(120):
+        monitor.ingest(f)
+    monitor.close()
+    deep = "[" * 200_000 + "]" * 200_000
+    db = sqlite3.connect(path)
+    if where == "remedies":
+        assert db.execute("UPDATE alerts SET remedies=?", (deep,)).rowcount >= 1
+    else:
+        db.execute("UPDATE meta SET value=? WHERE key=?", (deep, where))
+    db.commit()
+    db.close()
+    p = run_traintop(tmp_path, "analyze", path)
+    if where == "session":
+        assert_refused(p, "damaged session metadata")
+    elif where == "rules":  # the rules' record cannot be read: they run again
+        assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+        assert "Data starvation" in p.stdout and "--rerun re-runs them" not in p.stdout
+    else:  # the damaged alert is left out; the rules find it again when re-run
+        assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+        assert "Data starvation" in run_traintop(tmp_path, "analyze", path, "--rerun").stdout
