@@ -464,11 +464,12 @@ def decode_columns(blob: bytes, names, codec: str = CODEC) -> tuple[list[float],
     ``decode``'s. Damage raises RecordingError."""
     gpu_fields = SCHEMES[codec][0]
     raw = _inflate(blob)
-    _checked(raw)
     # The encoder writes the GPU columns first: read up to the host's, the whole text only
-    # if a wanted column is not found there.
+    # if a wanted column is not found there (and check only what is read).
     cut = raw.find(b'"h.')
-    text = raw[:cut].decode("utf-8", "replace") if cut > 0 else raw.decode("utf-8")
+    head = raw[:cut] if cut > 0 else raw
+    _checked(head)
+    text = head.decode("utf-8", "replace") if cut > 0 else raw.decode("utf-8")
     where = {m.group(1): m.end() for m in _KEY.finditer(text)}
     times = _times(_raw(text, "n"), _raw(text, "t"))
     out = {}
@@ -479,7 +480,9 @@ def decode_columns(blob: bytes, names, codec: str = CODEC) -> tuple[list[float],
         if name in where:
             col, _ = _JSON.raw_decode(text, where[name])
         elif cut > 0:
-            full = full if full is not None else raw.decode("utf-8")
+            if full is None:
+                _checked(raw)
+                full = raw.decode("utf-8")
             col = _raw(full, name)
         else:
             col = None
