@@ -93,3 +93,14 @@ def test_analyze_applies_them(tmp_path):
     r = subprocess.run([sys.executable, "-m", "traintop", "analyze", str(rec), "--set", "bogus=1"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and r.stderr.count("\n") == 1
+
+
+def test_traintop_config_shows_each_range(tmp_path):
+    import os
+
+    from traintop.rules.config import RANGES
+
+    r = subprocess.run([sys.executable, "-m", "traintop", "config"], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, XDG_CONFIG_HOME=str(tmp_path)))
+    rows = {ln.split()[0]: ln.split()[2] for ln in r.stdout.splitlines()[2:]}
+    assert rows == {name: f"{lo:g}-{hi:g}" for name, (lo, hi) in RANGES.items()}

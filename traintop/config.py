@@ -49,9 +49,11 @@ def describe_thresholds(values: Thresholds, path: str) -> str:
     rows = []
     for f in fields(Thresholds):
         now, default = getattr(values, f.name), getattr(DEFAULT, f.name)
-        rows.append(f"  {f.name:<28} {now:>8g}" + ("" if now == default else f"   (default {default:g})"))
+        lo, hi = RANGES[f.name]
+        rows.append((f"  {f.name:<28} {now:>8g}  {f'{lo:g}-{hi:g}':<12}"
+                     + ("" if now == default else f" (default {default:g})")).rstrip())
     head = (f"Rule thresholds: set them in {one_line(path)} under [thresholds], or with --set NAME=NUMBER.\n"
-            f"  {'name':<28} {'value':>8}")
+            f"  {'name':<28} {'value':>8}  range")
     return "\n".join([head, *rows])
 
 
