@@ -274,16 +274,20 @@ class RecordingReader:
         except sqlite3.Error as e:
             raise RecordingError(f"{path} is damaged or not a traintop recording ({e})") from None
         try:
+            self._open()
+        except BaseException:
+            self._db.close()
+            raise
+
+    def _open(self) -> None:
+        path = self.path
+        try:
             self._harden()
             self._has_alerts = self._check_schema()
             rows = self._query(f"SELECT key, value FROM meta LIMIT {MAX_META_ROWS}")
             meta = {str(k): str(v) for k, v in rows}
         except (sqlite3.Error, ValueError, TypeError) as e:
-            self._db.close()
             raise self._error(e) from None
-        except RecordingError:
-            self._db.close()
-            raise
         if meta.get("format") != FORMAT:
             raise RecordingError(f"{path} is an SQLite file but not a traintop recording")
         try:
