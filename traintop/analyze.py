@@ -228,8 +228,6 @@ def _report(source, name, alerts, accs, first, last, n, notes=()) -> Report:
     if lines:
         notes.append(f"{lines} unreadable line(s) skipped")
     energy = sum(acc.energy_kwh(first, last) for acc in accs.values())
-
-
     bad = getattr(source, "meta", {}).get("probe_bad_messages", "")
     if bad.isdigit() and len(bad) < 12 and int(bad):
         notes.append(f"the probe sent {int(bad)} malformed message(s) while recording; they were dropped")
@@ -251,7 +249,9 @@ def _nothing_read(source, name: str):
     skipped = getattr(source, "skipped_chunks", 0)
     total = getattr(source, "chunk_total", skipped)
     if skipped:
-        raise TraintopError(f"{name}: none of its {total} chunk(s) could be read (all damaged); nothing to analyze")
+        why = getattr(source, "damage", None)
+        raise TraintopError(f"{name}: none of its {total} chunk(s) could be read ({why or 'all damaged'}); "
+                            "nothing to analyze")
     raise TraintopError(f"{name} holds no samples; nothing to analyze")
 
 
@@ -280,9 +280,11 @@ def _from_recorded(source, name) -> Report:
     accs: dict[int, _Acc] = {}
     first = last = None
     n = skipped = 0
-    for p_accs, p_first, p_last, p_n, p_skipped in parts:
+    for p_accs, p_first, p_last, p_n, p_skipped, p_damage in parts:
         n += p_n
         skipped += p_skipped
+        if p_damage and not getattr(source, "damage", None):
+            source.damage = p_damage
         if p_first is None:
             continue
         first = p_first if first is None else first
@@ -390,7 +392,7 @@ def _summarise(source, names: dict, ids: list[int]):
             acc.power.extend([v / scale["power_w"] if v is not None else nan for v in pw] if pw else [nan] * len(times))
             en = col("energy_j")
             acc.energy.extend([v / scale["energy_j"] if v is not None else nan for v in en] if en else [nan] * len(times))
-    return accs, first, last, n, getattr(source, "skipped_chunks", 0) - before
+    return accs, first, last, n, getattr(source, "skipped_chunks", 0) - before, getattr(source, "damage", None)
 
 
 def render_text(r: Report) -> str:

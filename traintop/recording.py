@@ -314,6 +314,8 @@ class RecordingReader:
                         and type(r[3]) is int and 0 <= r[3] <= MAX_CHUNK_SAMPLES and r[1] <= r[2]]
         self._t0s = [r[1] for r in self._chunks]
         self.skipped_chunks = len(rows) - len(self._chunks)  # rows no writer makes
+        # why the first damaged chunk could not be read (said when nothing could be)
+        self.damage = "a chunk's times or sample count are implausible" if self.skipped_chunks else None
         self.chunk_total = len(rows)
         self._cache: dict[int, list[Frame]] = {}
 
@@ -391,8 +393,8 @@ class RecordingReader:
             if codec not in CODECS or row is None or not isinstance(row[0], bytes):
                 raise RecordingError("unknown codec")
             frames = decode(row[0], codec, t_from=t_from, t_to=t_to)
-        except (RecordingError, sqlite3.Error, ValueError):
-            self.skipped_chunks += 1  # one damaged chunk must not lose the rest of the session
+        except (RecordingError, sqlite3.Error, ValueError) as e:
+            self._damaged(e)  # one damaged chunk must not lose the rest of the session
         if t_from is not None or t_to is not None:
             return frames
         if len(self._cache) > 2:
@@ -428,23 +430,27 @@ class RecordingReader:
             rows = [r for r in rows if r[0] in wanted]
         for chunk_id, codec in rows:
             if codec not in CODECS:
-                self.skipped_chunks += 1
+                self._damaged(RecordingError(f"unknown codec {codec!r}"))
                 continue
             try:
                 (blob,) = self._query("SELECT data FROM chunks WHERE id = ?", (chunk_id,))[0]
                 blob = bytes(blob)
-            except (sqlite3.Error, TypeError, IndexError, ValueError):
-                self.skipped_chunks += 1
+            except (sqlite3.Error, TypeError, IndexError, ValueError) as e:
+                self._damaged(e)
                 continue
             try:
                 got = decode_columns(blob, names, codec)
             except RecordingError:
                 try:
                     got = columns_of(decode(blob, codec), names, codec)
-                except RecordingError:
-                    self.skipped_chunks += 1
+                except RecordingError as e:
+                    self._damaged(e)
                     continue
             yield codec, *got
+
+    def _damaged(self, e: Exception) -> None:
+        self.skipped_chunks += 1
+        self.damage = self.damage or str(e)
 
     def judged_by(self, config=None) -> bool:
         """Were its recorded alerts made by these rules (this version, ``config`` or the default

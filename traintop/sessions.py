@@ -139,8 +139,9 @@ def replay_session(path: str, *, loop: bool = False, kind: str = "replay", speed
     feed.speed = speed
     if not monitor.store and feed.peek() is None:  # every chunk damaged: nothing would ever play
         skipped = getattr(reader, "skipped_chunks", 0)
+        why = getattr(reader, "damage", None) or "all damaged"
         raise TraintopError(f"{path}: none of its {getattr(reader, 'chunk_total', skipped)} chunk(s) could be read "
-                            "(all damaged); nothing to replay")
+                            f"({why}); nothing to replay")
     return monitor, feed
 
 
