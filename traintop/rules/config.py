@@ -85,7 +85,7 @@ _GIB = (0.0, 100_000.0)
 RANGES: dict[str, tuple[float, float]] = {
     "starvation_window_s": _WINDOW, "starvation_idle_util": _PCT, "starvation_busy_util": _PCT,
     "starvation_min_idle_frac": _FRAC, "starvation_min_busy_frac": _FRAC,
-    "starvation_busy_worker_cpu": (0.0, 1000.0), "starvation_input_wait": _FRAC,
+    "starvation_busy_worker_cpu": (0.0, 1000.0), "starvation_input_wait": _FRAC, "starvation_fed_input_wait": _FRAC,
     "underuse_window_s": _WINDOW, "underuse_power_frac": _FRAC, "underuse_max_util": _PCT,
     "underuse_max_sm_active": _PCT, "underuse_min_util_for_sm": _PCT,
     "thermal_window_s": _WINDOW, "thermal_min_frac": _FRAC, "thermal_margin_c": (0.0, 50.0),
