@@ -5,9 +5,10 @@
 Measures, on this machine: the collector's own cost per tick (fake NVML whose calls cost
 nothing, so what remains is traintop's overhead; real NVML figures come from
 bench/nvml_calls.py on a GPU machine), ingest cost (store + rules), recording size and
-write cost, the time to draw one frame of the dashboard; a day of 8 simulated GPUs at 2 Hz
-through the headless dashboard in compressed time (RSS at the end), then opening, seeking
-and analyzing the recording it wrote; and CPU per wall second of the TUI and the recorder
+write cost, the time to draw one frame of the dashboard, what a frame of a 2-GPU simulation
+costs in counted work (bench/frame_cost.py: lines rendered, strips, wraps, terminal bytes);
+a day of 8 simulated GPUs at 2 Hz through the headless dashboard in compressed time (RSS
+at the end), then opening, seeking and analyzing the recording it wrote; and CPU per wall second of the TUI and the recorder
 (bench/cpu_compare.py: beside nvitop, gpustat and nvidia-smi where there is a GPU).
 The full run takes about 30 minutes on 2 cores (the day is most of it); --quick is a smoke
 test (minutes of samples, no CPU comparison).
@@ -139,6 +140,12 @@ def bench_render(n_gpus: int, size: tuple[int, int], quick: bool) -> dict:
             "frame_cpu_ms_max": (max(times) - base) * 1e3}
 
 
+def bench_frame_cost(quick: bool) -> list[dict]:
+    import frame_cost
+
+    return [frame_cost.measure(size, 10 if quick else 60) for size in ((160, 48), (80, 24))]
+
+
 def bench_day(quick: bool) -> dict:
     """A day (quick: 6 minutes) of 8 GPUs at 2 Hz through the headless dashboard, then the file."""
     import subprocess
@@ -206,6 +213,11 @@ def main() -> int:
     res["render_8gpu_120x40"] = r
     rows.append(("draw one frame, 8 GPUs, 120×40", f"{r['frame_cpu_ms_median']:.1f} ms CPU",
                  f"max {r['frame_cpu_ms_max']:.1f} ms (new sample, view, widgets, compositor)"))
+    res["frame_cost_2gpu"] = bench_frame_cost(q)
+    for r in res["frame_cost_2gpu"]:
+        rows.append((f"frame cost, 2 GPUs at 1 s, {r['size']}", f"{r['cpu_us_median'] / 1000:.1f} ms CPU",
+                     f"per frame: {r['refresh']:.1f} refreshed, {r['repainted']:.1f} repainted, {r['lines']:.1f} "
+                     f"lines, {r['strips']:.0f} strips, {r['wraps'] + r['divide']:.0f} wraps, {r['bytes']:.0f} B out"))
     if not q:
         r = bench_cpu(30.0)
         res["cpu"] = r

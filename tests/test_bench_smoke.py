@@ -14,5 +14,7 @@ def test_bench_quick_runs_and_writes_json(tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert "draw one frame" in r.stdout
+    assert "frame cost, 2 GPUs at 1 s, 160x48" in r.stdout
     res = json.loads(out.read_text())
     assert res["recording_8gpu"]["bytes_per_gpu_sample"] > 0
+    assert all(r["lines"] > 0 and r["bytes"] > 0 for r in res["frame_cost_2gpu"])
