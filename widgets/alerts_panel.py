@@ -7,12 +7,12 @@ import time
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
-from textual.widget import Widget
 
 from traintop.text import one_line
 from traintop.units import fmt_duration
 from traintop.view import AlertView, View
 from traintop.widgets.render import SEVERITY_ICON, SEVERITY_STYLE
+from traintop.widgets.lines import TextLines, line_signature
 from traintop.widgets.wrap import hang_wrap, keep_units
 
 Paragraph = tuple[Text, int]  # a logical line and the indent of its wrapped continuation lines
@@ -77,34 +77,41 @@ def alert_paragraphs(active, recent, now: float | None, compact: bool, watching:
     return out
 
 
-class AlertsBody(Widget):
-    """The alert text, wrapped here with hanging indents. Its numbers change every second; the
-    screen is laid out again only when the number of lines changes."""
+class AlertsBody(TextLines):
+    """The alert text, wrapped here with hanging indents. Its numbers change every second: a
+    paragraph is wrapped again only when its text changes, only the lines that changed are
+    repainted, and the screen is laid out again only when the number of lines changes."""
 
     def __init__(self, **kw) -> None:
         super().__init__(**kw)
         self._paras: list[Paragraph] = []
         self._cache: tuple[int, list[Text]] | None = None
-        self._lines = -1
+        self._wraps: dict[tuple, list[Text]] = {}  # (paragraph signature, width, hang) -> its lines
 
     def set_paragraphs(self, paras: list[Paragraph]) -> None:
         self._paras, self._cache = paras, None
-        width = self.content_size.width or self.size.width or 80
-        lines = len(self._wrapped(width))
-        relayout = lines != self._lines
-        self._lines = lines
-        self.refresh(layout=relayout)
+        self.redraw()
 
     def _wrapped(self, width: int) -> list[Text]:
         if self._cache is None or self._cache[0] != width:
             lines: list[Text] = []
+            wraps: dict[tuple, list[Text]] = {}
             for text, hang in self._paras:
-                lines.extend(hang_wrap(text, width, hang))
+                key = (line_signature(text), width, hang)
+                wrapped = wraps.get(key) or self._wraps.get(key)
+                if wrapped is None:
+                    wrapped = hang_wrap(text, width, hang)
+                wraps[key] = wrapped
+                lines.extend(wrapped)
+            self._wraps = wraps  # only what is on screen now
             self._cache = (width, lines)
         return self._cache[1]
 
     def get_content_height(self, container, viewport, width: int) -> int:
         return len(self._wrapped(width))
+
+    def text_lines(self, width: int) -> list[Text]:
+        return self._wrapped(max(1, width))
 
     def render(self) -> Text:
         width = self.content_size.width or self.size.width or 80
@@ -125,6 +132,7 @@ class AlertsPanel(VerticalScroll, can_focus=False):
         yield AlertsBody(id="alerts-body")
 
     _shown: tuple | None = None
+    _title = "Alerts"
 
     def show(self, view: View, compact: bool) -> None:
         paras = alert_paragraphs(view.active, view.recent, view.t, compact, watched(view))
@@ -134,7 +142,9 @@ class AlertsPanel(VerticalScroll, can_focus=False):
         self._shown = key
         self.query_one("#alerts-body", AlertsBody).set_paragraphs(paras)
         n = len(view.active)
-        self.border_title = f"Alerts ({n} active)" if n else "Alerts"
+        title = f"Alerts ({n} active)" if n else "Alerts"
+        if title != self._title:  # setting it, even unchanged, repaints the whole panel
+            self._title = self.border_title = title
         self.set_class(any(a.severity >= 2 for a in view.active), "-firing")
 
     @staticmethod

@@ -39,7 +39,7 @@ class GpuPanel(TextLines):
             self.border_subtitle = Text(subtitle)
         self.set_class(view.alert_level == 2, "-warning")
         self.set_class(view.alert_level >= 3, "-critical")
-        self.refresh()
+        self.redraw()
 
     # -- metric rows ---------------------------------------------------------
     def _rows(self) -> list[tuple[str, list, float, float, str, str]]:

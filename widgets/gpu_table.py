@@ -84,7 +84,7 @@ class GpuTable(TextLines):
     def show(self, rows: list[GpuView], total: int, more: int, wide: bool) -> None:
         self.rows, self.total, self.more, self.wide = rows, total, more, wide
         self.border_title = f"GPUs ({total})"
-        self.refresh()
+        self.redraw()
 
     def render(self) -> Text:
         width = self.content_size.width or self.size.width or 80

@@ -19,7 +19,7 @@ class HostPanel(TextLines):
 
     def show(self, view: HostView, compact: bool) -> None:
         self.view, self.compact = view, compact
-        self.refresh()
+        self.redraw()
 
     def render(self) -> Text:
         h = self.view.sample if self.view else None

@@ -1,47 +1,107 @@
-"""Widgets that draw one no-wrap rich Text through Textual's line API.
+"""Widgets that draw rich Text through Textual's line API, repainting only the lines that changed.
 
 Textual's generic path converts a widget's Text to its own Content and wraps it again on
-every refresh; for panels that redraw every frame that was most of a frame's cost. Here
-each line becomes a Strip straight from rich's segments, once per refresh: truncated when
-the Text is no_wrap (the panels size their text to the width), wrapped otherwise.
+every refresh, and a refresh repaints every line of the widget, border and padding
+included. traintop changes a small part of the screen each second, so a panel here keeps
+one Strip per line with a cheap signature of the Text it came from; ``redraw()`` renders
+the panel's Text, compares the signatures and repaints only the lines that differ (nothing
+at all when none does). A line is truncated when the Text is no_wrap (the panels size
+their text to the width), wrapped otherwise.
 """
 
 from __future__ import annotations
 
+from rich.segment import Segment
 from rich.text import Text
+from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 
 
+def line_signature(line: Text) -> tuple:
+    """Equal for two lines that draw the same (text, styles), cheap next to drawing one."""
+    return line.plain, str(line.style), tuple(line.spans), line.end
+
+
+def fit_lines(text: Text, width: int, console) -> list[Text]:
+    """``text`` as lines of at most ``width`` cells: truncated when it is no_wrap, wrapped otherwise."""
+    if text.no_wrap:
+        overflow = text.overflow or "crop"
+        lines = text.split("\n", allow_blank=True)
+        for line in lines:
+            if line.cell_len > width:
+                line.truncate(width, overflow=overflow)
+        return lines
+    return text.wrap(console, max(1, width))
+
+
 class TextLines(Widget):
     _strips: list[Strip] | None = None
+    _signatures: list[tuple] | None = None
     _strips_key: tuple | None = None
+    _base = None  # the widget's rich style when the strips were built
 
     def render(self) -> Text:  # subclasses draw here
         return Text()
 
+    def text_lines(self, width: int) -> list[Text]:
+        """The widget's lines at ``width`` cells; a subclass that already holds lines may override it."""
+        return fit_lines(self.render(), width, self.app.console)
+
     def refresh(self, *regions, **kw):
-        self._strips = None
+        if not regions:  # a full repaint (style, size, or a redraw that changed every line)
+            self._strips = None
         return super().refresh(*regions, **kw)
 
-    def _build(self, width: int) -> list[Strip]:
-        text = self.render()
-        base = self.rich_style
-        console = self.app.console
-        if text.no_wrap:
-            overflow = text.overflow or "crop"
-            lines = text.split("\n", allow_blank=True)
-            for line in lines:
-                if line.cell_len > width:
-                    line.truncate(width, overflow=overflow)
+    def redraw(self) -> None:
+        """Show the current state: repaint the lines whose Text changed, and only those."""
+        width, height = self.content_size
+        if self._strips is None or (width, height) != self._strips_key or not self.is_mounted:
+            self.refresh()  # nothing to compare with: draw it all when Textual asks for lines
+            return
+        lines = self.text_lines(width)
+        signatures = [line_signature(line) for line in lines]
+        old = self._signatures
+        if len(signatures) != len(old):
+            self._strips = None
+            self.refresh(layout=self.styles.height is not None and self.styles.height.is_auto)
+            return
+        changed = [y for y, (a, b) in enumerate(zip(signatures, old)) if a != b]
+        if not changed:
+            return
+        console, base = self.app.console, self._base  # a style change repaints it all (refresh())
+        for y in changed:
+            self._strips[y] = self._strip(lines[y], console, base)
+        self._signatures = signatures
+        runs: list[list[int]] = []  # adjacent changed lines: one region each run
+        for y in changed:
+            if y >= height:
+                break
+            if runs and runs[-1][1] == y:
+                runs[-1][1] = y + 1
+            else:
+                runs.append([y, y + 1])
+        if runs:
+            self.refresh(*(Region(0, a, width, b - a) for a, b in runs))
+
+    @staticmethod
+    def _strip(line: Text, console, base) -> Strip:
+        if line.style and not line.spans:  # Text.render drops the style of a line without spans
+            segments = [Segment(line.plain, console.get_style(line.style))]
         else:
-            lines = text.wrap(console, max(1, width))
-        return [Strip(list(line.render(console)), line.cell_len).apply_style(base) for line in lines]
+            segments = list(line.render(console))
+        return Strip(segments, line.cell_len).apply_style(base)
+
+    def _build(self, width: int) -> None:
+        lines = self.text_lines(width)
+        console, base = self.app.console, self.rich_style
+        self._base = base
+        self._signatures = [line_signature(line) for line in lines]
+        self._strips = [self._strip(line, console, base) for line in lines]
 
     def render_line(self, y: int) -> Strip:
-        width = self.content_size.width
-        key = (width, self.content_size.height)
-        if self._strips is None or key != self._strips_key:
-            self._strips = self._build(width)
-            self._strips_key = key
+        width, height = self.content_size
+        if self._strips is None or (width, height) != self._strips_key:
+            self._build(width)
+            self._strips_key = (width, height)
         return self._strips[y] if y < len(self._strips) else Strip.blank(width, self.rich_style)

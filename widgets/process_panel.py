@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from rich.text import Text
-from traintop.widgets.lines import TextLines
+from traintop.widgets.lines import TextLines, fit_lines
 
 from traintop.rules.config import DEFAULT, Thresholds
 from traintop.text import one_line
@@ -104,9 +104,22 @@ class ProcessPanel(TextLines):
         if title != self._title:
             self._title = title
             self.border_title = Text(title)
-        self.refresh()
+        self.redraw()
+
+    def text_lines(self, width: int) -> list[Text]:
+        body, rank = self._body(width)
+        lines = fit_lines(body, width, self.app.console)  # wrapped: count the rows, not the newlines
+        room = (self.content_size.height or 0) - len(lines) - 1
+        if rank is not None and room >= 6:  # the chart's rows are never wider than the panel
+            lines.extend(self._chart(rank, width, room).split("\n", allow_blank=True))
+        return lines
 
     def render(self) -> Text:
+        """The whole panel as one Text (tests and tools)."""
+        return Text("\n").join(self.text_lines(self.content_size.width or 60))
+
+    def _body(self, width: int) -> tuple[Text, RankView | None]:
+        """Everything above the memory chart, and the rank whose chart goes below it (or None)."""
         v = self.view
         p = v.sample if v else None
         out = Text(no_wrap=self.compact, overflow="ellipsis")
@@ -114,21 +127,21 @@ class ProcessPanel(TextLines):
             out.append("No process attached. ", style="dim")
             out.append("traintop --pid N", style="bold")
             out.append(" attaches to a running job.", style="dim")
-            return out
+            return out, None
         if v.job_end is not None:  # a job of `traintop run`: how it ended, as soon as it did
             end = v.job_end
             out.append(end.describe(capital=True), style="bold red" if end.status else "bold green")
             out.append(f" (PID {p.pid}, {one_line(p.name, 100)}); its history stays on screen. "
                        "q quits with its status.", style="yellow")
-            return self._cpu_history(out, v)
+            return self._cpu_history(out, v), None
         if not p.alive:
             when = time.strftime("%H:%M:%S", time.localtime(v.ended_at)) if v.ended_at else "recently"
             out.append(f"PID {p.pid} ({one_line(p.name, 100)}) ended at {when}; its history stays on screen.", style="bold yellow")
-            return self._cpu_history(out, v)
+            return self._cpu_history(out, v), None
         workers = p.loader_workers
         gpu_mem = ", ".join(f"GPU {i} {fmt_bytes(b)}" for i, b in sorted(v.gpu_mem.items())) or "no GPU memory"
         if self.compact and v.ranks:
-            return compact_rank_line(v.ranks[0], len(v.ranks), v.thresholds)
+            return compact_rank_line(v.ranks[0], len(v.ranks), v.thresholds), None
         if self.compact:
             out.append(f"PID {p.pid} ", style="bold")
             out.append(f"CPU {p.cpu_percent or 0:.0f} %")
@@ -137,12 +150,12 @@ class ProcessPanel(TextLines):
                 busy = f"{len(load.busy)} at {load.busy_mean:.0f} %" if load.busy else "none saturated"
                 out.append(f"  workers {load.count} ({busy})", style="bold yellow" if load.busy else "dim")
             out.append(f"  {gpu_mem}  RSS {fmt_bytes(p.rss)}")
-            return out
-        out.append(one_line(p.cmdline[: max(10, (self.content_size.width or 60))]) + "\n", style="dim")
+            return out, None
+        out.append(one_line(p.cmdline[: max(10, width)]) + "\n", style="dim")
         if v.cpu and any(c is not None for c in v.cpu):  # the job's CPU over time (100 % = one core)
             top = max([100.0] + [c for c in v.cpu if c is not None])
             out.append("CPU  ", style="bold")
-            out.append_text(spark(v.cpu, 0, top, max(4, (self.content_size.width or 60) - 14), "green"))
+            out.append_text(spark(v.cpu, 0, top, max(4, width - 14), "green"))
             out.append(f" {p.cpu_percent or 0:5.0f} %\n")
         out.append(f"CPU {p.cpu_percent or 0:.0f} %  RSS {fmt_bytes(p.rss)}  threads {p.threads or 0}"
                    f"  I/O ↓{fmt_rate(p.read_rate)} ↑{fmt_rate(p.write_rate)}\n")
@@ -155,11 +168,10 @@ class ProcessPanel(TextLines):
                 out.append(f"{c:.0f}% ", style=level_style(c / 100, 0.85, 0.95))
         else:
             out.append("no data-loader workers seen", style="dim")
-        width = self.content_size.width or 60
         if not v.ranks:
             out.append("\n")
             out.append(NO_PROBE_YET if v.launched else NO_PROBE, style="dim")
-            return out
+            return out, None
         for rv in v.ranks[:8]:
             out.append("\n")
             out.append_text(rank_line(rv, v.thresholds))
@@ -170,12 +182,7 @@ class ProcessPanel(TextLines):
             out.append("\nstep  ", style="bold")
             out.append_text(spark(first.step_time, 0, hi, max(4, width - 20), "cyan"))
             out.append(f" {times[-1] * 1000:.0f} ms")
-        # the panel wraps long lines (lines.py), so count the rows they take, not the newlines
-        room = (self.content_size.height or 0) - len(out.wrap(self.app.console, width)) - 1
-        if room >= 6 and first.sample.cuda:
-            out.append("\n")
-            out.append_text(self._chart(first, width, room))
-        return out
+        return out, (first if first.sample.cuda else None)
 
     def _cpu_history(self, out: Text, v: ProcessView) -> Text:
         """After the end, what the job did up to it (the full layout has the room)."""

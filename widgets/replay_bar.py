@@ -21,7 +21,7 @@ class ReplayBar(TextLines):
     def show(self, start: float | None, end: float | None, position: float | None, speed: float,
              playing: bool) -> None:
         self.start, self.end, self.position, self.speed, self.playing = start, end, position, speed, playing
-        self.refresh()
+        self.redraw()
 
     def render(self) -> Text:
         out = Text(no_wrap=True, overflow="ellipsis")

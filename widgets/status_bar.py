@@ -31,12 +31,12 @@ class StatusBar(TextLines):
              problem: str | None, replay: str | None = None) -> None:
         self.mode, self.text, self.t, self.paused = mode, text, t, paused
         self.recording, self.problem, self.replay = recording, problem, replay
-        self.refresh()
+        self.redraw()
 
     def show_notice(self, message: str | None, severity: str = "information") -> None:
         """A message for a few seconds (the app clears it), where it covers nothing."""
         self.notice, self.notice_severity = message, severity
-        self.refresh()
+        self.redraw()
 
     def render(self) -> Text:
         # Most important first: a narrow pane truncates from the right.

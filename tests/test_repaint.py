@@ -1,0 +1,89 @@
+"""The dashboard repaints only what changed, and what it shows equals a full repaint."""
+
+import asyncio
+
+from rich.text import Text
+from textual.app import App
+
+from traintop.widgets.lines import TextLines
+
+
+class Lines(TextLines):
+    DEFAULT_CSS = "Lines { height: 7; border: round white; padding: 0 1; }"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows = [f"row {k}" for k in range(5)]
+
+    def render(self) -> Text:
+        return Text("\n".join(self.rows), no_wrap=True)
+
+
+def _count_drawn_lines(widget) -> list[int]:
+    """Lines the widget draws from now on (Textual asks for a line only when it repaints it)."""
+    drawn: list[int] = []
+    inner = widget.render_line
+
+    def render_line(y):
+        drawn.append(y)
+        return inner(y)
+
+    widget.render_line = render_line
+    return drawn
+
+
+def _screen_text(app) -> list[str]:
+    return [line.text for line in app.screen._compositor.render_strips()]
+
+
+def test_a_changed_line_repaints_that_line_only_and_an_unchanged_text_nothing():
+    class One(App):
+        def compose(self):
+            yield Lines()
+
+    async def go():
+        app = One()
+        async with app.run_test(size=(40, 10)) as pilot:
+            w = app.query_one(Lines)
+            await pilot.pause()
+            drawn = _count_drawn_lines(w)
+            w.redraw()
+            await pilot.pause()
+            assert drawn == []
+            w.rows[2] = "row two, changed"
+            w.redraw()
+            await pilot.pause()
+            assert drawn == [2]
+            assert "row two, changed" in "\n".join(_screen_text(app))
+            w.rows = ["one line only"]  # fewer lines: all of it again
+            w.redraw()
+            await pilot.pause()
+            assert set(drawn[1:]) >= {0, 1, 2, 3, 4}
+
+    asyncio.run(go())
+
+
+def test_frames_repaint_only_changed_lines_and_end_where_a_full_repaint_does(sim_app):
+    async def go():
+        app, _, feed = sim_app("starved,healthy", gpus=2, interval=1.0)
+        async with app.run_test(size=(160, 48)) as pilot:
+            await pilot.pause()
+            panels = list(app.query(TextLines))
+            counts = {p: _count_drawn_lines(p) for p in panels}
+            app.refresh_view()  # no new sample: nothing to repaint
+            await pilot.pause()
+            assert sum(map(len, counts.values())) == 0
+            for _ in range(5):
+                feed.step()
+                app.refresh_view()
+                await pilot.pause()
+            drawn = sum(map(len, counts.values()))
+            rows = sum(p.content_size.height for p in panels if p.display)
+            assert 0 < drawn < 5 * rows / 2  # the borders, labels and steady text are not repainted
+            partial = _screen_text(app)
+            for p in panels:
+                p.refresh()
+            await pilot.pause()
+            assert _screen_text(app) == partial
+
+    asyncio.run(go())
