@@ -7,14 +7,21 @@ time between the reads (what it costs while it runs for hours), and "from launch
 CPU time over the first ``--seconds`` (start-up included, as a quick `time`-style
 measurement sees it). Peers that are not installed are listed as such.
 
-  python bench/cpu_compare.py --preset h200            # traintop vs nvitop, gpustat, nvidia-smi
+  python bench/cpu_compare.py --preset h200            # traintop vs nvitop, gpustat, nvidia-smi dmon
   python bench/cpu_compare.py --preset sim --seconds 30  # traintop on the simulator (no GPU)
+  python bench/cpu_compare.py --preset guard           # traintop simulate vs a full-repaint Textual app
+
+Presets with references print ratios: h200 the TUIs to nvitop at the same interval and size
+and the recorder to dmon; guard `traintop simulate --gpus 2 --interval 1` to
+bench/textual_floor.py. nvitop and gpustat run as `python -m` where only their packages are
+importable (wheels on PYTHONPATH).
 """
 
 from __future__ import annotations
 
 import argparse
 import fcntl
+import importlib.util
 import json
 import os
 import pty
@@ -33,7 +40,22 @@ import psutil
 PY = sys.executable
 
 
-def presets(name: str, tmp: str) -> list[tuple[str, list[str]]]:
+HERE = os.path.dirname(os.path.abspath(__file__))
+SMALL = (80, 24)
+
+
+def peer(module: str, *args: str) -> list[str]:
+    """A peer monitor's command: its script where it is installed, else ``python -m`` where only
+    its package is importable (wheels put on PYTHONPATH), else the bare name (reported missing)."""
+    if shutil.which(module):
+        return [module, *args]
+    if importlib.util.find_spec(module) is not None:
+        return [PY, "-m", module, *args]
+    return [module, *args]
+
+
+# Each preset: rows (label, argv, optional (cols, rows)), and the ratios to print (row, reference).
+def presets(name: str, tmp: str) -> list[tuple]:
     tt = [PY, "-m", "traintop"]
     if name == "sim":
         sim = ["simulate", "--scenario", "starved"]
@@ -42,19 +64,50 @@ def presets(name: str, tmp: str) -> list[tuple[str, list[str]]]:
             (f"traintop record {hz} Hz (simulated)",
              tt + ["record", "--simulate", "starved", "--interval", str(1 / hz), f"{tmp}/sim{hz}.ttrec"])
             for hz in (1, 4, 10)]
-    rows = [(f"traintop TUI {hz} Hz", tt + ["--interval", str(1 / hz)]) for hz in (1, 4, 10)]
-    rows += [(f"traintop TUI {hz} Hz --fps {hz}", tt + ["--interval", str(1 / hz), "--fps", str(hz)]) for hz in (4, 10)]
-    rows += [(f"traintop record {hz} Hz", tt + ["record", "--interval", str(1 / hz), f"{tmp}/live{hz}.ttrec"])
-             for hz in (1, 4, 10)]
-    rows += [("nvitop 1 s", ["nvitop", "--interval", "1"]), ("nvitop 0.25 s", ["nvitop", "--interval", "0.25"]),
-             ("gpustat --watch 1", ["gpustat", "--watch", "1"]),
-             ("nvidia-smi dmon", ["nvidia-smi", "dmon"]), ("nvidia-smi -l 1", ["nvidia-smi", "-l", "1"])]
-    return rows
+    if name == "guard":
+        return [("traintop simulate --gpus 2 --interval 1", tt + ["simulate", "--gpus", "2", "--interval", "1"]),
+                ("Textual full repaint at 1 Hz", [PY, os.path.join(HERE, "textual_floor.py"), "--interval", "1"])]
+    return [
+        ("traintop TUI --interval 1", tt + ["--interval", "1"]),
+        ("traintop TUI --interval 1, 80x24", tt + ["--interval", "1"], SMALL),
+        ("traintop TUI defaults", tt),
+        ("nvitop --interval 1", peer("nvitop", "--interval", "1")),
+        ("nvitop --interval 1, 80x24", peer("nvitop", "--interval", "1"), SMALL),
+        ("nvitop defaults", peer("nvitop")),
+        ("gpustat -i 1", peer("gpustat", "-i", "1")),
+        ("nvidia-smi dmon -d 1", ["nvidia-smi", "dmon", "-d", "1"]),
+        ("traintop record --interval 1", tt + ["record", "--interval", "1", f"{tmp}/live1.ttrec"]),
+        ("traintop record defaults", tt + ["record", f"{tmp}/live.ttrec"]),
+    ]
+
+
+RATIOS = {
+    "guard": [("traintop simulate --gpus 2 --interval 1", "Textual full repaint at 1 Hz")],
+    "h200": [("traintop TUI --interval 1", "nvitop --interval 1"),
+             ("traintop TUI --interval 1, 80x24", "nvitop --interval 1, 80x24"),
+             ("traintop TUI defaults", "nvitop defaults"),
+             ("traintop record --interval 1", "nvidia-smi dmon -d 1"),
+             ("traintop record defaults", "nvidia-smi dmon -d 1")],
+}
+
+
+def ratios(rows: list[dict], pairs: list[tuple[str, str]]) -> list[dict]:
+    """Each row's CPU over its reference's, steady and from launch (None where one is missing)."""
+    by = {r["command"]: r for r in rows}
+    out = []
+    for a, b in pairs:
+        ra, rb = by.get(a, {}), by.get(b, {})
+        res = {"command": a, "reference": b}
+        for key in ("cpu_per_wall_s", "from_launch"):
+            x, y = ra.get(key), rb.get(key)
+            res[key] = round(x / y, 2) if x is not None and y else None
+        out.append(res)
+    return out
 
 
 class Run:
     def __init__(self, label: str, argv: list[str], cols: int = 160, rows: int = 48) -> None:
-        self.label, self.argv = label, argv
+        self.label, self.argv, self.size = label, argv, f"{cols}x{rows}"
         self.proc = None
         self.error = None
         if shutil.which(argv[0]) is None:
@@ -122,7 +175,7 @@ class Run:
 
 
 def measure(specs, seconds: float, warmup: float) -> list[dict]:
-    runs = [Run(label, argv) for label, argv in specs]
+    runs = [Run(sp[0], sp[1], *(sp[2] if len(sp) > 2 else ())) for sp in specs]
     try:
         launched = time.monotonic()
         time.sleep(warmup)
@@ -136,7 +189,7 @@ def measure(specs, seconds: float, warmup: float) -> list[dict]:
         wall = time.monotonic() - t0
         out = []
         for r, a, b, c in zip(runs, c0, c1, c_launch):
-            row = {"command": r.label, "argv": " ".join(r.argv), "wall_s": round(wall, 2)}
+            row = {"command": r.label, "argv": " ".join(r.argv), "size": r.size, "wall_s": round(wall, 2)}
             if r.error:
                 row["error"] = r.error
             elif a is None or b is None:
@@ -155,7 +208,7 @@ def measure(specs, seconds: float, warmup: float) -> list[dict]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--preset", choices=["h200", "sim"], default="sim")
+    ap.add_argument("--preset", choices=["h200", "sim", "guard"], default="sim")
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--warmup", type=float, default=6.0)
     ap.add_argument("--json", help="write the rows here")
@@ -165,20 +218,27 @@ def main() -> int:
         import re
         specs = [sp for sp in presets(args.preset, tmp) if not args.only or re.search(args.only, sp[0])]
         rows = measure(specs, args.seconds, args.warmup)
+    rat = ratios(rows, RATIOS.get(args.preset, []))
     print(f"CPU seconds per wall second; steady: {args.warmup:g}-{args.warmup + args.seconds:g} s after launch, "
           f"from launch: the first {args.seconds:g} s")
-    print(f"{'command':36s} {'steady':>8s} {'from launch':>12s} {'RSS MiB':>8s}")
+    print(f"{'command':40s} {'size':>7s} {'steady':>8s} {'from launch':>12s} {'RSS MiB':>8s}")
     for r in rows:
         if "error" in r:
-            print(f"{r['command']:36s} {r['error']}")
+            print(f"{r['command']:40s} {r['size']:>7s} {r['error']}")
         else:
             fl = r["from_launch"]
-            print(f"{r['command']:36s} {r['cpu_per_wall_s']:8.4f} {fl if fl is not None else float('nan'):12.4f} "
-                  f"{r['rss_mib']:8.1f}")
+            print(f"{r['command']:40s} {r['size']:>7s} {r['cpu_per_wall_s']:8.4f} "
+                  f"{fl if fl is not None else float('nan'):12.4f} {r['rss_mib']:8.1f}")
+    if rat:
+        print("ratios (steady, from launch)")
+        fmt = lambda x: "  n/a" if x is None else f"{x:5.2f}"  # noqa: E731
+        for r in rat:
+            print(f"  {r['command']} / {r['reference']}: {fmt(r['cpu_per_wall_s'])} {fmt(r['from_launch'])}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"machine": os.uname().nodename, "cpus": os.cpu_count(), "seconds": args.seconds,
-                       "date": time.strftime("%Y-%m-%d"), "rows": rows}, f, indent=1)
+                       "warmup": args.warmup, "preset": args.preset, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                       "rows": rows, "ratios": rat}, f, indent=1)
     return 0
 
 
