@@ -2,6 +2,8 @@
 
 import asyncio
 
+import pytest
+
 from rich.text import Text
 from textual.app import App
 
@@ -63,10 +65,12 @@ def test_a_changed_line_repaints_that_line_only_and_an_unchanged_text_nothing():
     asyncio.run(go())
 
 
-def test_frames_repaint_only_changed_lines_and_end_where_a_full_repaint_does(sim_app):
+@pytest.mark.parametrize("size,gpus", [((160, 48), 2), ((80, 24), 2), ((120, 36), 8)],
+                         ids=["panels-160x48", "compact-80x24", "table-8gpu"])
+def test_frames_repaint_only_changed_lines_and_end_where_a_full_repaint_does(sim_app, size, gpus):
     async def go():
-        app, _, feed = sim_app("starved,healthy", gpus=2, interval=1.0)
-        async with app.run_test(size=(160, 48)) as pilot:
+        app, _, feed = sim_app("starved,healthy", gpus=gpus, interval=1.0)
+        async with app.run_test(size=size) as pilot:
             await pilot.pause()
             panels = list(app.query(TextLines))
             counts = {p: _count_drawn_lines(p) for p in panels}

@@ -80,10 +80,13 @@ class GpuTable(TextLines):
         self.page_key = "n"
         self.wide = False
         self.total = 0
+        self._title = ""
 
     def show(self, rows: list[GpuView], total: int, more: int, wide: bool) -> None:
         self.rows, self.total, self.more, self.wide = rows, total, more, wide
-        self.border_title = f"GPUs ({total})"
+        title = f"GPUs ({total})"
+        if title != self._title:  # setting it, even unchanged, repaints the whole table
+            self._title = self.border_title = title
         self.redraw()
 
     def render(self) -> Text:
