@@ -206,6 +206,76 @@ def test_garbage_on_the_channel_is_ignored(probe_dir):
 
 
 
+def _stacks_from(probe, client_sock, deadline_s=3.0):
+    """Messages the probe publishes until one carries stacks (the probe thread runs)."""
+    buf, end = b"", time.time() + deadline_s
+    client_sock.settimeout(0.2)
+    while time.time() < end:
+        try:
+            buf += client_sock.recv(1 << 20)
+        except socket.timeout:
+            continue
+        *lines, buf = buf.split(b"\n")
+        for line in lines:
+            msg = json.loads(line)
+            if "stacks" in msg:
+                return msg
+    return None
+
+
+def test_stacks_of_every_thread_on_request(fake_torch, probe_dir):
+    import threading
+
+    release = threading.Event()
+    th = threading.Thread(target=lambda: release.wait(10), name="loader-feeder")
+    th.start()
+    p = Probe(interval=0.05)
+    assert p.start()
+    try:
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(p.path)
+        time.sleep(0.2)
+        assert _stacks_from(p, s, 0.3) is None  # not unless asked (or stalled)
+        s.sendall(b"stacks\n")
+        msg = _stacks_from(p, s)
+        assert msg is not None and msg["stacks_reason"] == "requested"
+        names = [d["thread"] for d in msg["stacks"]]
+        assert names[0] == "MainThread" and msg["stacks"][0]["main"]
+        assert "loader-feeder" in names and "traintop-probe" not in names
+        feeder = next(d for d in msg["stacks"] if d["thread"] == "loader-feeder")
+        assert "release.wait" in feeder["stack"]  # the line it blocks on
+        s.close()
+    finally:
+        release.set()
+        p.stop()
+
+
+def test_stacks_sent_on_its_own_once_the_job_stops_stepping(fake_torch, probe_dir):
+    p = Probe()
+    p._install_hooks()
+    for _ in range(5):
+        fake_torch.hooks[0](None, (), {})
+    first = json.loads(p.message())
+    assert "stacks" not in first and first["since_step"] < 1
+    p._recent_steps = [20.0] * 5  # usual step 20 s: a stall only after 60 s
+    p._last_step -= 45
+    assert "stacks" not in json.loads(p.message())
+    p._last_step -= 20
+    msg = json.loads(p.message())
+    assert msg["stacks_reason"] == "stalled" and msg["since_step"] >= 65
+    assert "stacks" not in json.loads(p.message())  # once per stall, not every message
+    p._stall_stacks_at -= probe_agent.STALL_REPEAT_S
+    assert json.loads(p.message())["stacks_reason"] == "stalled"  # and again a minute later
+    fake_torch.hooks[0](None, (), {})  # stepping again: no stall
+    assert "stacks" not in json.loads(p.message())
+
+
+def test_stacks_are_bounded(fake_torch, probe_dir, monkeypatch):
+    monkeypatch.setattr(probe_agent, "MAX_STACK_BYTES", 300)
+    out = probe_agent.thread_stacks()
+    assert sum(len(d["stack"]) for d in out) <= 300
+
+
 TRAIN = r"""
 import time, torch
 from torch.utils.data import DataLoader, Dataset

@@ -8,7 +8,10 @@ second, one JSON line per message to every connected traintop:
 - ``torch.cuda.memory_stats()`` figures for the devices this process uses (host-side
   counters of the caching allocator: no device synchronisation);
 - optimizer steps and their durations (a global optimizer step hook);
-- the time spent waiting inside the DataLoader iterator's ``__next__`` (the input wait).
+- the time spent waiting inside the DataLoader iterator's ``__next__`` (the input wait);
+- every thread's Python stack (``sys._current_frames``), when a reader asks (it writes
+  ``stacks`` on the socket) and on its own once the job has stopped stepping
+  (no optimizer step for max(30 s, 3x the usual step time)).
 
 It never blocks or raises into the job: sends are non-blocking and a slow reader just
 misses messages; every hook is wrapped. It listens on a Unix socket
@@ -30,10 +33,14 @@ import sys
 import termios
 import threading
 import time
+import traceback
 
 PROTOCOL = 1
 DEFAULT_INTERVAL = 0.33
 MAX_CLIENTS = 8
+STALL_MIN_S = 30.0  # no step for this long (or 3x the usual step time, if longer) is a stall
+STALL_REPEAT_S = 60.0  # while stalled, the stacks again this often
+MAX_STACK_BYTES = 64 * 1024
 _SO_PEERCRED = getattr(socket, "SO_PEERCRED", 17)
 
 
@@ -126,6 +133,9 @@ class Probe:
         self._hooks_installed = False
         self._undo: list = []
         self._window_start = time.perf_counter()
+        self._recent_steps: list[float] = []  # the last step durations, for the usual step time
+        self._want_stacks: str | None = None  # why the next message carries the stacks
+        self._stall_stacks_at: float | None = None  # when the stacks last went out for a stall
         self.drops = 0
         self.evicted = 0  # readers dropped to make room for a new one
         self.errors = 0
@@ -201,6 +211,9 @@ class Probe:
                     self._step_times.append(now - self._last_step)
                     if len(self._step_times) > 10_000:
                         del self._step_times[:5_000]
+                    self._recent_steps.append(now - self._last_step)
+                    if len(self._recent_steps) > 64:
+                        del self._recent_steps[:32]
                 self._last_step = now
                 self._steps += 1
         except Exception:
@@ -260,11 +273,27 @@ class Probe:
             })
         return out
 
+    def stall_after(self) -> float:
+        """Seconds without a step that count as stalled: max(30 s, 3x the usual step time)."""
+        recent = sorted(self._recent_steps)
+        usual = recent[len(recent) // 2] if recent else 0.0
+        return max(STALL_MIN_S, 3.0 * usual)
+
+    def _check_stall(self, now: float) -> None:
+        last = self._last_step
+        if last is None or now - last < self.stall_after():
+            return
+        sent = self._stall_stacks_at
+        if sent is None or sent < last or now - sent >= STALL_REPEAT_S:
+            self._want_stacks = "stalled"
+            self._stall_stacks_at = now
+
     def message(self) -> bytes:
         now = time.perf_counter()
         with self._lock:
             step_times, self._step_times = self._step_times, []
             steps = self._steps
+            last_step = self._last_step
         wait, self._input_wait = self._input_wait, 0.0
         since = self._waiting_since
         if since is not None:  # a wait in progress counts up to now
@@ -280,7 +309,13 @@ class Probe:
             "cuda": bool(cuda is not None and cuda.is_initialized()),
             "memory": self._memory(), "steps": steps, "step_times": step_times,
             "input_wait": wait, "hooks": self._hooks_installed, "drops": self.drops,
+            "since_step": None if last_step is None else now - last_step,
         }
+        self._check_stall(now)
+        if self._want_stacks:
+            msg["stacks"] = thread_stacks()
+            msg["stacks_reason"] = self._want_stacks
+            self._want_stacks = None
         return (json.dumps(msg, separators=(",", ":")) + "\n").encode()
 
     def _accept(self) -> None:
@@ -313,6 +348,22 @@ class Probe:
         self.evicted += 1
         return True
 
+    def _read_request(self, c: socket.socket) -> None:
+        """A reader may ask for the stacks (``stacks``); anything else is ignored."""
+        try:
+            data = c.recv(4096)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:  # the reader went away
+            if c in self._clients:
+                self._clients.remove(c)
+            c.close()
+            return
+        if b"stacks" in data:
+            self._want_stacks = "requested"
+
     def _publish(self, data: bytes) -> None:
         for c in list(self._clients):
             try:
@@ -340,9 +391,12 @@ class Probe:
                 srv = self._server
                 if srv is None:
                     return
-                readable, _, _ = select.select([srv], [], [], timeout)
-                if readable:
+                readable, _, _ = select.select([srv, *self._clients], [], [], timeout)
+                if srv in readable:
                     self._accept()
+                for c in readable:
+                    if c is not srv:
+                        self._read_request(c)
                 if time.monotonic() >= next_t:
                     next_t += self.interval
                     if time.monotonic() > next_t:
@@ -353,6 +407,24 @@ class Probe:
             except Exception:
                 self.errors += 1
                 self._stop.wait(self.interval)
+
+
+def thread_stacks(limit: int = 40) -> list[dict]:
+    """Every thread's Python stack, the main thread first, the probe's own left out."""
+    threads = {t.ident: t for t in threading.enumerate()}
+    out, size = [], 0
+    for ident, frame in sys._current_frames().items():
+        t = threads.get(ident)
+        if t is not None and t.name == "traintop-probe":
+            continue
+        text = "".join(traceback.format_stack(frame, limit=limit))
+        if size + len(text) > MAX_STACK_BYTES:
+            text = text[-max(0, MAX_STACK_BYTES - size):]
+        size += len(text)
+        out.append({"thread": t.name if t is not None else f"thread {ident}",
+                    "main": t is threading.main_thread(), "stack": text})
+    out.sort(key=lambda d: not d["main"])
+    return out
 
 
 _probe: Probe | None = None
