@@ -24,6 +24,7 @@ from traintop.widgets.alerts_panel import AlertsPanel
 from traintop.widgets.gpu_panel import GpuPanel
 from traintop.widgets.gpu_table import GpuTable
 from traintop.widgets.help_screen import HelpScreen
+from traintop.widgets.stacks_screen import StacksScreen
 from traintop.widgets.host_panel import HostPanel
 from traintop.widgets.process_panel import ProcessPanel
 from traintop.widgets.replay_bar import ReplayBar
@@ -73,6 +74,7 @@ class TraintopApp(App):
         Binding("question_mark", "help", "help"),
         Binding("p,space", "pause", "pause"),
         Binding("p,space", "resume", "resume"),
+        Binding("s", "stacks", "stacks", show=False),
         Binding("left", "seek(-10)", "seek", group=SEEK_KEYS),
         Binding("right", "seek(10)", "seek", group=SEEK_KEYS),
         Binding("left_square_bracket", "speed(-1)", "slower", show=False),
@@ -343,6 +345,13 @@ class TraintopApp(App):
     # -- actions --------------------------------------------------------------------
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
+
+    def action_stacks(self) -> None:
+        """Every thread's Python stack in the job (from the probe): where a stalled job hangs."""
+        live = self.replay is None
+        if live:
+            self.monitor.request_stacks()
+        self.push_screen(StacksScreen(self.monitor, live))
 
     def action_pause(self) -> None:
         if self.replay is not None:

@@ -17,10 +17,12 @@ import time
 
 from traintop import plausible
 from traintop.probe_agent import peer_uid, private_dir_problem, probe_dir
-from traintop.samples import RankSample
+from traintop.samples import RankSample, StackDump, ThreadStack
 from traintop.text import one_line
 
 MAX_LINE = 1 << 20
+MAX_THREADS = 256
+MAX_STACK_CHARS = 64 * 1024
 MAX_STEP_TIMES = 10_000  # what the probe keeps between two messages
 MAX_DEVICES = 64
 
@@ -116,6 +118,8 @@ class ProbeClient:
         self._conns: dict[int, _Conn] = {}
         self._clock = clock
         self.rejected: set[int] = set()
+        self.bad_lines = 0
+        self._stacks: list[StackDump] = []  # received, not yet taken
         self.bad_messages = 0  # dropped: not JSON, or a field out of its type or range
         self._job_dirs: dict[int, str | None] = {}
         self.refused_dirs: dict[str, str] = {}  # directory -> why no probe there is read
@@ -191,6 +195,27 @@ class ProbeClient:
         c.last = msg
         c.last_seen = self._clock()
         c.fresh = True
+        if msg.get("stacks") is not None:
+            dump = stack_dump(msg, c.pid)
+            if dump is not None:
+                self._stacks.append(dump)
+                del self._stacks[:-64]  # nobody took them: keep the latest
+
+    def request_stacks(self) -> int:
+        """Ask every connected probe for its threads' stacks; they arrive with its next message
+        (``take_stacks``). Returns how many were asked."""
+        asked = 0
+        for c in self._conns.values():
+            try:
+                c.sock.send(b"stacks\n")
+                asked += 1
+            except OSError:  # gone or full: the next sample drops it
+                pass
+        return asked
+
+    def take_stacks(self) -> tuple[StackDump, ...]:
+        out, self._stacks = tuple(self._stacks), []
+        return out
 
     @property
     def bad_lines(self) -> int:  # the older name
@@ -252,3 +277,25 @@ class ProbeClient:
         for c in self._conns.values():
             c.sock.close()
         self._conns.clear()
+
+
+def stack_dump(msg: dict, pid: int) -> StackDump | None:
+    """A probe message's ``stacks`` as a StackDump; None when malformed (it is outside input)."""
+    raw = msg.get("stacks")
+    if not isinstance(raw, list):
+        return None
+    threads = []
+    for d in raw[:MAX_THREADS]:
+        if not isinstance(d, dict) or not isinstance(d.get("stack"), str):
+            continue
+        name = d.get("thread")
+        threads.append(ThreadStack(name=str(name)[:200] if name is not None else "?", main=d.get("main") is True,
+                                   stack=d["stack"][-MAX_STACK_CHARS:]))
+    t, since, rank = msg.get("t"), msg.get("since_step"), msg.get("rank")
+    num = (int, float)
+    return StackDump(
+        t=float(t) if isinstance(t, num) and not isinstance(t, bool) and t == t else time.time(),
+        pid=pid, rank=rank if isinstance(rank, int) and not isinstance(rank, bool) else None,
+        reason="stalled" if msg.get("stacks_reason") == "stalled" else "requested",
+        since_step=float(since) if isinstance(since, num) and not isinstance(since, bool) and since == since else None,
+        threads=tuple(threads))

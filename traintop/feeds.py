@@ -7,6 +7,8 @@ redraw; the UI cannot tell one feed from another. Replay also takes commands
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import sqlite3
 import threading
 import time
@@ -118,6 +120,11 @@ class SourceFeed(Feed):
         self._notify()
 
     def _tick(self) -> None:
+        if self.monitor.stacks_wanted:
+            self.monitor.stacks_wanted = False
+            ask = getattr(self.source, "request_stacks", None)
+            if ask is not None:
+                ask()
         self.monitor.ingest(self.source.next_frame())
         failing = getattr(self.source, "failing", None)  # live collectors that raise (LiveSampler)
         if failing is not None:
@@ -159,6 +166,10 @@ class ReplayFeed(Feed):
                 self._recorded_alerts = reader.alerts()
         except (RecordingError, sqlite3.Error, ValueError):  # an unreadable alerts table costs speed only
             self._recorded_alerts = None
+        stacks = getattr(reader, "stacks", None)
+        self._stacks = stacks() if stacks is not None else []  # the probes' thread stacks, by time
+        self._stack_times = [d.t for d in self._stacks]
+        self._emitted_t: float | None = None
         if self.t_start is not None:
             self._open_at(self.t_start)
             self._emit_until(self.t_start)  # something to show before the clock starts
@@ -169,6 +180,7 @@ class ReplayFeed(Feed):
         playback reaches it."""
         self._it = iter(self.reader.frames(t_from=t))
         self._skip_to = t if after else None
+        self._emitted_t = None  # the first frame read brings every stack recorded before it
         self._peek_ready = False
         self._peek = None
 
@@ -193,6 +205,14 @@ class ReplayFeed(Feed):
     def _take(self) -> Frame | None:
         f = self._ensure_peek()
         self._peek_ready = False
+        if f is not None and self._stacks:
+            # the stacks recorded since the previous frame travel with this one, as they did live
+            lo = bisect.bisect_right(self._stack_times, self._emitted_t) if self._emitted_t is not None else 0
+            hi = bisect.bisect_right(self._stack_times, f.t)
+            if hi > lo:
+                f = dataclasses.replace(f, stacks=tuple(self._stacks[lo:hi]))
+        if f is not None:
+            self._emitted_t = f.t
         return f
 
     def _emit_until(self, t: float, rules_from: float | None = None) -> int:

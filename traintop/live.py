@@ -73,10 +73,15 @@ class LiveSampler:
         gpus, stale = self._gpus()
         host = self._call("host", self.host.sample) if self.host is not None else None
         proc = self._call("process", self.process.sample) if self.process is not None else None
-        ranks = ()
+        ranks, stacks = (), ()
         if self.probes is not None and proc is not None and proc.alive:
             ranks = self._call("probe", lambda: self.probes.sample(self.process.channel_pids()), fallback=())
-        return Frame(t=t, gpus=gpus, host=host, process=proc, ranks=ranks, stale_gpus=stale)
+            stacks = self.probes.take_stacks()
+        return Frame(t=t, gpus=gpus, host=host, process=proc, ranks=ranks, stale_gpus=stale, stacks=stacks)
+
+    def request_stacks(self) -> int:
+        """Ask the job's probes for every thread's stack (they come with a later frame)."""
+        return self.probes.request_stacks() if self.probes is not None else 0
 
     def close(self) -> None:
         if self._pool is not None:

@@ -13,7 +13,7 @@ from dataclasses import asdict
 from traintop.errors import RecordingError, TraintopError
 from traintop.rules import RULES_VERSION, RulesEngine, default_engine
 from traintop.rules.engine import Alert
-from traintop.samples import Frame, SessionInfo
+from traintop.samples import Frame, SessionInfo, StackDump
 from traintop.store import Store
 
 
@@ -31,6 +31,8 @@ class Monitor:
         self.ended_at: float | None = None
         self.launched = False  # the attached process was started by `traintop run` (with the probe)
         self.job_end = None  # traintop.job.JobEnd of a launched job, as soon as it is reaped
+        self.stacks: dict[int, StackDump] = {}  # the latest thread stacks of each probed process
+        self.stacks_wanted = False  # the user asked for them; the live feed passes it to the probes
         if recorder is not None:
             self.attach_recorder(recorder)
 
@@ -75,6 +77,8 @@ class Monitor:
             if p is not None and not p.alive and self.ended_at is None:
                 self.ended_at = frame.t  # the history stays; the panel says when it ended
             self.store.add(frame)
+            for dump in frame.stacks:
+                self.stacks[dump.pid] = dump
             changed = self.engine.evaluate(self.store, frame.t) if evaluate else []
         self._record(frame, changed)
         return changed
@@ -98,12 +102,17 @@ class Monitor:
             # The live view goes on; what was committed stays readable.
             self.recording_error = str(e)
 
+    def request_stacks(self) -> None:
+        """Ask the attached job's probes for every thread's Python stack (live sessions only)."""
+        self.stacks_wanted = True
+
     def reset(self) -> None:
         """Forget history (replay seeks)."""
         with self.lock:
             self.store = Store(self.store.capacity)
             self.engine.reset()
             self.ended_at = None
+            self.stacks = {}
 
     def close(self) -> None:
         with self.lock:

@@ -25,7 +25,7 @@ from traintop.codec import CODEC, CODECS, MAX_CHUNK_SAMPLES, columns_of, decode,
 from traintop.errors import RecordingError, TraintopError
 from traintop.files import check_regular, open_regular
 from traintop.rules.engine import Alert, Severity
-from traintop.samples import Frame, GpuInfo, SessionInfo
+from traintop.samples import Frame, GpuInfo, SessionInfo, StackDump, ThreadStack
 
 FORMAT = "traintop-recording"
 SCHEMA_VERSION = 1
@@ -38,6 +38,8 @@ CREATE INDEX IF NOT EXISTS chunks_t0 ON chunks(t0);
 CREATE TABLE IF NOT EXISTS alerts(id INTEGER PRIMARY KEY, rule TEXT NOT NULL, subject TEXT NOT NULL,
                                   severity TEXT NOT NULL, title TEXT NOT NULL, start REAL NOT NULL,
                                   end REAL, evidence TEXT NOT NULL, remedies TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS stacks(id INTEGER PRIMARY KEY, t REAL NOT NULL, pid INTEGER NOT NULL, rank INTEGER,
+                                  reason TEXT NOT NULL, since_step REAL, threads TEXT NOT NULL);
 """
 
 
@@ -136,6 +138,7 @@ class RecordingWriter:
         self._small_frames: list[Frame] = []
         self._buf: list[Frame] = []  # not yet committed
         self._dirty_alerts: dict[int, Alert] = {}
+        self._stacks: list[StackDump] = []  # not yet committed
         self._last_flush = clock()
         self.closed = False
 
@@ -158,6 +161,7 @@ class RecordingWriter:
 
     def add(self, frame: Frame) -> None:
         self._buf.append(frame)
+        self._stacks.extend(frame.stacks)
         if len(self._buf) >= self.chunk_frames or self._clock() - self._last_flush >= self.flush_every:
             self.flush()
 
@@ -192,6 +196,10 @@ class RecordingWriter:
                         "INSERT OR REPLACE INTO alerts VALUES (?,?,?,?,?,?,?,?,?)",
                         (a.id, a.rule, a.subject, a.severity.label, a.title, a.start, a.end, a.evidence,
                          json.dumps(list(a.remedies))))
+                self._db.executemany(
+                    "INSERT INTO stacks(t, pid, rank, reason, since_step, threads) VALUES (?,?,?,?,?,?)",
+                    [(d.t, d.pid, d.rank, d.reason, d.since_step,
+                      json.dumps([[th.name, th.main, th.stack] for th in d.threads])) for d in self._stacks])
         except sqlite3.Error as e:
             raise RecordingError(f"writing {self.path} failed: {e}") from None
         if merge:
@@ -201,6 +209,7 @@ class RecordingWriter:
             self._small_frames.extend(self._buf)
         self._buf = []
         self._dirty_alerts.clear()
+        self._stacks = []
         self._last_flush = self._clock()
 
     def close(self) -> None:
@@ -484,6 +493,27 @@ class RecordingReader:
                                  str(evidence), tuple(rem), None if end is None else float(end), id=int(aid)))
             except (ValueError, TypeError, OverflowError, RecursionError, TraintopError):
                 continue
+        return out
+
+    def stacks(self) -> list[StackDump]:
+        """The thread stacks the job's probes sent (none in recordings made before they existed)."""
+        out = []
+        try:
+            rows = self._db.execute("SELECT t, pid, rank, reason, since_step, threads FROM stacks ORDER BY t, id")
+            rows = rows.fetchall()
+        except sqlite3.Error:
+            return out
+        for t, pid, rank, reason, since, threads in rows:
+            try:
+                items = json.loads(threads)
+                ths = tuple(ThreadStack(str(name), main is True, str(stack))
+                            for name, main, stack in items if isinstance(stack, str))
+                out.append(StackDump(t=float(t), pid=int(pid), rank=rank if isinstance(rank, int) else None,
+                                     reason="stalled" if reason == "stalled" else "requested",
+                                     since_step=float(since) if isinstance(since, (int, float)) else None,
+                                     threads=ths))
+            except (ValueError, TypeError, OverflowError):
+                continue  # one damaged row must not hide the others
         return out
 
     def close(self) -> None:

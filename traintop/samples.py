@@ -171,6 +171,7 @@ class Frame:
     host: HostSample | None = None
     process: ProcessSample | None = None
     ranks: tuple["RankSample", ...] = ()  # from probes inside the attached job
+    stacks: tuple["StackDump", ...] = ()  # thread stacks a probe sent since the previous tick (not in chunks)
     stale_gpus: tuple[int, ...] = ()  # GPUs whose driver did not answer in time (their fields are None)
 
 
@@ -211,6 +212,29 @@ class RankSample:
     age: float | None = None  # seconds since the probe's last message
     local_rank: int | None = None
     job: str | None = None  # the scheduler's job id (SLURM_JOB_ID, TORCHELASTIC_RUN_ID) seen by the job itself
+
+    @property
+    def label(self) -> str:
+        return f"rank {self.rank}" if self.rank is not None else f"PID {self.pid}"
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadStack:
+    name: str
+    main: bool
+    stack: str  # traceback.format_stack text, outermost call first
+
+
+@dataclass(frozen=True, slots=True)
+class StackDump:
+    """Every thread's Python stack in one process of the job, as its probe sent it."""
+
+    t: float
+    pid: int
+    rank: int | None = None
+    reason: str = "requested"  # requested (a key, a command) or stalled (no step for a while)
+    since_step: float | None = None  # seconds since that process's last optimizer step
+    threads: tuple[ThreadStack, ...] = ()
 
     @property
     def label(self) -> str:

@@ -20,6 +20,7 @@ and says what is wrong and what to try.
   g / G        one GPU's full panel: next / previous; Esc: all GPUs again
   n            next page of GPUs (where even one line each does not fit)
   r            start/stop recording to a file (live)
+  s            the job's thread stacks (with the probe): where it hangs
   [b]Replay[/b]  ← →  seek ∓10 s   , .  step one sample   [ ]  slower/faster
           home end  start/end      0-9  jump to 0 %…90 %
 
