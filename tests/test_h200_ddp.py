@@ -114,3 +114,112 @@ def test_starved_rank_only_rank_1_waits_for_its_loader():
     late = [r for f in fs[300:] for r in f.ranks if r.rank is not None and r.input_wait is not None]
     wait = {k: statistics.median(r.input_wait for r in late if r.rank == k) for k in (0, 1)}
     assert wait[1] > 0.5 and wait[0] < 0.05
+
+
+# -- the findings, from every source: traintop's recordings with and without the probe (10 Hz and
+# thinned to 1 Hz), and the nvidia-smi query (100 ms) and dmon (1 s) logs of the same runs ---------
+from test_h200_pathologies import at_1hz  # noqa: E402
+from test_h200_recordings import alerts_for  # noqa: E402
+
+from traintop.rules import Severity  # noqa: E402
+
+SOURCES = ["probe-10Hz", "noprobe-10Hz", "probe-1Hz", "noprobe-1Hz", "smi-100ms", "dmon-1s"]
+RECORDED = SOURCES[:4]
+
+
+def judged(name, source):
+    if source.startswith(("probe", "noprobe")):
+        r = RecordingReader(str(FIX / f"{name}{'' if source.startswith('probe') else '-noprobe'}-10hz.ttrec"))
+        info, fs = r.info, list(r.frames())
+        if source.endswith("1Hz"):
+            fs = at_1hz(fs)
+    else:
+        imported = import_log(str(FIX / (f"{name}-smi-100ms.csv.gz" if source == "smi-100ms" else f"{name}-dmon.txt.gz")))
+        info, fs = imported.info, list(imported.frames())
+    return alerts_for(info, fs)
+
+
+def warnings(found):
+    return {(a.rule, a.subject) for a in found if a.severity >= Severity.WARNING}
+
+
+def first_step(name):
+    return next(e["t"] for e in events(name) if e["event"] == "start")
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_straggler_names_the_slow_rank_and_no_gpu_is_called_underused(source):
+    found = judged("ddp-straggler", source)
+    assert warnings(found) == {("straggler", "gpu1")}  # no underuse, no imbalance, no starvation
+    a = next(a for a in found if a.rule == "straggler")
+    assert a.start - first_step("ddp-straggler") <= 35  # within ~30 s of the first step
+    assert "GPU 1" in a.evidence and "wait for it at every all-reduce" in a.evidence
+    assert "spinning in a collective" in a.evidence
+    assert not [x for x in found if x.rule == "power_cap"]  # a waiting GPU at 230 W is not "at full load"
+    if source.startswith("probe"):
+        assert a.evidence.startswith("rank 1 (GPU 1) lags")
+        assert "each step takes 0.29 s" in a.evidence
+        assert "loader wait 0 %" in a.evidence and "CPU work in its own step" in a.evidence
+    elif source.startswith("noprobe"):
+        assert "busy on the CPU" in a.evidence
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_starved_rank_is_the_straggler_and_only_its_gpu_is_starved(source):
+    found = judged("ddp-starved-rank", source)
+    got = warnings(found)
+    assert ("straggler", "gpu1") in got and ("starvation", "gpu1") in got
+    assert not {r for r, _ in got} & {"underuse", "imbalance"}
+    a = next(a for a in found if a.rule == "straggler")
+    if source.startswith("probe"):
+        # the probe measured rank 0's wait (~1 %): GPU 0 is not starved, it waits for rank 1
+        assert ("starvation", "gpu0") not in got
+        assert "waits for its next batch" in a.evidence and "loader workers cannot keep up" in a.evidence
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_balanced_ddp_stays_quiet(source):
+    assert warnings(judged("ddp-balanced", source)) == set()
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_stalled_ddp_job_is_critical_within_the_stall_window(source):
+    found = judged("ddp-stall", source)
+    stall_t = next(e["t"] for e in events("ddp-stall") if e["event"] == "stall")
+    hits = [a for a in found if a.rule == "stall"]
+    assert {a.subject for a in hits} == {"gpu0", "gpu1"} and all(a.severity == Severity.CRITICAL for a in hits)
+    assert all(stall_t + 25 <= a.start <= stall_t + 35 for a in hits)  # max(3 x 0.045 s, 30 s) after
+    # nothing sends the user after the wrong cause: no straggler, underuse or imbalance
+    assert not {r for r, _ in warnings(found)} - {"stall", "idle_gpu"}
+    text = hits[0].evidence
+    assert "GPU 0 reads" in text and "spinning" in text and "GPU 1 idles" in text
+    if source.startswith("probe"):
+        assert text.startswith("No optimizer step for") and "the last at" in text
+        assert "rank 0 waits in a collective for rank 1, which never reached it" in text
+
+
+@pytest.mark.parametrize("source", RECORDED)
+def test_a_hung_loader_worker_is_a_stall(source):
+    found = judged("loader-hang", source)
+    hang = events("loader-hang")[0]["hang_after"]
+    (a,) = [a for a in found if a.rule == "stall"]
+    assert a.severity == Severity.CRITICAL and a.start <= hang + 40
+    if source.startswith("probe"):
+        assert "waits in the DataLoader all that time" in a.evidence
+    else:
+        assert "its 2 loader workers too" in a.evidence
+    assert "underuse" not in {r for r, _ in warnings(found)}
+
+
+@pytest.mark.parametrize("source", RECORDED + ["dmon-1s"])
+def test_pageable_copies_are_named(source):
+    found = judged("pageable", source)
+    assert warnings(found) == {("pcie", "gpu0")}  # not "underused: raise the batch size"
+    a = next(a for a in found if a.rule == "pcie")
+    assert "pageable (not pinned) host memory" in a.evidence
+    assert any("pin_memory=True" in r for r in a.remedies) and any("non_blocking=True" in r for r in a.remedies)
+    assert any("keep the data on the GPU" in r for r in a.remedies)
+    if source != "dmon-1s":
+        assert "only 12 % of its PCIe link" in a.evidence or "only 13 % of its PCIe link" in a.evidence
+    if source.startswith("noprobe") or source.startswith("probe"):
+        assert "busy on the CPU" in a.evidence

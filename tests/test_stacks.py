@@ -166,10 +166,9 @@ def test_replay_brings_the_recorded_stacks_at_their_time(tmp_path):
     assert set(m.stacks) == {dumps[0].pid} and m.stacks[dumps[0].pid].reason == "requested"
 
 
-def test_key_s_asks_the_probes_and_shows_where_each_rank_is():
+def test_key_s_asks_the_probes_and_shows_where_each_rank_is(sim_app):
     import asyncio
 
-    from helpers import sim_app
     from traintop.widgets.stacks_screen import StacksScreen
 
     async def go():

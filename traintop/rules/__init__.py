@@ -14,19 +14,22 @@ from traintop.rules.other_process import OtherProcess
 from traintop.rules.pcie import PcieBottleneck
 from traintop.rules.power_cap import PowerCapAtFullLoad
 from traintop.rules.starvation import Starvation
+from traintop.rules.stall import Stall
 from traintop.rules.step_regression import StepTimeRegression
+from traintop.rules.straggler import Straggler
 from traintop.rules.thermal import ThermalThrottle
 from traintop.rules.underuse import Underuse
 
 
 # Bump when a rule's logic or default thresholds change: recordings made with another
 # version get their rules re-run by `traintop analyze` instead of trusting their alerts.
-RULES_VERSION = 4
+RULES_VERSION = 5
 
 
 def default_rules() -> list:
-    # Order matters: starvation defers to a saturated PCIe link, underuse to starvation.
-    return [PcieBottleneck(), Starvation(), Underuse(), ThermalThrottle(), PowerCapAtFullLoad(), MemoryCreep(),
+    # Order matters: starvation defers to a saturated PCIe link, underuse to starvation; the straggler
+    # to a stall; imbalance to the straggler.
+    return [PcieBottleneck(), Stall(), Straggler(), Starvation(), Underuse(), ThermalThrottle(), PowerCapAtFullLoad(), MemoryCreep(),
             Fragmentation(), TrainingOnCpu(), StepTimeRegression(), IdleWhileAlive(), OtherProcess(),
             HostMemoryPressure(), Imbalance(), ClocksBelowMax(), GpuErrors()]
 

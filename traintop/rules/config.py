@@ -51,6 +51,13 @@ class Thresholds:
     # host RAM and swap
     host_mem_frac: float = 0.95
     host_swap_rise_gib: float = 0.5
+    # a slow rank (straggler) and a stalled job
+    straggler_window_s: float = 20.0
+    stall_min_s: float = 30.0  # no step (or GPUs spinning without work) for at least this long...
+    stall_step_factor: float = 3.0  # ...or this many usual step times, if longer
+    # underuse judged from utilization alone (a log without a power limit)
+    underuse_util_only_window_s: float = 60.0
+    underuse_util_only_max: float = 25.0
     # imbalance between the GPUs of one job
     imbalance_window_s: float = 60.0
     imbalance_gap: float = 25.0  # utilization points
@@ -62,6 +69,8 @@ class Thresholds:
     pcie_min_link_frac: float = 0.6  # host-to-device traffic at or above this share of the link
     pcie_max_util: float = 90.0
     pcie_max_sm_active: float = 50.0  # or, with GPM, SMs active below this
+    pcie_pageable_min_gbs: float = 1.0  # sustained GB/s to a waiting GPU below the link's speed: pageable copies
+    pcie_pageable_max_util: float = 60.0
     # XID / ECC: corrected errors per minute that warrant a warning
     ecc_corrected_per_min: float = 10.0
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from traintop.metrics import gpu_subject
+from traintop.rules.collective import CONTEXT_BYTES
 from traintop.rules.engine import Finding, RuleContext, Severity
 from traintop.units import fmt_bytes
 
@@ -21,16 +22,25 @@ class IdleWhileAlive:
 
     def evaluate(self, ctx: RuleContext):
         proc = ctx.process
+        # nvidia-smi logs (and NVML in some containers) have no process lists: memory in use says a
+        # process holds the GPU
+        blind = not any(g.processes for g in ctx.gpus())
         for g in ctx.gpus():
             i = g.index
             util = ctx.gpu_window(i, "util", ctx.config.idle_window_s)
-            if len(util) < 8 or not g.processes:
+            held_blind = blind and proc is None and g.mem_used is not None and g.mem_used >= CONTEXT_BYTES
+            if len(util) < 8 or not (g.processes or held_blind):
                 continue
             mean_u, p90 = sum(util) / len(util), sorted(util)[int(0.9 * (len(util) - 1))]
             # a stray reading or two is not work
             if mean_u >= ctx.config.idle_max_util or p90 >= 2.5 * ctx.config.idle_max_util:
                 continue
             if proc is not None and not proc.alive:
+                continue
+            if held_blind:
+                yield Finding(gpu_subject(i), f"GPU {i} averages {mean_u:.1f} % utilization over the last "
+                                              f"{ctx.config.idle_window_s:.0f} s while {fmt_bytes(g.mem_used)} of its "
+                                              "memory is in use (a process holds it; this source lists no processes)")
                 continue
             mine = [p for p in g.processes if proc is None or p.pid in {m.pid for m in proc.members} | {proc.pid}]
             if not mine:

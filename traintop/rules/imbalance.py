@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from traintop.metrics import gpu_subject
 from traintop.rules.engine import Finding, RuleContext, Severity
 
 
@@ -18,6 +19,8 @@ class Imbalance:
     )
 
     def evaluate(self, ctx: RuleContext):
+        if any(ctx.is_holding(r, gpu_subject(g.index)) for g in ctx.gpus() for r in ("straggler", "stall")):
+            return
         gpus = [g for g in ctx.gpus() if g.processes]
         if len(gpus) < 2:
             return
@@ -31,5 +34,5 @@ class Imbalance:
         hi = max(means, key=means.get)
         lo = min(means, key=means.get)
         if means[hi] >= 50 and means[hi] - means[lo] >= ctx.config.imbalance_gap:
-            yield Finding("gpus", f"GPU {lo} averages {means[lo]:.0f} % utilization over the last {ctx.config.imbalance_window_s:.0f} s while "
+            yield Finding(gpu_subject(lo), f"GPU {lo} averages {means[lo]:.0f} % utilization over the last {ctx.config.imbalance_window_s:.0f} s while "
                                   f"GPU {hi} averages {means[hi]:.0f} %")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from traintop.metrics import gpu_subject
+from traintop.rules.collective import collective_waits
 from traintop.rules.engine import LAPSED, REVERSED, Finding, RuleContext, Severity
 from traintop.samples import REASON_SW_POWER_CAP
 
@@ -20,8 +21,11 @@ class PowerCapAtFullLoad:
     def evaluate(self, ctx: RuleContext):
         c = ctx.config
         w = c.power_cap_window_s
+        waits = collective_waits(ctx, c.straggler_window_s)
         for g in ctx.gpus():
             i, subject = g.index, gpu_subject(g.index)
+            if (waits is not None and i in waits.waiting) or ctx.is_holding("stall", subject):
+                continue  # "utilization" is a kernel spinning in a collective, not load
             reasons = ctx.gpu_reasons(i, w)
             u_mean = ctx.gpu_mean(i, "util", w)
             if len(reasons) < 4 or u_mean is None:

@@ -10,6 +10,7 @@ and busy counts as spiky on its own.
 from __future__ import annotations
 
 from traintop.metrics import gpu_subject
+from traintop.rules.collective import collective_waits
 from traintop.rules.engine import HOLDS, LAPSED, REVERSED, WEAK, Finding, RuleContext, Severity
 from traintop.units import fmt_range
 
@@ -64,11 +65,14 @@ class Starvation:
         c = ctx.config
         w = c.starvation_window_s
         gpus_in_job = sum(1 for i in ctx.gpu_indices() if ctx.feed(i).pids)
+        in_collective = collective_waits(ctx, c.straggler_window_s)
         for i in ctx.gpu_indices():
             subject = gpu_subject(i)
             pairs = ctx.gpu_pairs(i, "util", w, min_n=8, min_span=0.5)
-            if not pairs or ctx.is_holding("pcie", subject):
+            if not pairs or ctx.is_holding("pcie", subject) or ctx.is_holding("stall", subject):
                 continue  # too little history, or the copies to the GPU explain the gaps better than the loader
+            if in_collective is not None and i in in_collective.waiting:
+                continue  # it waits for another rank (the straggler rule), not for its own input
             active = ctx.is_active(self.id, subject)
             utils = [v for _, v in pairs]
             n = len(utils)

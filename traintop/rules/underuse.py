@@ -9,6 +9,7 @@ the GPU those kernels used.
 from __future__ import annotations
 
 from traintop.metrics import gpu_subject
+from traintop.rules.collective import collective_waits
 from traintop.rules.engine import Finding, RuleContext, Severity
 from traintop.units import fmt_bytes
 
@@ -29,10 +30,16 @@ class Underuse:
     def evaluate(self, ctx: RuleContext):
         c = ctx.config
         w = c.underuse_window_s
+        # over the straggler's window and a shorter one: a job that just began to wait has a window
+        # still full of its start
+        waits = [x for x in (collective_waits(ctx, c.straggler_window_s),
+                             collective_waits(ctx, c.straggler_window_s / 2)) if x is not None]
         for g in ctx.gpus():
             i, subject = g.index, gpu_subject(g.index)
-            if ctx.is_holding("starvation", subject) or ctx.is_holding("pcie", subject):
-                continue  # starvation or a full PCIe link explains the low draw better
+            if any(ctx.is_holding(r, subject) for r in ("starvation", "pcie", "stall", "straggler")):
+                continue  # starvation, the copies, a hang or a slow rank explain the low draw better
+            if any(x.involves(i) for x in waits):
+                continue  # waiting for (or being) the slow rank: a bigger batch would not help
             sm = self._sm_finding(ctx, g)
             if sm is not None:
                 yield sm
@@ -40,7 +47,15 @@ class Underuse:
             power = [v for _, v in ctx.gpu_pairs(i, "power_w", w, min_n=8, min_span=0.5)]
             util = ctx.gpu_window(i, "util", w)
             limit = g.power_limit_w
-            if not power or not util or not limit:
+            recent = ctx.gpu_mean(i, "util", 10.0)
+            if recent is not None and recent < 1.0:
+                continue  # nothing runs now: idle (or stalled), not underused
+            if not limit:
+                found = self._util_only(ctx, g)
+                if found is not None:
+                    yield found
+                continue
+            if not power or not util:
                 continue
             p_mean = sum(power) / len(power)
             u_mean = sum(util) / len(util)
@@ -62,6 +77,26 @@ class Underuse:
             if sm_active is not None:
                 text += f"; SMs active {sm_active:.0f} % of the time (GPM)"
             yield Finding(subject, text)
+
+    def _util_only(self, ctx: RuleContext, g) -> Finding | None:
+        """No power limit known (a dmon log): low utilization for a minute, with work going on."""
+        c, i = ctx.config, g.index
+        w = c.underuse_util_only_window_s
+        pairs = ctx.gpu_pairs(i, "util", w, min_n=10, min_span=0.8)
+        if not pairs:
+            return None
+        utils = [v for _, v in pairs]
+        u_mean = sum(utils) / len(utils)
+        running = sum(1 for v in utils if v > 0) / len(utils)  # something runs most of the time
+        limit = c.underuse_util_only_max * (1.2 if ctx.is_active(self.id, gpu_subject(i)) else 1.0)
+        if not 2.0 <= u_mean < limit or running < 0.5:
+            return None
+        text = (f"GPU {i} averages {u_mean:.0f} % utilization over the last {w:.0f} s with work running "
+                f"{running * 100:.0f} % of the samples (this source gives no power limit to judge the draw by)")
+        sm = ctx.gpu_mean(i, "sm_active", w)
+        if sm is not None:
+            text += f"; SMs active {sm:.0f} % of the time (GPM)"
+        return Finding(gpu_subject(i), text)
 
     def _sm_finding(self, ctx: RuleContext, g) -> Finding | None:
         c, i = ctx.config, g.index

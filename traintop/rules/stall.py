@@ -1,0 +1,205 @@
+"""Training stalled: nobody steps any more (an NCCL hang, a deadlock, a hung or dead loader worker,
+a rank that died while the others wait), yet the job is alive.
+
+From the probe: no rank's optimizer step counter has moved for max(30 s, 3x the usual step time).
+From NVML alone (a recording without the probe, an nvidia-smi log): a GPU of a multi-GPU job reads
+~100 % utilization at idle power with ~0 % SM activity (an NCCL kernel spinning, waiting for a
+peer that never arrives) while the others read 0 %, after it did real work.
+"""
+
+from __future__ import annotations
+
+import time
+
+from traintop.metrics import gpu_subject
+from traintop.rules.collective import job_gpus, loads
+from traintop.rules.engine import HOLDS, WEAK, Finding, RuleContext, Severity
+from traintop.units import fmt_duration
+
+LOOKBACK_S = 300.0  # how far back the rule looks for the last step and for earlier work
+SPIN_MIN_UTIL = 95.0
+SPIN_MAX_SM = 3.0
+IDLE_MAX_UTIL = 2.0
+SPIN_MAX_POWER_DROP = 0.4  # without GPM: power at most this share of what the GPU drew while working
+
+
+def _clock(t: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(t))
+
+
+def last_change(pairs: list[tuple[float, float]]) -> float | None:
+    """When the series last changed value; None if it never did in these pairs."""
+    last = None
+    for (_, a), (t, b) in zip(pairs, pairs[1:]):
+        if b != a:
+            last = t
+    return last
+
+
+class Stall:
+    id = "stall"
+    title = "Training stalled"
+    severity = Severity.CRITICAL
+    raise_after = 1.0  # the condition already says how long: max(30 s, 3x the usual step)
+    clear_after = 5.0
+    remedies = (
+        "See where every thread is: press s in the dashboard (with the probe: traintop run -- CMD), or "
+        "`traintop analyze` on the recording; without the probe, py-spy dump --pid PID.",
+        "A rank waiting in an all-reduce that never completes: one rank took another path (an exception, "
+        "a different number of batches, a collective only some ranks call), or died; its log says which.",
+        "A rank waiting in the DataLoader: a worker hangs (a lock, a dead file system, a bad record) or was "
+        "killed (out of memory: dmesg); set DataLoader(timeout=...) to fail instead of hanging.",
+        "Set a collective timeout (init_process_group(timeout=...), TORCH_NCCL_ASYNC_ERROR_HANDLING) so a hang "
+        "ends the job instead of holding the GPUs.",
+    )
+
+    def evaluate(self, ctx: RuleContext):
+        proc = ctx.process
+        if proc is not None and not proc.alive:
+            return
+        found = self._from_probe(ctx)
+        if found is None:
+            found = self._from_gpus(ctx)
+        if found is not None:
+            yield from found
+
+    # -- the probe's step counters --------------------------------------------------------------
+    def _from_probe(self, ctx: RuleContext):
+        c = ctx.config
+        stopped = {}  # subject -> (rank, last step time)
+        usual = []
+        training = False
+        for subject, r in ctx.ranks():
+            steps = ctx.rank_pairs(subject, "steps", LOOKBACK_S)
+            if not steps or not any(v for _, v in steps):
+                continue  # not a training process (the launcher), or not started yet
+            training = True
+            usual += ctx.rank_window(subject, "step_time", LOOKBACK_S)
+            changed = last_change(steps)
+            stopped[subject] = (r, changed if changed is not None else steps[0][0])
+        if not training:
+            return None
+        usual_step = sorted(usual)[len(usual) // 2] if usual else None
+        after = max(c.stall_min_s, c.stall_step_factor * (usual_step or 0.0))
+        if any(ctx.now - t < after for _, t in stopped.values()):
+            return []  # somebody still steps: no stall (and no NVML guess either)
+        order = sorted(stopped.values(), key=lambda rt: rt[1])
+        last = max(t for _, t in order)
+        since = ctx.now - last
+        for x in loads(ctx, min(since, c.stall_min_s), min_n=3).values():
+            if x.util > IDLE_MAX_UTIL and not (x.util >= SPIN_MIN_UTIL and self._no_work(ctx, x)):
+                return []  # a GPU still works without optimizer steps: an evaluation, inference
+        text = f"No optimizer step for {fmt_duration(since)}"
+        if usual_step:
+            text += f" (usually one every {usual_step:.2f} s)"
+        text += f"; the last at {_clock(last)}"
+        if len(order) > 1:
+            first_r, first_t = order[0]
+            if last - first_t >= 1.0:
+                text += f"; {first_r.label} stopped first, {fmt_duration(last - first_t)} before the others"
+            else:
+                text += "; " + ("both" if len(order) == 2 else f"all {len(order)}") + " ranks stopped at the same moment"
+            text += self._culprits(ctx, [r for r, _ in order], min(since, 30.0))
+        waiting = []
+        for subject, (r, _) in stopped.items():
+            iw = ctx.rank_window(subject, "input_wait", since)  # all the time since the last step
+            if iw and sum(iw) / len(iw) >= 0.7:
+                waiting.append(r.label)
+        if waiting:
+            text += (f"; {', '.join(waiting)} {'waits' if len(waiting) == 1 else 'wait'} in the DataLoader all that "
+                     "time: a loader worker hangs or died")
+        text += self._gpu_states(ctx, min(since, 30.0))
+        text += ". Every thread's stack: press s (or traintop analyze on the recording)"
+        return [Finding(gpu_subject(i), text) for i in (job_gpus(ctx) or [0])]
+
+    # -- NVML alone -----------------------------------------------------------------------------
+    def _from_gpus(self, ctx: RuleContext):
+        w = ctx.config.stall_min_s
+        ld = loads(ctx, w, min_n=max(5, int(w / 4)))
+        if not ld:
+            return None
+        # the window must be covered: a spin of 30 s, not a blip at the start of the data
+        spinning, idle = [], []
+        for i, x in ld.items():
+            pairs = ctx.gpu_pairs(i, "util", w, min_span=0.9)
+            if not pairs:
+                return None
+            if x.util >= SPIN_MIN_UTIL and self._no_work(ctx, x):
+                spinning.append(x)
+            elif x.util <= IDLE_MAX_UTIL:
+                idle.append(x)
+            else:
+                return None  # some GPU still works
+        if not spinning or len(ld) < 2:  # a spinning collective needs two GPUs
+            return self._asleep(ctx, ld, w) if not spinning else None
+        text = (f"For {w:.0f} s no GPU of the job has done any work" + self._gpu_states(ctx, w, ld)
+                + "; GPUs spinning at idle power in a collective are waiting for a peer that never arrives "
+                "(a hung or dead rank). With the probe (traintop run) traintop also says when the last step was "
+                "and shows every thread's stack")
+        return [self._nvml_finding(ctx, i, text) for i in sorted(ld)]
+
+    def _asleep(self, ctx: RuleContext, ld, w: float):
+        """Every GPU of the job idle and its whole process tree asleep, after work: nothing runs, nothing
+        computes on the CPU either (an evaluation or a checkpoint would): the job waits on something."""
+        proc = ctx.process
+        cpu = ctx.proc_window("cpu_percent", w)
+        if proc is None or not proc.alive or len(cpu) < 5 or sum(cpu) / len(cpu) > 5.0:
+            return None
+        worked = [i for i in ld if max(ctx.gpu_window(i, "util", LOOKBACK_S), default=0) >= 10]
+        if not worked:
+            return None  # it never used the GPU: not a stall of training
+        workers = proc.loader_workers
+        text = (f"For {w:.0f} s no GPU of the job has done any work (" + ", ".join(
+            f"GPU {i} {x.util:.0f} %" for i, x in sorted(ld.items())) + f") and its processes sleep "
+            f"({sum(cpu) / len(cpu):.0f} % of a core in all)")
+        if workers:
+            text += f", its {len(workers)} loader workers too: it waits for something that does not come " \
+                    "(a hung loader worker, a lock, a peer)"
+        text += ". With the probe (traintop run) traintop also says when the last step was and shows every thread's stack"
+        return [self._nvml_finding(ctx, i, text) for i in sorted(ld)]
+
+    def _nvml_finding(self, ctx: RuleContext, i: int, text: str) -> Finding:
+        # A guess from NVML never replaces what the probe said (its rank just went away with the job).
+        return Finding(gpu_subject(i), text, state=HOLDS if (not ctx.is_active(self.id, gpu_subject(i) else WEAK)))
+
+    def _no_work(self, ctx: RuleContext, x) -> bool:
+        """Busy by utilization, yet ~no SM activity or power, after real work on this GPU."""
+        before = ctx.gpu_window(x.index, "power_w", LOOKBACK_S)
+        if x.sm is not None:
+            sm_before = ctx.gpu_window(x.index, "sm_active", LOOKBACK_S)
+            return x.sm <= SPIN_MAX_SM and bool(sm_before) and max(sm_before) >= 30
+        return x.power is not None and bool(before) and x.power <= SPIN_MAX_POWER_DROP * max(before)
+
+    @staticmethod
+    def _culprits(ctx: RuleContext, ranks, window_s: float) -> str:
+        """Ranks whose GPU spins wait in a collective; those whose GPU idles never reached it."""
+        from traintop.rules.straggler import rank_on_gpu
+
+        ld = loads(ctx, max(window_s, 5.0), min_n=3)
+        waiting, absent = [], []
+        for i, x in sorted(ld.items()):
+            found = rank_on_gpu(ctx, i)
+            if found is None:
+                continue
+            (waiting if x.util >= SPIN_MIN_UTIL else absent).append(found[1].label)
+        if waiting and absent:
+            return (f"; {', '.join(waiting)} {'waits' if len(waiting) == 1 else 'wait'} in a collective for "
+                    f"{', '.join(absent)}, which never reached it: look at {absent[0]} first")
+        return ""
+
+    @staticmethod
+    def _gpu_states(ctx: RuleContext, window_s: float, ld=None) -> str:
+        ld = ld if ld is not None else loads(ctx, max(window_s, 5.0), min_n=3)
+        parts = []
+        for i, x in sorted(ld.items()):
+            if x.util >= SPIN_MIN_UTIL:
+                state = f"GPU {i} reads {x.util:.0f} % utilization"
+                if x.power is not None:
+                    state += f" at {x.power:.0f} W" + (f" of {x.limit:.0f} W" if x.limit else "")
+                if x.sm is not None:
+                    state += f" with SMs {x.sm:.0f} % active"
+                state += " (spinning, not computing)"
+            else:
+                state = f"GPU {i} idles at {x.util:.0f} %"
+            parts.append(state)
+        return "; " + ", ".join(parts) if parts else ""

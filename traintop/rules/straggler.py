@@ -1,0 +1,143 @@
+"""The straggler: one rank of a multi-GPU job is slow, and every other rank waits for it at each
+all-reduce. The waiting GPUs read ~100 % utilization (the NCCL kernel spins) at low power and few
+active SMs; the slow rank's GPU mostly idles. Neither GPU is "underused" by its batch size: the
+step is as slow as its slowest rank.
+"""
+
+from __future__ import annotations
+
+from traintop.metrics import gpu_subject
+from traintop.rules.collective import Load, Waits, collective_waits
+from traintop.rules.engine import HOLDS, WEAK, Finding, RuleContext, Severity
+from traintop.samples import THERMAL_REASONS, reason_names
+from traintop.units import fmt_bytes
+
+
+def _gpu_state(x: Load) -> str:
+    text = f"GPU {x.index} {x.util:.0f} %"
+    if x.power is not None:
+        text += f" at {x.power:.0f} W" + (f" of {x.limit:.0f} W" if x.limit else "")
+    if x.sm is not None:
+        text += f", SMs {x.sm:.0f} % active"
+    return text
+
+
+def rank_on_gpu(ctx: RuleContext, index: int):
+    """(subject, RankSample) of the probed rank on this GPU, or None."""
+    frame = ctx.frame
+    pids = {p.pid for g in frame.gpus if g.index == index for p in g.processes} if frame else set()
+    for subject, r in ctx.ranks():
+        if r.device == index or r.pid in pids:
+            return subject, r
+    return None
+
+
+def process_on_gpu(ctx: RuleContext, index: int):
+    """The job's process on this GPU (a member of the attached tree), or None."""
+    proc, frame = ctx.process, ctx.frame
+    if proc is None or frame is None:
+        return None
+    pids = {p.pid for g in frame.gpus if g.index == index for p in g.processes}
+    rank = rank_on_gpu(ctx, index)
+    if rank is not None:
+        pids.add(rank[1].pid)
+    return next((m for m in proc.members if m.pid in pids), None)
+
+
+UNEXPLAINED = "nothing traintop sees explains it"
+
+
+def _probed(ctx: RuleContext, seconds: float) -> bool:
+    """Probes reported input waits over the last ``seconds``: the job runs with the probe."""
+    return any(k.startswith("rank") and k.endswith(".input_wait") and ctx.values(k, seconds)
+               for k in ctx.store.keys())
+
+
+def why_slow(ctx: RuleContext, index: int, window_s: float) -> str | None:
+    """What the data says about why the rank on GPU ``index`` is slow; None when the job runs with
+    the probe but no rank reports for this GPU now (it is ending): the rest would only guess."""
+    reasons = []
+    rank = rank_on_gpu(ctx, index)
+    if rank is None and _probed(ctx, window_s):
+        return None
+    wait = None
+    if rank is not None:
+        waits = ctx.rank_window(rank[0], "input_wait", window_s)
+        wait = sum(waits) / len(waits) if len(waits) >= 3 else None
+        if wait is not None and wait >= ctx.config.starvation_input_wait:
+            reasons.append(f"its input: it waits for its next batch {wait * 100:.0f} % of the time (measured in "
+                           "the job): its loader workers cannot keep up")
+    member = process_on_gpu(ctx, index)
+    cpu = member.cpu_percent if member is not None else None
+    if not reasons and cpu is not None and cpu >= 50:
+        where = ("it does not wait for input (loader wait {:.0f} %), so the time goes to CPU work in its own "
+                 "step".format(wait * 100) if wait is not None else "CPU work in its step or its input path")
+        reasons.append(f"its process is busy on the CPU ({cpu:.0f} % of a core) while its GPU idles: {where}")
+    masks = ctx.gpu_reasons(index, window_s)
+    hot = [m for m in masks if m & THERMAL_REASONS]
+    if masks and len(hot) >= 0.25 * len(masks):
+        names = ", ".join(reason_names(hot[-1] & THERMAL_REASONS))
+        reasons.append(f"its clocks are held down ({names}) {len(hot) / len(masks) * 100:.0f} % of the time")
+    frame = ctx.frame
+    proc = ctx.process
+    if frame is not None and proc is not None:
+        mine = {proc.pid} | {m.pid for m in proc.members}
+        others = [p for g in frame.gpus if g.index == index for p in g.processes if p.pid not in mine]
+        if others:
+            held = sum(p.used_bytes or 0 for p in others)
+            reasons.append(f"{len(others)} other process(es) share its GPU ({fmt_bytes(held)})")
+    if not reasons:
+        return (UNEXPLAINED + " (no input wait, throttling or other process): look for work only "
+                "this rank does (logging, evaluation, checkpoints) or uneven batches")
+    return "; ".join(reasons)
+
+
+def step_cost(ctx: RuleContext, waits: Waits, window_s: float) -> str:
+    """The step time and the share of it that the GPUs compute (the slow rank's GPU busy share)."""
+    step = None
+    for subject, _ in ctx.ranks():
+        st = ctx.rank_window(subject, "step_time", window_s)
+        if st:
+            step = sorted(st)[len(st) // 2]
+            break
+    busy = max(x.util for x in waits.lagging.values()) / 100
+    if step:
+        return (f"each step takes {step:.2f} s (measured in the job), of which the GPUs compute about "
+                f"{busy * step:.2f} s: ~{(1 - busy) * step:.2f} s of every step is the wait for the slow rank")
+    return f"the GPUs compute only ~{busy * 100:.0f} % of the time; the rest is the wait for the slow rank"
+
+
+class Straggler:
+    id = "straggler"
+    title = "A slow rank holds back the others"
+    severity = Severity.WARNING
+    raise_after = 10.0
+    clear_after = 20.0
+    remedies = (
+        "Find what only the slow rank does: its input pipeline (more DataLoader workers, faster decoding), "
+        "CPU work in its step, logging or evaluation on rank 0 only.",
+        "Check its GPU for throttling (clock-event reasons, temperature) and for other processes.",
+        "Uneven batches (variable sequence lengths) make ranks wait for the slowest: bucket by length.",
+        "Do not raise the waiting ranks' batch size: they are not underused, they wait.",
+    )
+
+    def evaluate(self, ctx: RuleContext):
+        w = ctx.config.straggler_window_s
+        if any(ctx.is_holding("stall", gpu_subject(g.index)) for g in ctx.gpus()):
+            return  # nobody steps: that is a stall, not a slow rank
+        waits = collective_waits(ctx, w)
+        if waits is None:
+            return
+        # the last seconds too, or the numbers are of a job that is ending: keep the alert, not them
+        recent = collective_waits(ctx, 6.0, min_n=3)
+        for i, lag in sorted(waits.lagging.items()):
+            rank = rank_on_gpu(ctx, i)
+            who = f"{rank[1].label} (GPU {i})" if rank is not None else f"GPU {i}"
+            waiting = ", ".join(_gpu_state(x) for x in waits.waiting.values())
+            why = why_slow(ctx, i, w)
+            text = (f"{who} lags and the others wait for it at every all-reduce: {waiting} — busy by utilization "
+                    f"but not computing (spinning in a collective) — while {_gpu_state(lag)} over the last "
+                    f"{w:.0f} s; {step_cost(ctx, waits, w)}. Why it is slow: {why or UNEXPLAINED}")
+            # a vaguer reason (the job's processes going away at its end) never replaces a specific one
+            specific = (why is not None and UNEXPLAINED not in why) or not ctx.is_active(self.id, gpu_subject(i))
+            yield Finding(gpu_subject(i), text, state=HOLDS if (specific and recent is not None and i in recent.lagging) else WEAK)
