@@ -186,3 +186,27 @@ def test_key_s_asks_the_probes_and_shows_where_each_rank_is(sim_app):
             await pilot.press("x")
             assert not isinstance(app.screen, StacksScreen)
     asyncio.run(go())
+
+
+def test_analyze_prints_where_each_rank_hangs(tmp_path):
+    """The H200 stall recording with the stacks its probes sent, as a recording made now stores them."""
+    from traintop.analyze import analyze, render_json, render_text
+
+    src = RecordingReader(str(FIX / "ddp-stall-10hz.ttrec"))
+    dumps = sorted(_dumps(), key=lambda d: d.t)
+    path = tmp_path / "stall.ttrec"
+    w = RecordingWriter(str(path), src.info)
+    prev = None
+    for f in src.frames():
+        w.add(Frame(t=f.t, gpus=f.gpus, host=f.host, process=f.process, ranks=f.ranks,
+                    stacks=tuple(d for d in dumps if (prev is None or d.t > prev) and d.t <= f.t)))
+        prev = f.t
+    w.close()
+    report = analyze(RecordingReader(str(path)), name="stall.ttrec", rerun=True)
+    text = render_text(report)
+    assert "Training stalled" in text
+    where = text.split("Where the job's threads were")[1]
+    assert "rank 0 (PID 954)" in where and "stalled, 30 s after its last step" in where
+    assert "stop.item()" in where and "time.sleep(args.stall_s)" in where
+    assert [d["label"] for d in report.stacks] == ["rank 0", "rank 1"]  # the stall's dumps, ranks in order
+    assert json.loads(render_json(report))["stacks"][0]["threads"][0]["main"] is True

@@ -74,6 +74,8 @@ class Report:
     energy_kwh: float = 0.0  # the run's, all GPUs: the energy counter where recorded, else power × time
     skipped_chunks: int = 0  # damaged chunks of a recording that could not be read
     skipped_lines: int = 0  # unreadable lines of an imported log
+    # where the job's threads were: the probes' stack dumps (the latest of each process)
+    stacks: list[dict] = field(default_factory=list)
 
     def worst(self) -> Severity | None:
         return max((Severity.parse(f.severity) for f in self.findings), default=None)
@@ -178,6 +180,27 @@ class _Acc:
 
 
 def analyze(source, config: Thresholds | None = None, name: str = "", rerun: bool = False) -> Report:
+    report = _analyze(source, config, name, rerun)
+    report.stacks = _stacks(source, report)
+    return report
+
+
+def _stacks(source, report: Report) -> list[dict]:
+    from traintop.stacks import innermost, latest_per_process
+
+    dumps = source.stacks() if hasattr(source, "stacks") else []
+    if not dumps:
+        return []
+    # a stall's dumps say where it hangs; without a stall, the last dumps asked for
+    chosen = latest_per_process(dumps, "stalled") or latest_per_process(dumps)
+    t0 = getattr(source, "t_start", None) or dumps[0].t
+    return [{"t_s": round(d.t - t0, 1), "label": d.label, "pid": d.pid, "rank": d.rank, "reason": d.reason,
+             "since_step_s": None if d.since_step is None else round(d.since_step, 1),
+             "threads": [{"name": th.name, "main": th.main, "innermost": innermost(th, 4)} for th in d.threads]}
+            for d in chosen]
+
+
+def _analyze(source, config: Thresholds | None, name: str, rerun: bool) -> Report:
     if not rerun and hasattr(source, "judged_by") and source.judged_by(config):  # logs are never judged
         return _from_recorded(source, name)
     info = source.info
@@ -425,6 +448,16 @@ def render_text(r: Report) -> str:
     if any(by_rule.values()):
         out.append("")
         out.append("GPU-hours lost by finding: " + "; ".join(f"{k} {v:.3f}" for k, v in by_rule.items() if v))
+    if r.stacks:
+        out.append("")
+        out.append("Where the job's threads were (the probes' stack dumps, innermost call last):")
+        for d in r.stacks:
+            since = f", {fmt_duration(d['since_step_s'])} after its last step" if d["since_step_s"] is not None else ""
+            why = "stalled" if d["reason"] == "stalled" else "on request"
+            out.append(f"  {d['label']} (PID {d['pid']}) at {fmt_duration(d['t_s'])}, {why}{since}:")
+            for th in d["threads"]:
+                out.append(f"    {th['name']}{' (main)' if th['main'] else ''}:")
+                out.extend(f"      {line}" for line in th["innermost"])
     # names, alert texts and notes come from the file: nothing in them may act on a terminal
     return plain("\n".join(out))
 
