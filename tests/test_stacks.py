@@ -180,7 +180,8 @@ def test_key_s_asks_the_probes_and_shows_where_each_rank_is(sim_app):
             with monitor.lock:
                 for d in latest_per_process(_dumps(), reason="stalled"):
                     monitor.stacks[d.pid] = d
-            await pilot.pause(0.7)
+            app.screen._refresh()  # what its 0.5-s timer does
+            await pilot.pause()
             shown = str(app.screen.query_one("#stacks-text").render())
             assert "rank 0 (PID 954), stalled" in shown and "stop.item()" in shown
             await pilot.press("x")

@@ -20,6 +20,7 @@ LOOKBACK_S = 300.0  # how far back the rule looks for the last step and for earl
 SPIN_MIN_UTIL = 95.0
 SPIN_MAX_SM = 3.0
 IDLE_MAX_UTIL = 2.0
+ALLOC_STILL_BYTES = 64 * 2**20  # a hung job's allocator does not move
 SPIN_MAX_POWER_DROP = 0.4  # without GPM: power at most this share of what the GPU drew while working
 
 
@@ -86,9 +87,14 @@ class Stall:
         order = sorted(stopped.values(), key=lambda rt: rt[1])
         last = max(t for _, t in order)
         since = ctx.now - last
-        for x in loads(ctx, min(since, c.stall_min_s), min_n=3).values():
+        w = min(since, c.stall_min_s)
+        for x in loads(ctx, w, min_n=3).values():
             if x.util > IDLE_MAX_UTIL and not (x.util >= SPIN_MIN_UTIL and self._no_work(ctx, x)):
                 return []  # a GPU still works without optimizer steps: an evaluation, inference
+        for subject in stopped:
+            alloc = ctx.rank_window(subject, "allocated", w)
+            if alloc and max(alloc) - min(alloc) > ALLOC_STILL_BYTES:
+                return []  # it still allocates: a loop without optimizer steps (inference), not a hang
         text = f"No optimizer step for {fmt_duration(since)}"
         if usual_step:
             text += f" (usually one every {usual_step:.2f} s)"
