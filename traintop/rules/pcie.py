@@ -99,4 +99,4 @@ class PcieBottleneck:
         # an attached job's busy CPU is part of the evidence: a sample without it (the job ending) does not
         # replace one with it
         strong = busy or proc is None or not ctx.is_active("pcie", gpu_subject(i))
-        return Finding(gpu_subject(i), text, state=HOLDS if (strong) else WEAK)
+        return Finding(gpu_subject(i), text, state=HOLDS if strong else WEAK)

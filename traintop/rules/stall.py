@@ -166,7 +166,7 @@ class Stall:
 
     def _nvml_finding(self, ctx: RuleContext, i: int, text: str) -> Finding:
         # A guess from NVML never replaces what the probe said (its rank just went away with the job).
-        return Finding(gpu_subject(i), text, state=HOLDS if (not ctx.is_active(self.id, gpu_subject(i) else WEAK)))
+        return Finding(gpu_subject(i), text, state=WEAK if ctx.is_active(self.id, gpu_subject(i)) else HOLDS)
 
     def _no_work(self, ctx: RuleContext, x) -> bool:
         """Busy by utilization, yet ~no SM activity or power, after real work on this GPU."""

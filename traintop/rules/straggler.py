@@ -140,4 +140,5 @@ class Straggler:
                     f"{w:.0f} s; {step_cost(ctx, waits, w)}. Why it is slow: {why or UNEXPLAINED}")
             # a vaguer reason (the job's processes going away at its end) never replaces a specific one
             specific = (why is not None and UNEXPLAINED not in why) or not ctx.is_active(self.id, gpu_subject(i))
-            yield Finding(gpu_subject(i), text, state=HOLDS if (specific and recent is not None and i in recent.lagging) else WEAK)
+            strong = specific and recent is not None and i in recent.lagging
+            yield Finding(gpu_subject(i), text, state=HOLDS if strong else WEAK)
