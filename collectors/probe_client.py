@@ -118,7 +118,6 @@ class ProbeClient:
         self._conns: dict[int, _Conn] = {}
         self._clock = clock
         self.rejected: set[int] = set()
-        self.bad_lines = 0
         self._stacks: list[StackDump] = []  # received, not yet taken
         self.bad_messages = 0  # dropped: not JSON, or a field out of its type or range
         self._job_dirs: dict[int, str | None] = {}
