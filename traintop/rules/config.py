@@ -111,4 +111,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "low_clocks_frac": _FRAC, "low_clocks_min_util": _PCT,
     "pcie_window_s": _WINDOW, "pcie_min_link_frac": _FRAC, "pcie_max_util": _PCT, "pcie_max_sm_active": _PCT,
     "ecc_corrected_per_min": (0.0, 1_000_000.0),
+    "straggler_window_s": _WINDOW, "stall_min_s": _WINDOW, "stall_step_factor": (1.0, 100.0),
+    "underuse_util_only_window_s": _WINDOW, "underuse_util_only_max": _PCT,
+    "pcie_pageable_min_gbs": (0.0, 1000.0), "pcie_pageable_max_util": _PCT,
 }
