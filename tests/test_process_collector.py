@@ -42,13 +42,20 @@ def job():
 def test_tree_and_loader_workers(job):
     c = ProcessCollector(job.pid)
     c.sample()
-    time.sleep(0.6)
-    s = c.sample()
-    assert s.alive and s.pid == job.pid
-    workers = s.loader_workers
-    assert len(workers) == 2
-    assert all(w.name == "pt_data_worker" for w in workers)
-    assert max(w.cpu_percent for w in workers) > 20  # they spin (2 cores, shared with the suite)
+    # The workers spin; on a loaded machine one 0.6 s window may give them little CPU, so read
+    # a few windows (a collector that never sees their CPU still fails).
+    busiest = 0.0
+    for _ in range(20):
+        time.sleep(0.6)
+        s = c.sample()
+        assert s.alive and s.pid == job.pid
+        workers = s.loader_workers
+        assert len(workers) == 2
+        assert all(w.name == "pt_data_worker" for w in workers)
+        busiest = max([busiest] + [w.cpu_percent for w in workers])
+        if busiest > 20:
+            break
+    assert busiest > 20  # they spin (2 cores, shared with the suite)
     assert s.rss and s.threads >= 3
 
 
