@@ -135,7 +135,9 @@ def test_imbalance_between_gpus():
     def frame(t):
         a = GpuSample(index=0, util=95.0, power_w=600, power_limit_w=700, processes=(GpuProcess(10, GiB),))
         b = GpuSample(index=1, util=40.0, power_w=300, power_limit_w=700, processes=(GpuProcess(11, GiB),))
-        return Frame(t=float(t), gpus=(a, b), process=job(t))
+        ddp = dataclasses.replace(job(t), members=(ProcInfo(10, "python", 100.0, GiB, 10),
+                                                   ProcInfo(11, "python", 100.0, GiB, 10)))  # rank 1 is PID 11
+        return Frame(t=float(t), gpus=(a, b), process=ddp)
     assert "imbalance" in _ids([frame(t) for t in range(80)])
 
 
@@ -146,3 +148,19 @@ def test_clocks_below_max_only_without_a_reason():
         return Frame(t=float(t), gpus=(g,))
     assert "low_clocks" in _ids([frame(t, 0) for t in range(60)])
     assert "low_clocks" not in _ids([frame(t, 0x4) for t in range(60)])  # the power cap explains it
+
+
+def test_another_jobs_gpu_is_neither_other_process_nor_imbalance():
+    """Seen on two H200s: a job on GPU 0 and an unrelated training run on GPU 1 gave "another
+    process holds GPU memory" on GPU 1 and "GPUs busy unequally" across the two jobs."""
+    from traintop.samples import GpuInfo, SessionInfo
+
+    def frame(t):
+        ours = GpuSample(index=0, util=(100.0 if t % 3 else 0.0), mem_used=14 * GiB, mem_total=140 * GiB,
+                         power_w=400, power_limit_w=700, processes=(GpuProcess(10, 14 * GiB),))
+        theirs = GpuSample(index=1, util=100.0, mem_used=14 * GiB, mem_total=140 * GiB, power_w=690,
+                           power_limit_w=700, processes=(GpuProcess(999, 14 * GiB),))
+        return Frame(t=float(t), gpus=(ours, theirs), process=job(t))
+    info = SessionInfo(kind="live", gpus=(GpuInfo(index=0, name="H200"), GpuInfo(index=1, name="H200")))
+    ids = {a.rule for a in run([frame(t) for t in range(90)], info).engine.alerts}
+    assert "other_process" not in ids and "imbalance" not in ids

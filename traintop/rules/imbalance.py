@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from traintop.metrics import gpu_subject
+from traintop.rules.collective import job_gpus
 from traintop.rules.engine import Finding, RuleContext, Severity
 
 
@@ -21,7 +22,9 @@ class Imbalance:
     def evaluate(self, ctx: RuleContext):
         if any(ctx.is_holding(r, gpu_subject(g.index)) for g in ctx.gpus() for r in ("straggler", "stall")):
             return
-        gpus = [g for g in ctx.gpus() if g.processes]
+        # Only the watched job's GPUs: on a shared node another job's GPU is not "lagging".
+        job = set(job_gpus(ctx)) if ctx.process is not None else None
+        gpus = [g for g in ctx.gpus() if g.processes and (job is None or g.index in job)]
         if len(gpus) < 2:
             return
         means = {}

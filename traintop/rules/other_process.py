@@ -25,6 +25,8 @@ class OtherProcess:
             return  # without an attached job there is no "other"
         ours = {m.pid for m in proc.members} | {proc.pid}
         for g in ctx.gpus():
+            if not any(p.pid in ours for p in g.processes):
+                continue  # a GPU the job does not use: another job's process there is no concern of its
             others = [p for p in g.processes if p.pid not in ours and (p.used_bytes or 0) >= ctx.config.other_process_min_gib * GiB]
             if others:
                 listed = ", ".join(f"PID {p.pid} ({fmt_bytes(p.used_bytes)})" for p in others[:4])
