@@ -673,3 +673,24 @@ def test_seeks_run_off_the_ui_thread_and_coalesce(demo_app):
             assert feed.position == p0 + 30
             assert app.last_view.t <= feed.position and app.last_view.t > p0 + 25  # drawn after the seek
     run(go())
+
+
+def test_thread_stacks_screen_closes_once_however_fast_keys_arrive(demo_app):
+    """Found on an H200 by random keys at 80x24: 's' then two fast keys popped the dashboard
+    itself (ScreenStackError, the app died)."""
+    from textual import events
+
+    from traintop.widgets.stacks_screen import StacksScreen
+
+    async def go():
+        app, _, _ = demo_app(45)
+        async with app.run_test(size=(80, 24)) as pilot:
+            for _ in range(2):
+                await pilot.press("s")
+                assert isinstance(app.screen, StacksScreen)
+                app.post_message(events.Key("a", "a"))
+                app.post_message(events.Key("b", "b"))
+                app.post_message(events.Key("escape", None))
+                await pilot.pause()
+                assert not isinstance(app.screen, StacksScreen) and app.is_running
+    run(go())
