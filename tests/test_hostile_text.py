@@ -15,7 +15,6 @@ import time
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
 
 import hostile  # noqa: E402
 from terminal import Terminal  # noqa: E402

@@ -24,7 +24,6 @@ import unicodedata
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
 
 from terminal import KEYS, Terminal, TerminalError  # noqa: E402
 
