@@ -24,7 +24,7 @@ def stacks_text(dumps, live: bool) -> Text:
 
 
 class StacksScreen(ModalScreen):
-    BINDINGS = [Binding("escape,q,s", "dismiss", "close")]
+    BINDINGS = [Binding("escape,q,s", "close", "close")]
 
     def __init__(self, monitor, live: bool) -> None:
         super().__init__()
@@ -46,6 +46,12 @@ class StacksScreen(ModalScreen):
     def _refresh(self) -> None:
         self.query_one("#stacks-text", Static).update(stacks_text(self._dumps(), self.live))
 
+    def action_close(self) -> None:
+        # Keys typed fast can reach this screen after it was dismissed: close it once.
+        if self.app.screen_stack[-1:] == [self]:
+            self.dismiss()
+
     def on_key(self, event) -> None:
-        event.stop()
-        self.dismiss()
+        event.stop()  # a modal screen keeps the dashboard's keys away
+        if event.key not in ("escape", "q", "s"):
+            self.action_close()
