@@ -47,11 +47,11 @@ class StacksScreen(ModalScreen):
         self.query_one("#stacks-text", Static).update(stacks_text(self._dumps(), self.live))
 
     def action_close(self) -> None:
-        # Keys typed fast can reach this screen after it was dismissed: close it once (on an
-        # H200, random keys at 80x24 popped the dashboard itself: ScreenStackError).
+        # Keys typed fast can reach this screen after it was dismissed: close it once.
         if self.app.screen_stack[-1:] == [self]:
             self.dismiss()
 
     def on_key(self, event) -> None:
-        event.stop()
-        self.action_close()
+        event.stop()  # a modal screen keeps the dashboard's keys away
+        if event.key not in ("escape", "q", "s"):
+            self.action_close()

@@ -37,5 +37,5 @@ class Imbalance:
         hi = max(means, key=means.get)
         lo = min(means, key=means.get)
         if means[hi] >= 50 and means[hi] - means[lo] >= ctx.config.imbalance_gap:
-            yield Finding(gpu_subject(lo), f"GPU {lo} averages {means[lo]:.0f} % utilization over the last {ctx.config.imbalance_window_s:.0f} s while "
+            yield Finding("gpus", f"GPU {lo} averages {means[lo]:.0f} % utilization over the last {ctx.config.imbalance_window_s:.0f} s while "
                                   f"GPU {hi} averages {means[hi]:.0f} %")
