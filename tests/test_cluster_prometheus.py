@@ -227,13 +227,19 @@ def test_text_report_and_unknown_job(cluster):
 def test_dcgm_exporter_only_fleet_runs_the_same_rules_and_says_what_it_cannot_see(cluster):
     # all the data there is by now (the starvation rule needs its 20 s window plus 8 s to raise;
     # the fixture's settle time is only just that on a busy machine)
-    since = time.time() - cluster["t_start"] + 2
-    r = analyze(cluster["dcgm_url"], "--since", f"{since:.0f}s", "--json")
-    assert r.returncode == 0, r.stderr
-    report = json.loads(r.stdout)
+    # On a loaded machine the scrapes jitter against the 3 s square wave: give the rule a few
+    # more seconds of data before judging (it must still find the starvation).
+    for attempt in range(4):
+        since = time.time() - cluster["t_start"] + 2
+        r = analyze(cluster["dcgm_url"], "--since", f"{since:.0f}s", "--json")
+        assert r.returncode == 0, r.stderr
+        report = json.loads(r.stdout)
+        rules = {(f["rule"], f["host"]) for f in report["findings"]}
+        if ("starvation", "dcgm-a") in rules:
+            break
+        time.sleep(8)
     assert report["kind"] == "dcgm-exporter"
     assert {h["host"] for h in report["hosts"]} == {"dcgm-a", "dcgm-b"}
-    rules = {(f["rule"], f["host"]) for f in report["findings"]}
     assert ("starvation", "dcgm-a") in rules
     assert ("gpu_errors", "dcgm-b") in rules and ("node_gpu_errors", "dcgm-b") in rules
     xid = next(f for f in report["findings"] if f["rule"] == "node_gpu_errors")
