@@ -343,11 +343,19 @@ class TraintopApp(App):
             self.refresh_bindings()
 
     # -- actions --------------------------------------------------------------------
+    def _overlay_open(self) -> bool:
+        # Keys typed fast can all reach the dashboard before the first overlay is shown: open
+        # one overlay at a time, never a stack of them.
+        return isinstance(self.screen, (HelpScreen, StacksScreen))
+
     def action_help(self) -> None:
-        self.push_screen(HelpScreen())
+        if not self._overlay_open():
+            self.push_screen(HelpScreen())
 
     def action_stacks(self) -> None:
         """Every thread's Python stack in the job (from the probe): where a stalled job hangs."""
+        if self._overlay_open():
+            return
         live = self.replay is None
         if live:
             self.monitor.request_stacks()

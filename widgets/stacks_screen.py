@@ -52,6 +52,7 @@ class StacksScreen(ModalScreen):
             self.dismiss()
 
     def on_key(self, event) -> None:
+        # Any key closes it, as it says ("press any key"); stopping the event here also stops
+        # the screen's own bindings, so Esc, q and s must close through this path too.
         event.stop()  # a modal screen keeps the dashboard's keys away
-        if event.key not in ("escape", "q", "s"):
-            self.action_close()
+        self.action_close()
