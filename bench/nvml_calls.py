@@ -102,7 +102,7 @@ def main() -> int:
     print(f"{'util, PCIe busy':<16}{contended[0]:>12.1f}{contended[1]:>12.1f}   (another thread loops PCIe TX)")
     print(f"{'tick, PCIe busy':<16}{tick_contended[0]:>12.1f}{tick_contended[1]:>12.1f}")
     print(f"{'GPM poll':<16}{gpm_poll[0]:>12.1f}{gpm_poll[1]:>12.1f}   (slow thread, once a window: 1 s, or 2 s at ≤ 1 Hz)")
-    print(f"{'slow poll':<16}{slow_poll[0]:>12.1f}{slow_poll[1]:>12.1f}   (slow thread, every 5 s)")
+    print(f"{'slow poll':<16}{slow_poll[0]:>12.1f}{slow_poll[1]:>12.1f}   (slow thread: every 10 s, energy every 30 s)")
     print("GPM supported:", col.gpm.supported, "events:", col.events.registered)
     print("unsupported fields:", sorted(f for (_, f) in col._unsupported) or "none")
     if args.json:

@@ -5,13 +5,17 @@ NotSupported (or NoPermission) is remembered per device and never asked again; i
 reads as ``None``. Fast fields (1-10 µs each on an H200) are read every tick. Slow
 queries run on a separate thread so they never delay a tick:
 
-- once a window (1 s; 2 s when sampling once a second or slower): the utilization sample
-  buffer (~2.5 ms a call on an H200; the driver refreshes it ~6 times a second), giving
-  the min/max utilization of the window on the next tick, and GPM (Hopper and later,
-  gpm.py; ~0.09 ms);
-- every ``slow_every`` seconds (5): total energy (~3 ms), the throttle-time (violation)
-  counters (~0.7 ms each), ECC counts, the current PCIe link, and PCIe throughput where
-  GPM does not measure it (~21 ms a call).
+- once a window (1 s; 2 s when sampling once a second or slower): GPM (Hopper and later,
+  gpm.py; ~0.09 ms a GPU) and, for a GPU that is working (a compute process, or
+  utilization above zero, since the last window), the utilization sample buffer (~2.7 ms
+  a call on an H200; the driver refreshes it ~6 times a second), giving the min/max
+  utilization of the window on the next tick. A GPU with no process and no utilization
+  has no bursts to find, and its buffer is not read;
+- every ``slow_every`` seconds (10): the throttle-time (violation) counters (~0.75 ms
+  each), ECC counts, the current PCIe link, and PCIe throughput where GPM does not measure
+  it (~21 ms a call; working GPUs only);
+- every ``energy_every`` seconds (30): total energy (~3 ms a GPU). It is a counter, so a
+  rarer read loses nothing over a run; power is read every tick.
 
 XID and ECC events arrive on a listener thread of their own. Any other NVML error on one
 field of one device leaves that field ``None`` for the tick and is counted, never raised.
@@ -44,7 +48,8 @@ def _text(v: Any) -> str:
 
 
 class NvmlCollector:
-    def __init__(self, nvml=None, *, slow_every: float = 5.0, window_s: float = 1.0) -> None:
+    def __init__(self, nvml=None, *, slow_every: float = 10.0, window_s: float = 1.0,
+                 energy_every: float = 30.0) -> None:
         self.nv = nvml or load_pynvml()
         nv = self.nv
         try:
@@ -73,6 +78,9 @@ class NvmlCollector:
         self._slow_lock = threading.Lock()
         self._window: list[tuple[float, float] | None] = [None] * count
         self.slow_every = slow_every
+        self.energy_every = energy_every
+        self._working = [True] * count  # since the last window: a process on it or utilization > 0
+        self._window_primed = [False] * count  # the buffer's first read after idling only sets the timestamp
         self.window_s = window_s  # the utilization buffer and GPM are read this often
         self._stop = threading.Event()
         self._slow_thread: threading.Thread | None = None
@@ -162,6 +170,9 @@ class NvmlCollector:
                 xid = data
             elif etype & ECC_DOUBLE_BIT and xid is None:
                 xid = 48  # what the driver logs as the XID of a double-bit ECC error
+        procs = self._processes(i)
+        if procs or util is None or util.gpu > 0:
+            self._working[i] = True
         return GpuSample(
             index=i,
             util=float(util.gpu) if util is not None else None,
@@ -184,7 +195,7 @@ class NvmlCollector:
             throttle_power=slow.get("throttle_power"), throttle_thermal=slow.get("throttle_thermal"),
             ecc_corrected=slow.get("ecc_corrected"), ecc_uncorrected=slow.get("ecc_uncorrected"),
             remap_pending=slow.get("remap_pending"), xid=xid,
-            processes=self._processes(i),
+            processes=procs,
         )
 
     def _util_window(self, i: int) -> tuple[float | None, float | None]:
@@ -222,7 +233,14 @@ class NvmlCollector:
 
     def poll_util_window(self) -> None:
         for i in range(len(self.handles)):
+            if not self._working[i]:
+                self._window_primed[i] = False
+                continue
+            self._working[i] = False
             lo, hi = self._util_window(i)
+            if not self._window_primed[i]:  # after idling the buffer holds samples from before: skip them
+                self._window_primed[i] = True
+                continue
             if lo is not None:
                 with self._slow_lock:
                     self._window[i] = (lo, hi)
@@ -233,17 +251,19 @@ class NvmlCollector:
             if m is not None:
                 self._slow[i] = {**self._slow[i], **m}
 
-    def poll_slow(self) -> None:
+    def poll_slow(self, energy: bool = True) -> None:
         nv = self.nv
         for i, h in enumerate(self.handles):
             got: dict[str, float | None] = {}
-            if not self.gpm.supported[i]:  # GPM measures PCIe traffic for free; this call costs ~21 ms
+            # GPM measures PCIe traffic for free; this call costs ~21 ms, so only for a working GPU
+            if not self.gpm.supported[i] and (self._working[i] or "pcie_tx" not in self._slow[i]):
                 tx = self._safe(i, "pcie_tx", nv.nvmlDeviceGetPcieThroughput, h, nv.NVML_PCIE_UTIL_TX_BYTES)
                 rx = self._safe(i, "pcie_rx", nv.nvmlDeviceGetPcieThroughput, h, nv.NVML_PCIE_UTIL_RX_BYTES)
                 got["pcie_tx"] = tx * 1024.0 if tx is not None else None  # NVML gives KB/s
                 got["pcie_rx"] = rx * 1024.0 if rx is not None else None
-            energy = self._safe(i, "energy", nv.nvmlDeviceGetTotalEnergyConsumption, h)
-            got["energy_j"] = energy / 1000.0 if energy is not None else None  # mJ
+            if energy:
+                e = self._safe(i, "energy", nv.nvmlDeviceGetTotalEnergyConsumption, h)
+                got["energy_j"] = e / 1000.0 if e is not None else None  # mJ
             got["throttle_power"] = self._violation_pct(i, 0)    # NVML_PERF_POLICY_POWER
             got["throttle_thermal"] = self._violation_pct(i, 1)  # NVML_PERF_POLICY_THERMAL
             got.update(self._errors_and_link(i, h))
@@ -277,14 +297,18 @@ class NvmlCollector:
         return out
 
     def _slow_loop(self) -> None:
-        last_slow = -1e9
+        last_slow = last_energy = -1e9
         while not self._stop.is_set():
             t = time.monotonic()
+            # the slow fields first: their PCIe check wants this window's "working" flags
+            if t - last_slow >= self.slow_every:
+                energy = t - last_energy >= self.energy_every
+                self.poll_slow(energy=energy)
+                last_slow = t
+                if energy:
+                    last_energy = t
             self.poll_util_window()
             self.poll_gpm()
-            if t - last_slow >= self.slow_every:
-                self.poll_slow()
-                last_slow = t
             self._stop.wait(max(0.05, self.window_s - (time.monotonic() - t)))
 
     def close(self) -> None:

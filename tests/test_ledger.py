@@ -40,14 +40,16 @@ def test_fragmentation_is_judged_against_the_windows_peak_allocated():
 
 
 def _two(t, energy=True):
+    read = t - t % 30 if energy == "every 30 s" else t  # the counter is read every 30 s; ticks repeat it
+
     def g(i, util, power):
         return GpuSample(index=i, util=util, power_w=power, power_limit_w=700.0, mem_used=20 * GiB,
-                         mem_total=140 * GiB, energy_j=(1000.0 + power * t) if energy else None,
+                         mem_total=140 * GiB, energy_j=(1000.0 + power * read) if energy else None,
                          processes=(GpuProcess(10 + i, 20 * GiB),))
     return Frame(t=float(t), gpus=(g(0, 95.0, 600.0), g(1, 40.0, 300.0)), process=_job())
 
 
-@pytest.mark.parametrize("energy", [True, False])
+@pytest.mark.parametrize("energy", [True, "every 30 s", False])
 def test_imbalance_costs_the_waiting_gpu_time_and_every_finding_reports_its_energy(energy):
     report = analyze(_Frames([_two(t, energy) for t in range(200)]))
     (imb,) = [f for f in report.findings if f.rule == "imbalance"]

@@ -11,6 +11,8 @@ from traintop.errors import NoGpuError
 def test_units_and_fields(fake_nvml):
     nv, _ = fake_nvml()
     c = NvmlCollector(nv)
+    c.poll_util_window()  # the first read only sets the buffer's timestamp
+    c.sample()  # a tick: the GPU works
     c.poll_util_window()
     c.poll_slow()
     (g,) = c.sample()
@@ -147,3 +149,74 @@ def test_gpm_error_mid_run_is_counted_not_raised(fake_nvml, nvml_error, with_hop
     c.poll_gpm()
     assert c.gpm.errors == 1 and c.sample()[0].sm_active is None
     c.close()
+
+
+def _idle(nv):
+    nv.nvmlDeviceGetUtilizationRates = lambda h: types.SimpleNamespace(gpu=0, memory=0)
+    nv.nvmlDeviceGetComputeRunningProcesses = lambda h: []
+
+
+def test_an_idle_gpus_utilization_buffer_is_not_read(fake_nvml):
+    nv, calls = fake_nvml(n=2)
+    c = NvmlCollector(nv)
+    _idle(nv)
+    c.sample()
+    for _ in range(5):  # windows with no process and no utilization on either GPU
+        c.poll_util_window()
+        c.sample()
+    assert calls.get("util_samples", 0) == 2  # the first window, before the idle ticks were seen
+    nv.nvmlDeviceGetComputeRunningProcesses = lambda h: [types.SimpleNamespace(pid=7, usedGpuMemory=1)] if h == 1 else []
+    c.sample()  # GPU 1 gets a process
+    c.poll_util_window()  # primes GPU 1's buffer: samples from before it worked are not its window
+    assert [g.util_min for g in c.sample()] == [None, None]
+    c.poll_util_window()
+    assert [(g.util_min, g.util_max) for g in c.sample()] == [(None, None), (40.0, 100.0)]
+    assert calls["util_samples"] == 4
+
+
+def test_a_working_gpu_with_zero_processes_visible_still_gets_its_window(fake_nvml):
+    nv, calls = fake_nvml()
+    nv.nvmlDeviceGetComputeRunningProcesses = lambda h: []  # e.g. another PID namespace
+    c = NvmlCollector(nv)
+    for _ in range(3):
+        c.sample()
+        c.poll_util_window()
+    (g,) = c.sample()
+    assert (g.util_min, g.util_max) == (40.0, 100.0)
+
+
+def test_energy_is_read_only_when_asked_and_pcie_throughput_only_for_working_gpus(fake_nvml):
+    nv, calls = fake_nvml()
+    c = NvmlCollector(nv)
+    c.poll_slow(energy=False)
+    assert "energy" not in calls and calls["pcie"] == 2
+    (g,) = c.sample()
+    assert g.energy_j is None and g.pcie_tx == 2048 * 1024
+    c.poll_util_window()
+    c.sample()  # the GPU works in this window
+    c.poll_slow(energy=True)
+    assert calls["energy"] == 1 and calls["pcie"] == 4
+    (g,) = c.sample()
+    assert g.energy_j == 5000.0
+    _idle(nv)
+    c.sample()
+    c.poll_util_window()
+    c.sample()
+    c.poll_util_window()  # a whole window idle
+    c.poll_slow()
+    assert calls["pcie"] == 4  # ~21 ms a call: not for an idle GPU; its last reading stands
+    (g,) = c.sample()
+    assert g.pcie_tx == 2048 * 1024
+
+
+def test_the_slow_thread_reads_energy_less_often_than_the_rest(fake_nvml, with_hopper_extras):
+    import time
+    nv, calls = fake_nvml()
+    with_hopper_extras(nv, calls)
+    c = NvmlCollector(nv, slow_every=0.02, window_s=0.02, energy_every=3600)
+    c.start_slow()
+    deadline = time.time() + 5
+    while calls.get("gpm_sample", 0) < 10 and time.time() < deadline:
+        time.sleep(0.01)
+    c.close()
+    assert calls["energy"] == 1 and calls["gpm_sample"] >= 10

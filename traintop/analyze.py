@@ -147,14 +147,18 @@ class _Acc:
         return s
 
     def energy_kwh(self, t0: float, t1: float) -> float:
-        """What this GPU drew over [t0, t1]: the energy counter's rise where it was recorded at
-        both ends (and never went back), else its power integrated over time."""
-        t = self.t
+        """What this GPU drew over [t0, t1]: the energy counter's rise between the first and
+        the last time it was read inside the span, with power integrated over the edges
+        before and after; power integrated over time where the counter was not recorded.
+        The counter is read every 30 s (each tick repeats the last reading), so the ends of
+        the span are where a new reading first appears, not the span's own ends."""
+        t, e = self.t, self.energy
         i0, i1 = bisect.bisect_left(t, t0), bisect.bisect_right(t, t1) - 1
-        if i1 > i0:
-            e0, e1 = self.energy[i0], self.energy[i1]
-            if e0 == e0 and e1 == e1 and e1 >= e0:
-                return (e1 - e0) / 3.6e6
+        j0 = next((j for j in range(i0 + 1, i1 + 1) if e[j] == e[j] and e[j] != e[j - 1]), None)
+        j1 = next((j for j in range(i1, i0, -1) if e[j] == e[j] and e[j] != e[j - 1]), None)
+        if j0 is not None and j1 is not None and j1 > j0 and e[j1] >= e[j0] and e[j0 - 1] == e[j0 - 1]:
+            edges = self.lost_hours(t0, t[j0], self.power) + self.lost_hours(t[j1], t1, self.power)
+            return (e[j1] - e[j0]) / 3.6e6 + edges / 1000.0
         return self.lost_hours(t0, t1, self.power) / 1000.0  # W·h -> kWh
 
     def lost_hours(self, t0: float, t1: float, series: array) -> float:
