@@ -74,6 +74,8 @@ def presets(name: str, tmp: str) -> list[tuple]:
         ("nvitop --interval 1", peer("nvitop", "--interval", "1")),
         ("nvitop --interval 1, 80x24", peer("nvitop", "--interval", "1"), SMALL),
         ("nvitop defaults", peer("nvitop")),
+        ("traintop TUI --interval 1, GPU 0 only", tt + ["--interval", "1", "--only-gpus", "0"]),
+        ("nvitop --interval 1, GPU 0 only", peer("nvitop", "--interval", "1", "--only", "0")),
         ("gpustat -i 1", peer("gpustat", "-i", "1")),
         ("nvidia-smi dmon -d 1", ["nvidia-smi", "dmon", "-d", "1"]),
         ("traintop record --interval 1", tt + ["record", "--interval", "1", f"{tmp}/live1.ttrec"]),
@@ -86,6 +88,7 @@ RATIOS = {
     "h200": [("traintop TUI --interval 1", "nvitop --interval 1"),
              ("traintop TUI --interval 1, 80x24", "nvitop --interval 1, 80x24"),
              ("traintop TUI defaults", "nvitop defaults"),
+             ("traintop TUI --interval 1, GPU 0 only", "nvitop --interval 1, GPU 0 only"),
              ("traintop record --interval 1", "nvidia-smi dmon -d 1"),
              ("traintop record defaults", "nvidia-smi dmon -d 1")],
 }

@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 from traintop.collectors.gpm import GpmReader
 from traintop.collectors.nvml_events import ECC_DOUBLE_BIT, XID_CRITICAL, EventListener
-from traintop.errors import NoGpuError
+from traintop.errors import NoGpuError, TraintopError
 from traintop.samples import GpuInfo, GpuProcess, GpuSample, SessionInfo
 
 _UNSUPPORTED_CODES = {3, 4, 13}  # NOT_SUPPORTED, NO_PERMISSION, FUNCTION_NOT_FOUND
@@ -49,7 +49,9 @@ def _text(v: Any) -> str:
 
 class NvmlCollector:
     def __init__(self, nvml=None, *, slow_every: float = 10.0, window_s: float = 1.0,
-                 energy_every: float = 30.0) -> None:
+                 energy_every: float = 30.0, only: frozenset[int] | None = None) -> None:
+        """``only``: the NVML indices to read (None: all). Internally a GPU is its position in
+        ``handles``; samples and infos carry its NVML index."""
         self.nv = nvml or load_pynvml()
         nv = self.nv
         try:
@@ -64,7 +66,14 @@ class NvmlCollector:
             raise NoGpuError(f"NVML sees no GPU ({_text(e)})") from None
         if count == 0:
             raise NoGpuError("NVML sees no GPU")
-        self.handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+        if only is not None:
+            missing = sorted(i for i in only if not 0 <= i < count)
+            if missing:
+                raise TraintopError(f"--only-gpus: no GPU {', '.join(map(str, missing))} here "
+                                    f"(NVML sees {count}: {0 if count == 1 else f'0-{count - 1}'})")
+        self.indices = [i for i in range(count) if only is None or i in only]
+        count = len(self.indices)
+        self.handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in self.indices]
         self._unsupported: set[tuple[int, str]] = set()
         self.errors: dict[str, int] = {}
         self._util_ts = [0] * count
@@ -113,7 +122,7 @@ class NvmlCollector:
         slowdown = self._safe(i, "temp_slowdown", nv.nvmlDeviceGetTemperatureThreshold, h,
                               nv.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN)
         return GpuInfo(
-            index=i,
+            index=self.indices[i],
             name=_text(self._safe(i, "name", nv.nvmlDeviceGetName, h) or "NVIDIA GPU"),
             uuid=_text(u) if (u := self._safe(i, "uuid", nv.nvmlDeviceGetUUID, h)) else None,
             mem_total=int(mem.total) if mem is not None else None,
@@ -174,7 +183,7 @@ class NvmlCollector:
         if procs or util is None or util.gpu > 0:
             self._working[i] = True
         return GpuSample(
-            index=i,
+            index=self.indices[i],
             util=float(util.gpu) if util is not None else None,
             util_min=util_min, util_max=util_max,
             mem_util=float(util.memory) if util is not None else None,

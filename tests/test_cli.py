@@ -27,6 +27,10 @@ def test_version_and_help():
     (["--interval", "abc"], "expected seconds"),
     (["--interval", "1000"], "between"),
     (["--pid", "-3"], "positive"),
+    (["--only-gpus", "a,b"], "GPU indices like 0,1"),
+    (["--only-gpus", ","], "names no GPU"),
+    (["record", "--simulate", "starved", "--only-gpus", "0", "x.ttrec"], "does not go with --simulate"),
+    (["agent", "--simulate", "starved", "--only-gpus", "0"], "does not go with --simulate"),
     (["--pid", "4194303999"], "no process with PID"),
     (["replay", "/nonexistent.ttrec"], "no such file"),
     (["replay", "/etc/hostname"], "not a traintop recording"),
@@ -119,6 +123,7 @@ def test_every_option_has_a_help_line(command):
     ["analyze", "x.ttrec", "--fps", "3"], ["analyze", "--pid", "1", "x.ttrec"], ["demo", "--record", "x.ttrec"],
     ["replay", "x.ttrec", "--interval", "1"], ["record", "x.ttrec", "--record", "y.ttrec"],
     ["doctor", "--set", "idle_window_s=3"], ["run", "--pid", "1", "--", "true"],
+    ["simulate", "--only-gpus", "0"], ["replay", "x.ttrec", "--only-gpus", "1"],
 ])
 def test_an_option_of_another_command_is_refused(args, tmp_path):
     r = traintop(*args, cwd=tmp_path)

@@ -220,3 +220,23 @@ def test_the_slow_thread_reads_energy_less_often_than_the_rest(fake_nvml, with_h
         time.sleep(0.01)
     c.close()
     assert calls["energy"] == 1 and calls["gpm_sample"] >= 10
+
+
+def test_only_gpus_reads_just_those_and_keeps_their_nvml_index(fake_nvml):
+    nv, calls = fake_nvml(n=3)
+    asked = []
+    nv.nvmlDeviceGetHandleByIndex = lambda i: asked.append(i) or i
+    util = {0: 5, 1: 50, 2: 95}
+    nv.nvmlDeviceGetUtilizationRates = lambda h: types.SimpleNamespace(gpu=util[h], memory=1)
+    c = NvmlCollector(nv, only=frozenset({2, 0}))
+    assert asked == [0, 2]
+    assert [i.index for i in c.infos] == [0, 2]
+    assert [(g.index, g.util) for g in c.sample()] == [(0, 5.0), (2, 95.0)]
+
+
+def test_only_gpus_naming_a_gpu_that_is_not_there_is_one_clear_error(fake_nvml):
+    from traintop.errors import TraintopError
+
+    nv, _ = fake_nvml(n=2)
+    with pytest.raises(TraintopError, match=r"--only-gpus: no GPU 2, 7 here \(NVML sees 2: 0-1\)"):
+        NvmlCollector(nv, only=frozenset({1, 2, 7}))

@@ -58,6 +58,18 @@ def _seconds(text: str) -> float:
     return v
 
 
+def _gpu_list(text: str) -> frozenset[int]:
+    try:
+        out = frozenset(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected GPU indices like 0,1, got {text!r}") from None
+    if not out:
+        raise argparse.ArgumentTypeError("names no GPU")
+    if min(out) < 0 or max(out) > 1023:
+        raise argparse.ArgumentTypeError(f"expected GPU indices like 0,1, got {text!r}")
+    return out
+
+
 def _help(text: str) -> str:
     """argparse formats help with %: text from elsewhere ("100 % busy") must not be read as a format."""
     return text.replace("%", "%%")
@@ -70,14 +82,19 @@ class _Parser(argparse.ArgumentParser):
 
 # -- option groups: each command picks the ones that mean something to it ------------------
 # Defaults are applied after parsing (an option may come before the command: see main()).
-DEFAULTS = {"interval": 0.5, "fps": 2.0, "pid": None, "record": None, "config": None, "set": None}
+DEFAULTS = {"interval": 0.5, "fps": 2.0, "pid": None, "only_gpus": None, "record": None, "config": None, "set": None}
 BEFORE = "before_"  # dest prefix of the options given before the command
 
 
-def add_sampling(p, *, pid: bool = True, prefix: str = "") -> None:
+def add_sampling(p, *, pid: bool = True, gpus: bool = True, prefix: str = "") -> None:
     g = p.add_argument_group("sampling")
     g.add_argument("--interval", type=_seconds, metavar="S", default=argparse.SUPPRESS, dest=prefix + "interval",
                    help="seconds between samples (default 0.5)")
+    if gpus:
+        g.add_argument("--only-gpus", type=_gpu_list, metavar="LIST", default=argparse.SUPPRESS,
+                       dest=prefix + "only_gpus",
+                       help="watch only these GPUs (NVML indices as nvidia-smi numbers them, e.g. 0,3); "
+                            "the others are not read at all")
     if pid:
         g.add_argument("--pid", type=_positive_int, metavar="N", default=argparse.SUPPRESS, dest=prefix + "pid",
                        help="attach to this training process (and its workers)")
@@ -130,7 +147,8 @@ def cmd_live(args) -> int:
     explicit = args.pid is not None or args.record is not None
     try:
         monitor, feed = sessions.live_session(args.interval, pid=args.pid, record=args.record,
-                                              require_gpu=not explicit, config=args.thresholds)
+                                              require_gpu=not explicit, config=args.thresholds,
+                                              only_gpus=args.only_gpus)
     except NoGpuError as e:
         # Said inside the app: a line printed before it starts is hidden until the user quits.
         monitor, feed = sessions.demo_session(config=args.thresholds)
@@ -214,7 +232,8 @@ def cmd_run(args) -> int:
             echo("no terminal here: running without the dashboard (as with --no-ui)")
         try:
             monitor, feed = sessions.live_session(args.interval, pid=job.pid, record=args.record, require_gpu=False,
-                                                  config=args.thresholds, probe_dir=base, own_child=True)
+                                                  config=args.thresholds, probe_dir=base, own_child=True,
+                                                  only_gpus=args.only_gpus)
         except BaseException:
             job.forward(signal.SIGTERM, 2.0)  # nothing will watch it: do not leave it running
             job.watch()
@@ -331,13 +350,15 @@ def cmd_record(args) -> int:
         raise TraintopError("--fast needs --simulate and --duration")
     if args.simulate and args.pid is not None:
         raise TraintopError("--pid watches a real process: it does not go with --simulate")
+    if args.simulate and args.only_gpus is not None:
+        raise TraintopError("--only-gpus picks real GPUs: it does not go with --simulate (use --gpus)")
     if args.simulate:
         monitor, feed = sessions.simulated_session(args.simulate, gpus=args.gpus, seed=args.seed,
                                                    interval=args.interval, history_s=0, record=args.file,
                                                    realtime=not args.fast, config=args.thresholds)
     else:
         monitor, feed = sessions.live_session(args.interval, pid=args.pid, record=args.file, require_gpu=False,
-                                              config=args.thresholds)
+                                              config=args.thresholds, only_gpus=args.only_gpus)
     say = (lambda *a: None) if args.quiet else echo
     n_gpus = len(monitor.info.gpus)
     what = f"{n_gpus} GPU{'s' if n_gpus != 1 else ''}"
@@ -411,7 +432,7 @@ def add_simulate(sub) -> None:
                    help=_help(f"one name, or one per GPU separated by commas (default starved). {scen}"))
     g.add_argument("--gpus", type=_positive_int, default=1, metavar="N", help="simulated GPUs (default 1)")
     g.add_argument("--seed", type=int, default=0, metavar="N", help="random seed: the same seed plays the same run")
-    add_sampling(p, pid=False)
+    add_sampling(p, pid=False, gpus=False)
     add_display(p)
     add_output(p)
     add_thresholds(p)

@@ -44,8 +44,9 @@ def _recording(monitor: Monitor, record: str | None) -> Monitor:
 
 def live_session(interval: float = 0.5, pid: int | None = None, record: str | None = None,
                  config: Thresholds | None = None, require_gpu: bool = True, probe_dir: str | None = None,
-                 own_child: bool = False):
+                 own_child: bool = False, only_gpus: frozenset[int] | None = None):
     """Live collectors. Raises NoGpuError when NVML sees no GPU and ``require_gpu``.
+    ``only_gpus``: NVML indices to watch (the others are never read).
 
     ``own_child``: ``pid`` was started by this traintop (`traintop run`) and may already have
     ended; ``probe_dir`` is where its probe listens."""
@@ -58,7 +59,7 @@ def live_session(interval: float = 0.5, pid: int | None = None, record: str | No
     proc = ProcessCollector(pid, ended_ok=own_child) if pid is not None else None  # fail fast on a bad PID
     try:
         # Sampling once a second or slower, a 2-s window halves the cost of the utilization buffer.
-        gpu = NvmlCollector(window_s=1.0 if interval < 1.0 else 2.0)
+        gpu = NvmlCollector(window_s=1.0 if interval < 1.0 else 2.0, only=only_gpus)
     except NoGpuError as e:
         if require_gpu:
             raise

@@ -203,22 +203,14 @@ class HostAgent:
             self.textfile_error = str(e)
 
 
-def _gpu_list(text: str) -> frozenset[int]:
-    try:
-        out = frozenset(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise TraintopError(f"--only-gpus expects GPU indices like 0,1, got {one_line(text, 40)!r}") from None
-    if not out:
-        raise TraintopError("--only-gpus names no GPU")
-    return out
-
-
 def build_hosts(args) -> list[HostAgent]:
     from traintop import sessions
 
     hook = FindingHook(args.on_finding) if args.on_finding else None
     job = args.job or job_from_env()
     n_hosts = args.hosts
+    if args.simulate and args.only_gpus is not None:
+        raise TraintopError("--only-gpus picks real GPUs: it does not go with --simulate (use --gpus)")
     if n_hosts > 1 and not args.simulate:
         raise TraintopError("--hosts poses as several hosts only with --simulate")
     if n_hosts > 1 and args.record:
@@ -244,8 +236,8 @@ def build_hosts(args) -> list[HostAgent]:
         else:
             from traintop.cluster.live_source import live_agent_session
 
-            only = _gpu_list(args.only_gpus) if args.only_gpus else None
-            monitor, feed = live_agent_session(args.interval, record=args.record, config=args.thresholds, only=only)
+            monitor, feed = live_agent_session(args.interval, record=args.record, config=args.thresholds,
+                                               only=args.only_gpus)
             mode = "live"
         hosts.append(HostAgent(name, monitor, feed, job, mode, hook=hook, textfile=textfile))
     return hosts

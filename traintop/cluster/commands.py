@@ -22,8 +22,6 @@ def add_agent(sub) -> None:
                    "TORCHELASTIC_RUN_ID)")
     g.add_argument("--on-finding", metavar="CMD",
                    help="run CMD with the finding as JSON on stdin when a warning or worse starts or ends")
-    g.add_argument("--only-gpus", metavar="LIST",
-                   help="serve only these GPUs (NVML indices, e.g. 1) and the ranks on them (one agent per GPU)")
     g.add_argument("--duration", type=cli._seconds, metavar="S", help="stop after this many seconds")
     g.add_argument("--quiet", action="store_true", help="print nothing unless something fails")
     g = p.add_argument_group("simulator")

@@ -99,13 +99,11 @@ def live_agent_session(interval: float, record: str | None = None, config=None, 
 
     check_interval(interval)
     try:
-        gpu = NvmlCollector(window_s=1.0 if interval < 1.0 else 2.0)
+        gpu = NvmlCollector(window_s=1.0 if interval < 1.0 else 2.0, only=only)
     except NoGpuError:
         gpu = None
     if gpu is not None:
         info = gpu.session_info(interval)
-        if only is not None:
-            info = dataclasses.replace(info, gpus=tuple(g for g in info.gpus if g.index in only))
         gpu.start_slow()
     else:
         import socket
