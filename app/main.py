@@ -101,6 +101,7 @@ class TraintopApp(App):
         self.min_redraw_s = 1.0 / max_fps if max_fps else 0.0
         self._last_redraw = 0.0
         self._redraw_timer = None
+        self._drawn_alert_changes = 0
         self.monitor = monitor
         self.feed = feed
         self.replay = feed.replay_controls()
@@ -217,7 +218,15 @@ class TraintopApp(App):
 
     def on_frame_ready(self, _: FrameReady) -> None:
         self._pending = False
-        if self.paused or not self.is_running or self._redraw_timer is not None or self._jobs_running:
+        if self.paused or not self.is_running or self._jobs_running:
+            return
+        if self.monitor.alert_changes != self._drawn_alert_changes:  # a finding starts or ends: now, not later
+            if self._redraw_timer is not None:
+                self._redraw_timer.stop()
+                self._redraw_timer = None
+            self.refresh_view()
+            return
+        if self._redraw_timer is not None:
             return
         wait = self._last_redraw + self.min_redraw_s - time.monotonic()
         if wait > 0:  # draw the newest frame once the redraw budget allows
@@ -234,6 +243,7 @@ class TraintopApp(App):
         if self._status is None:  # not mounted yet (a resize comes first)
             return
         self._last_redraw = time.monotonic()
+        self._drawn_alert_changes = self.monitor.alert_changes
         view = build_view(self.monitor)
         self.last_view = view
         end = view.process.job_end

@@ -167,6 +167,31 @@ def test_redraws_are_capped_but_the_newest_frame_is_drawn(sim_app):
     run(go())
 
 
+def test_a_finding_is_drawn_at_once_whatever_the_redraw_cap(sim_app):
+    async def go():
+        # one routine redraw every 20 s at the most; the loader starves from the first sample
+        app, monitor, feed = sim_app("starved", history_s=5, max_fps=0.05)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause()
+            assert "Data starvation" not in alerts_text(app)
+            before = monitor.alert_changes
+            for _ in range(200):  # 100 s of samples, each announced to the app as the feed does
+                feed.step()
+                app._notify_from_feed()
+                await pilot.pause()
+                if monitor.alert_changes != before:
+                    break
+            assert monitor.alert_changes != before, "the simulated loader never raised a finding"
+            await pilot.pause()
+            assert "Data starvation" in alerts_text(app)  # drawn with the frame that raised it
+            assert app.last_view.t == monitor.store.t_last
+            feed.step()
+            app._notify_from_feed()
+            await pilot.pause()
+            assert app.last_view.t < monitor.store.t_last  # a routine frame still waits for the cap
+    run(go())
+
+
 async def press(pilot, *keys):
     """Press keys one by one, each replay command done (they run on a worker) before the next."""
     for key in keys:

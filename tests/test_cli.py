@@ -143,7 +143,7 @@ def test_an_option_before_a_command_that_has_no_use_for_it_is_refused(args, tmp_
 def test_shared_options_go_before_or_after_the_command():
     for argv in (["--interval", "2", "simulate"], ["simulate", "--interval", "2"]):
         args = cli.parse_args(argv)
-        assert args.interval == 2 and args.fps == 2.0 and args.record is None
+        assert args.interval == 2 and args.fps == 1.0 and args.record is None
     args = cli.parse_args(["--interval", "2", "simulate", "--interval", "3"])
     assert args.interval == 3  # the one nearer the command's own options wins
     args = cli.parse_args(["--set", "idle_window_s=5", "analyze", "f", "--set", "idle_max_util=3"])

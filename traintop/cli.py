@@ -82,7 +82,7 @@ class _Parser(argparse.ArgumentParser):
 
 # -- option groups: each command picks the ones that mean something to it ------------------
 # Defaults are applied after parsing (an option may come before the command: see main()).
-DEFAULTS = {"interval": 0.5, "fps": 2.0, "pid": None, "only_gpus": None, "record": None, "config": None, "set": None}
+DEFAULTS = {"interval": 0.5, "fps": 1.0, "pid": None, "only_gpus": None, "record": None, "config": None, "set": None}
 BEFORE = "before_"  # dest prefix of the options given before the command
 
 
@@ -103,7 +103,8 @@ def add_sampling(p, *, pid: bool = True, gpus: bool = True, prefix: str = "") ->
 def add_display(p, *, prefix: str = "") -> None:
     g = p.add_argument_group("display")
     g.add_argument("--fps", type=_positive_float, metavar="N", default=argparse.SUPPRESS, dest=prefix + "fps",
-                   help="most screen redraws a second (default 2); sampling and recording keep --interval")
+                   help="most routine screen redraws a second (default 1; a finding that starts or ends is "
+                        "drawn at once); sampling and recording keep --interval")
 
 
 def add_output(p, *, prefix: str = "") -> None:

@@ -25,6 +25,7 @@ class Monitor:
         self.engine = engine if engine is not None else default_engine()
         self.recorder = None
         self.lock = threading.RLock()
+        self.alert_changes = 0  # bumped when an alert starts, changes or ends: the dashboard draws it at once
         self.recording_error: str | None = None
         self.source_error: str | None = None
         self.collector_errors: dict[str, str] = {}  # collector -> why it fails now (live sampling)
@@ -80,6 +81,8 @@ class Monitor:
             for dump in frame.stacks:
                 self.stacks[dump.pid] = dump
             changed = self.engine.evaluate(self.store, frame.t) if evaluate else []
+            if changed:
+                self.alert_changes += 1
         self._record(frame, changed)
         return changed
 
