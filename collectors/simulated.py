@@ -29,7 +29,8 @@ from traintop.samples import (
 )
 from traintop.units import GiB, MiB
 
-SCENARIOS = ("healthy", "starved", "underused", "thermal", "memory_creep", "idle", "small_kernels", "pcie_bound")
+SCENARIOS = ("healthy", "starved", "underused", "thermal", "memory_creep", "idle", "small_kernels", "pcie_bound",
+             "slow_loader", "collective_wait")
 SCENARIO_HELP = {
     "healthy": "large-batch bf16 training: 100 % busy, power-capped (normal)",
     "starved": "data-starved: utilization spikes between 0 and 100 %, loader workers at 100 % CPU",
@@ -39,6 +40,9 @@ SCENARIO_HELP = {
     "idle": "no job on the GPU",
     "small_kernels": "utilization reads 100 % but the kernels keep ~12 % of the SMs busy (GPM)",
     "pcie_bound": "host-to-device copies fill the PCIe link; the GPU computes ~35 % of the time",
+    "slow_loader": "the straggler of a synchronous DDP job: its loader is slow (input wait ~87 %), its GPU ~7 % busy",
+    "collective_wait": "a DDP rank waiting for a straggler on another node: its GPU reads ~55 % busy at ~170 W "
+                       "with few SMs active, input wait ~35 % (its own loader's time, hidden by the wait)",
 }
 
 H200 = dict(name="NVIDIA H200", mem_total=143771 * MiB, power_limit_w=700.0,
@@ -113,9 +117,12 @@ class Simulator:
             allocated = int(reserved * (0.62 + 0.05 * r.random()))
             if scenario == "memory_creep":
                 allocated = int(reserved - 300 * MiB * r.random())
+            # slow_loader and collective_wait are the two ranks of one synchronous job: equal step times
             step = {"healthy": 0.081, "starved": 0.80, "underused": 0.004, "thermal": 0.11,
-                    "memory_creep": 0.125, "small_kernels": 0.012, "pcie_bound": 0.21}[scenario] * (0.95 + 0.1 * r.random())
-            wait = {"starved": 0.62, "underused": 0.01, "pcie_bound": 0.05}.get(scenario, 0.02) * (0.9 + 0.2 * r.random())
+                    "memory_creep": 0.125, "small_kernels": 0.012, "pcie_bound": 0.21, "slow_loader": 0.055,
+                    "collective_wait": 0.055}[scenario] * (0.95 + 0.1 * r.random())
+            wait = {"starved": 0.62, "underused": 0.01, "pcie_bound": 0.05, "slow_loader": 0.87,
+                    "collective_wait": 0.36}.get(scenario, 0.02) * (0.9 + 0.2 * r.random())
             steps = int((t - self.t0) / step)
             out.append(RankSample(
                 pid=TRAIN_PID + g.index, rank=g.index, world_size=len(gpus), device=g.index, cuda=True,
@@ -192,6 +199,18 @@ class Simulator:
             temp = 55 + 3 * r.random()
             mem = min(int(total * 0.985), int(8 * GiB + 0.5 * GiB * rel + 64 * MiB * r.random()))
             mem_util = 40.0
+        elif scenario in ("slow_loader", "collective_wait"):
+            # as two H200s showed it: the straggler's GPU mostly idles; the waiting one reads busy
+            # while its NCCL kernel spins, at the same ~170 W and ~5 % of SMs active
+            waiting = scenario == "collective_wait"
+            util = 40 + 35 * r.random() if waiting else 4 + 7 * r.random()
+            util_min, util_max = 0.0, 100.0 if waiting else 30.0
+            power = 165 + 12 * r.random()
+            sm = 1980
+            temp = 36 + 2 * r.random()
+            mem = 3 * GiB + int(256 * MiB * r.random())
+            mem_util = 1 + r.random()
+            sm_share = 0.09 if waiting else 0.7
         elif scenario == "small_kernels":
             util = 100.0 if r.random() > 0.05 else 99.0
             util_min, util_max = 98.0, 100.0

@@ -1,6 +1,7 @@
 """A real Prometheus on loopback scraping real agents every second; `analyze --prometheus`
 reads it back. Three simulated hosts of one job: node-a's loader starves, node-b has a
-straggler rank, node-c is healthy. A second Prometheus scrapes two loopback servers that
+straggler rank, node-c is healthy. Another Prometheus scrapes two hosts posing as the H200
+case (one rank each of a synchronous job; rank 1's loader is slow, rank 0 waits for it). A third scrapes two loopback servers that
 speak dcgm-exporter's text format (the dcgm-exporter-only mode). No mock of Prometheus.
 """
 
@@ -150,6 +151,10 @@ def cluster():
                         *common)
         c = start_agent("--simulate", "healthy", "--hostname", "node-c", "--node-rank", "2", *common)
         procs += [a[0], b[0], c[0]]
+        h200 = ["--gpus", "1", "--job", "h200-ddp", "--nodes", "2"]
+        h0 = start_agent("--simulate", "collective_wait", "--hostname", "h200-node0", "--node-rank", "0", *h200)
+        h1 = start_agent("--simulate", "slow_loader", "--hostname", "h200-node1", "--node-rank", "1", *h200)
+        procs += [h0[0], h1[0]]
         for host in ("dcgm-a", "dcgm-b"):
             srv = DcgmExporter(host)
             threading.Thread(target=srv.serve_forever, daemon=True).start()
@@ -161,9 +166,11 @@ def cluster():
         prom2, url2 = start_prometheus({"dcgm": [f"127.0.0.1:{s.server_port}" for s in servers]},
                                        os.path.join(tmp, "p2"))
         procs.append(prom2)
+        prom3, url3 = start_prometheus({"traintop": [h0[1], h1[1]]}, os.path.join(tmp, "p3"))
+        procs.append(prom3)
         t_start = time.time()
         time.sleep(SETTLE_S)
-        yield {"url": url, "dcgm_url": url2, "agents": {"node-a": a[0], "node-b": b[0], "node-c": c[0]},
+        yield {"url": url, "dcgm_url": url2, "h200_url": url3, "agents": {"node-a": a[0], "node-b": b[0], "node-c": c[0]},
                "since": time.time() - t_start + 2, "t_start": t_start}
     finally:
         for s in servers:
@@ -195,24 +202,50 @@ def test_analyze_names_the_starving_node_and_the_straggler_rank(cluster):
     by_rule = {}
     for f in report["findings"]:
         by_rule.setdefault(f["rule"], []).append(f)
-    # node-a's own agent judged both its GPUs starving, node-b's the straggler's GPU only (it waits
-    # for input 38 % of the time); the cross-host rule names node-a, the node whose loader starves
-    assert {(f["host"], f["subject"]) for f in by_rule["starvation"]} <= {("node-a", "gpu0"), ("node-a", "gpu1"),
-                                                                          ("node-b", "gpu1")}
-    assert {f["subject"] for f in by_rule["starvation"] if f["host"] == "node-a"} == {"gpu0", "gpu1"}
-    assert [f["host"] for f in by_rule["node_starving"]] == ["node-a"]
-    assert "node-a" in by_rule["node_starving"][0]["evidence"]
+    # node-a's loader starves and makes its ranks lag: one finding names the node and says why
+    # (the input wait, its loader workers' CPU, its agent's verdicts), not three
+    (node_a,) = by_rule["straggler_node"]
+    assert node_a["host"] == "node-a" and "input wait" in node_a["evidence"] and "loader workers" in node_a["evidence"]
+    assert "node_starving" not in by_rule  # folded into the straggler finding
     # node-b's rank 3 (local rank 1) lags; the evidence says why from node-b's data
     stragglers = {(f["host"], f["subject"]) for f in by_rule.get("straggler", [])}
-    assert ("node-b", "job j1 rank 3") in stragglers
+    assert stragglers == {("node-b", "job j1 rank 3")}
     ev = next(f["evidence"] for f in by_rule["straggler"] if f["subject"] == "job j1 rank 3")
     assert "input wait" in ev and "node-b" in ev
-    # node-a's ranks lag too (a starving loader): the node, not each rank, is named
-    assert [f["host"] for f in by_rule.get("straggler_node", [])] == ["node-a"]
+    # the agents' starvation verdicts on the lagging GPUs are the causes those findings carry
+    assert "starvation" not in by_rule
+    explained = {(f["host"], f["subject"]) for f in report["explained"]}
+    assert {("node-a", "gpu0"), ("node-a", "gpu1")} <= explained
+    assert all(f["explained_by"] for f in report["explained"])
     # the healthy node has nothing wrong (being power-capped at full load is information)
     assert not [f for f in report["findings"] if f["host"] == "node-c" and f["severity"] != "info"]
     assert report["gpu_hours_lost"] > 0
     assert all(f["remedies"] for f in report["findings"])
+
+
+def test_the_h200_case_names_the_straggler_rank_and_nothing_on_the_node_that_waits(cluster):
+    r = analyze(cluster["h200_url"], "--since", f"{cluster['since']:.0f}s", "--job", "h200-ddp", "--json")
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    warnings = [f for f in report["findings"] if f["severity"] != "info"]
+    # one headline: rank 1 on h200-node1 is the straggler, because of its loader
+    assert [(f["rule"], f["host"], f["subject"]) for f in warnings] == [("straggler", "h200-node1",
+                                                                        "job h200-ddp rank 1")]
+    ev = warnings[0]["evidence"]
+    assert "every rank steps at its pace" in ev and "wait for it in collectives" in ev
+    assert re.search(r"input wait (8\d|9\d) % \(the other ranks' median (3\d|4\d) %\)", ev), ev
+    assert re.search(r"h200-node0 GPU 0 \d+ % busy at 1\d\d W of 700 W", ev), ev
+    # h200-node0's agent, seeing one node, judged its GPU starved (its own loader takes 35 % of the
+    # step): the cross-host view explains it, it waits for rank 1
+    assert not [f for f in report["findings"] if f["host"] == "h200-node0"
+                and f["rule"] in ("starvation", "underuse", "idle_gpu", "node_starving")]
+    waiting = [f for f in report["explained"] if f["host"] == "h200-node0"]
+    assert [f["rule"] for f in waiting] == ["starvation"]
+    assert "waits in its collectives for job h200-ddp rank 1 on h200-node1" in waiting[0]["explained_by"]
+    text = analyze(cluster["h200_url"], "--since", f"{cluster['since']:.0f}s", "--job", "h200-ddp").stdout
+    assert "[WARNING] Straggler rank — h200-node1 (job h200-ddp rank 1)" in text
+    assert text.count("[WARNING]") == 1 and "Explained by the findings above" in text
+    print(text)
 
 
 def test_text_report_and_unknown_job(cluster):

@@ -88,3 +88,53 @@ def test_a_node_whose_series_stop_is_missing():
     (f,) = crosshost.missing_nodes(d)
     assert (f.rule.id, f.host, f.start) == ("node_missing", "n2", 39.0)
     assert "job 7" in f.evidence
+
+
+def h200_ddp(n=60):
+    """The shape two H200s showed (one rank per node, a synchronous job): rank 1's loader takes
+    87 % of the step, rank 0's own loader 35 % (building its batch on the CPU) and the rest of
+    rank 0's step is the wait for rank 1 in the all-reduce; equal step times. Each node's agent
+    raised data starvation on its GPU: true for rank 1's, not for rank 0's."""
+    from traintop.cluster.fetch import AgentFinding
+
+    d = grid_data(n)
+    job(d, hosts=("h200-node0", "h200-node1"), per_host=1, step_time=lambda h, local, t: 0.055 + 0.001 * (t % 3),
+        wait=lambda h, local, t: 0.87 if h == "h200-node1" else 0.35)
+    for (h, _), g in d.gpus.items():
+        g.power_limit = 700.0
+        for t in d.grid:
+            g.util[t] = 0.07 if h == "h200-node1" else 0.58
+            g.power[t] = 170.0
+    d.findings += [AgentFinding("h200-node1", "starvation", "warning", "gpu0", list(d.grid[15:])),
+                   AgentFinding("h200-node0", "starvation", "warning", "gpu0", list(d.grid[30:]))]
+    return d
+
+
+def test_the_h200_straggler_is_one_finding_naming_the_rank_and_why():
+    from traintop.cluster.report import findings_of
+
+    d = h200_ddp()
+    shown, explained = findings_of(d)
+    assert [(f.rule, f.host, f.subject) for f in shown] == [("straggler", "h200-node1", "job 7 rank 1")]
+    ev = shown[0].evidence
+    assert "every rank steps at its pace" in ev and "wait for it in collectives" in ev
+    assert "input wait 87 %" in ev and "median 35 %" in ev  # why: its loader, against the others'
+    assert "h200-node0 GPU 0 58 % busy at 170 W of 700 W" in ev  # what the waiting rank's GPU does
+    # both agents' starvation verdicts are explained, not shown: rank 0's was wrong, rank 1's is the cause
+    assert {(f.host, f.rule) for f in explained} == {("h200-node0", "starvation"), ("h200-node1", "starvation")}
+    by_host = {f.host: f.explained_by for f in explained}
+    assert "waits in its collectives for job 7 rank 1 on h200-node1" in by_host["h200-node0"]
+    assert "the cause of" in by_host["h200-node1"]
+
+
+def test_a_starving_node_that_is_no_straggler_keeps_its_own_finding():
+    # not lock-step: n3's rank 5 is slower by its step time, n2's ranks wait for input 60 % of the
+    # time at the common pace. n2 is no straggler by step time; its loader starves all the same.
+    d = grid_data()
+    job(d, hosts=("n1", "n2", "n3"), step_time=lambda h, local, t: 0.2 if (h, local) == ("n3", 1) else 0.08,
+        wait=lambda h, local, t: 0.6 if h == "n2" else 0.02)
+    assert rules_of(crosshost.evaluate(d)) == {("node_starving", "n2", "job 7"), ("straggler", "n3", "job 7 rank 5")}
+    d2 = h200_ddp()
+    d2.ranks[("7", 0)].wait = {t: 0.3 for t in d2.grid}  # the other node waits 2.9 times less: node_starving holds
+    assert "node_starving" not in {f.rule.id for f in crosshost.evaluate(d2)}  # folded into the straggler
+    assert {f.rule.id for f in crosshost.node_starving(d2)} == {"node_starving"}

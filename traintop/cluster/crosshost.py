@@ -17,6 +17,13 @@ from traintop.samples import reason_names
 HOLD_S = 10.0
 STRAGGLER_RATIO = 1.25  # step time this much above the job's median
 INPUT_WAIT_HIGH = 0.2
+# Synchronous DDP: every rank steps at the straggler's pace, so a rank's input wait times the
+# common step time is its loader's time a step. The straggler's loader takes this share of the
+# step more than the others' median (the share they spend waiting for it in collectives), and
+# at least WAIT_RATIO times as much. An absolute gap, not only a ratio: on an H200 the others'
+# own loader took 35 % of the step (building a batch on the CPU) while the straggler's took 88 %.
+WAIT_GAP = 0.2
+WAIT_RATIO = 1.5
 NODE_STARVING = 0.3  # a node's mean input wait, while the other nodes' median stays under
 OTHERS_FACTOR = 2.5  # ... at least this many times the other nodes' median
 CLOCK_LOW = 0.85  # every busy GPU of a node below this share of its maximum SM clock
@@ -71,6 +78,8 @@ class CrossFinding:
     start: float
     end: float
     evidence: str
+    job: str | None = None
+    ranks: tuple[int, ...] = ()  # the lagging ranks (straggler findings): what the others wait for
 
 
 def _intervals(times: list[float], step: float, hold: float = HOLD_S) -> list[tuple[float, float]]:
@@ -168,24 +177,68 @@ def stragglers(data: ClusterData) -> list[CrossFinding]:
                 a, b = min(x[1] for x in items), max(x[2] for x in items)
                 own = _mean(v for r in host_ranks for v in _between(r.step, a, b))
                 med = _median_step(others, a, b, data)
+                head = (f"all {len(host_ranks)} ranks on {host} lag: {_fmt(own)} a step vs {_fmt(med)} on the other "
+                        f"{len(others)} ranks of job {job}")
+                waiters = ""
+                if _in_step(own, med):
+                    head = (f"all {len(host_ranks)} ranks on {host} hold job {job} back: every rank steps at their "
+                            f"pace ({_fmt(own)} a step) and the other {_ranks(len(others))} wait for them in collectives")
+                    waiters = _waiters(data, others, a, b)
                 out.append(CrossFinding(STRAGGLER_NODE, host, f"job {job}", a, b,
-                                        f"all {len(host_ranks)} ranks on {host} lag: {own:.3g} s a step vs "
-                                        f"{_fmt(med)} on the other {len(others)} ranks of job {job}"
-                                        + _why(data, host, host_ranks, a, b, others)))
+                                        head + _why(data, host, host_ranks, a, b, others) + waiters,
+                                        job, tuple(sorted(lagging))))
                 continue
             for r, a, b in items:
                 own = _mean(_between(r.step, a, b))
                 rest = [x for x in ranks if x.rank != r.rank]
                 med = _median_step(rest, a, b, data)
+                waiters = ""
+                if _in_step(own, med):  # synchronous: the lag shows in what the ranks wait for, not the step time
+                    head = (f"rank {r.rank} of job {job} on {host} holds the job back: every rank steps at its pace "
+                            f"({_fmt(own)} a step) and the other {_ranks(len(rest))} wait for it in collectives")
+                    waiters = _waiters(data, rest, a, b)
+                else:
+                    head = (f"rank {r.rank} of job {job} on {host}: {_fmt(own)} a step vs a median of "
+                            f"{_fmt(med)} over the other {len(rest)} ranks")
                 out.append(CrossFinding(STRAGGLER, host, f"job {job} rank {r.rank}", a, b,
-                                        f"rank {r.rank} of job {job} on {host}: {_fmt(own)} a step vs a median of "
-                                        f"{_fmt(med)} over the other {len(rest)} ranks"
-                                        + _why(data, host, [r], a, b, rest)))
+                                        head + _why(data, host, [r], a, b, rest) + waiters, job, (r.rank,)))
     return out
 
 
+def _ranks(n: int) -> str:
+    return "rank" if n == 1 else f"{n} ranks"
+
+
+def _in_step(own: float | None, med: float | None) -> bool:
+    return own is not None and med is not None and own < STRAGGLER_RATIO * med
+
+
+def _waiters(data: ClusterData, rest: list[RankData], a: float, b: float) -> str:
+    """What the waiting ranks' GPUs do meanwhile: busy by utilization at little power is a collective's
+    spin, not work (rules/collective.py)."""
+    states = []
+    for r in rest:
+        g = data.gpus.get((r.host, r.local_rank))
+        if g is None:
+            continue
+        u, p = _mean(_between(g.util, a, b)), _mean(_between(g.power, a, b))
+        if u is not None:
+            states.append((r, g, u, p))
+    if not states:
+        return ""
+    if len(states) <= 3:
+        shown = ", ".join(f"{r.host} GPU {g.index} {_pct(u)} busy"
+                          + (f" at {p:.0f} W" + (f" of {g.power_limit:.0f} W" if g.power_limit else "") if p else "")
+                          for r, g, u, p in states)
+    else:
+        powers = [p for *_, p in states if p is not None]
+        shown = (f"their {len(states)} GPUs {_pct(statistics.median(u for *_, u, _ in states))} busy (median)"
+                 + (f" at {statistics.median(powers):.0f} W" if powers else ""))
+    return f"; meanwhile the others' GPUs: {shown}"
+
+
 def _waiting_for_input(waits: dict) -> list:
-    """Ranks whose input wait is high and ≥ 3× the others' median (+ 5 points). The median of
+    """Ranks whose input wait is high and ``WAIT_GAP`` above (and ``WAIT_RATIO`` times) the others' median. The median of
     the others is the median of all but one value: computed from the sorted list in O(1) per
     rank, not by rebuilding it (10 000 ranks × 720 instants)."""
     vals = sorted(waits.values())
@@ -197,7 +250,7 @@ def _waiting_for_input(waits: dict) -> list:
         # the median of vals without one copy of w
         i = vals.index(w) if n < 64 else _bisect_index(vals, w)
         rest_mid = _median_without(vals, i)
-        if w >= 3 * rest_mid + 0.05:
+        if w - rest_mid >= WAIT_GAP and w >= WAIT_RATIO * rest_mid:
             out.append(rk)
     return out
 
@@ -274,7 +327,8 @@ def stalled(data: ClusterData) -> list[CrossFinding]:
                                     f"no rank of job {job} took a step for {b - a + window:.0f} s "
                                     f"({len(ranks)} ranks on {len(hosts)} node(s)); their GPUs meanwhile: "
                                     f"utilization {_pct(util)}"
-                                    + (" (a hung collective keeps GPUs busy)" if util is not None and util > 0.8 else "")))
+                                    + (" (a hung collective keeps GPUs busy)" if util is not None and util > 0.8 else ""),
+                                    job))
     return out
 
 
@@ -305,7 +359,8 @@ def node_starving(data: ClusterData) -> list[CrossFinding]:
                 out.append(CrossFinding(NODE_STARVING_RULE, h, f"job {job}", a, b,
                                         f"the {len(mine)} rank(s) on {h} wait for input {_pct(w)} of the time, the "
                                         f"other {len(hosts) - 1} node(s) {_pct(ow)}"
-                                        + (f"; {h}'s loader workers at {cpu * 100:.0f} % CPU" if cpu is not None else "")))
+                                        + (f"; {h}'s loader workers at {cpu * 100:.0f} % CPU" if cpu is not None else ""),
+                                        job))
     return out
 
 
@@ -401,4 +456,19 @@ def evaluate(data: ClusterData) -> list[CrossFinding]:
     out = []
     for rule in ALL:
         out.extend(rule(data))
-    return out
+    return _fold_node_starving(out)
+
+
+def overlap(a0: float, a1: float, b0: float, b1: float) -> float:
+    return max(0.0, min(a1, b1) - max(a0, b0))
+
+
+def _fold_node_starving(found: list[CrossFinding]) -> list[CrossFinding]:
+    """A node whose loader starves the job and the straggler (rank or node) it makes are one finding:
+    the straggler's, which names the rank and carries the cause. "One node's loader starves the
+    job" stays for a node whose ranks starve without one standing out as the job's straggler."""
+    lagging = [f for f in found if f.rule in (STRAGGLER, STRAGGLER_NODE)]
+    return [f for f in found if f.rule is not NODE_STARVING_RULE
+            or not any(s.host == f.host and s.job == f.job and (overlap(s.start, s.end, f.start, f.end) > 0
+                                                                  or s.start <= f.start <= s.end)
+                       for s in lagging)]

@@ -36,6 +36,7 @@ class ClusterFinding:
     remedies: list[str]
     gpu_hours_lost: float
     scope: str  # "host" (an agent's verdict, or a local rule on dcgm series) or "cluster" (a cross-host rule)
+    explained_by: str = ""  # an agent's verdict that a cross-host finding explains (ClusterReport.explained)
 
 
 @dataclass
@@ -60,6 +61,7 @@ class ClusterReport:
     gpu_hours: float
     gpu_hours_lost: float
     notes: list[str] = field(default_factory=list)
+    explained: list[ClusterFinding] = field(default_factory=list)  # agents' verdicts the cross-host view overrides
     queries: int = 0
     bytes_read: int = 0
     seconds: float = 0.0
@@ -139,15 +141,62 @@ def _finding(data, rule, title, host, subject, severity, a, b, evidence, remedie
 
 
 def cross_findings(data: ClusterData) -> list[ClusterFinding]:
-    out = []
-    for c in crosshost.evaluate(data):
-        out.append(_finding(data, c.rule.id, c.rule.title, c.host, c.subject, c.rule.severity, c.start,
-                            min(c.end + data.step, data.end), c.evidence, list(c.rule.remedies), 0.0, "cluster"))
-    return out
+    return [_cross(data, c) for c in crosshost.evaluate(data)]
+
+
+def _cross(data: ClusterData, c) -> ClusterFinding:
+    return _finding(data, c.rule.id, c.rule.title, c.host, c.subject, c.rule.severity, c.start,
+                    min(c.end + data.step, data.end), c.evidence, list(c.rule.remedies), 0.0, "cluster")
+
+
+# An agent's verdicts on a GPU of a job that has a straggler, which the straggler explains: the
+# waiting ranks' GPUs idle (or spin) for it, the straggler's own starves (the cause its finding names).
+EXPLAINED_BY_STRAGGLER = frozenset({"starvation", "underuse", "idle_gpu"})
+
+
+def findings_of(data: ClusterData) -> tuple[list[ClusterFinding], list[ClusterFinding]]:
+    """(findings, explained): the agents' and the cross-host findings, less the agents' verdicts that
+    a cross-host finding explains. An agent sees one node: a rank that waits in its collectives for
+    a straggler on another node looks starved or underused from there, and is neither."""
+    host = agent_findings(data)
+    cross = crosshost.evaluate(data)
+    shown_cross = [_cross(data, c) for c in cross]
+    jobs = data.jobs()
+    kept, explained = [], []
+    for f in host:
+        hit = _explaining(f, cross, shown_cross, jobs)
+        if hit is None:
+            kept.append(f)
+            continue
+        c, why = hit
+        c.gpu_hours_lost = round(c.gpu_hours_lost + f.gpu_hours_lost, 4)
+        f.explained_by = one_line(why, 300)
+        explained.append(f)
+    return kept + shown_cross, explained
+
+
+def _explaining(f: ClusterFinding, cross: list, shown: list[ClusterFinding], jobs: dict):
+    if f.rule not in EXPLAINED_BY_STRAGGLER or not (f.subject.startswith("gpu") and f.subject[3:].isdigit()):
+        return None
+    gpu = (f.host, int(f.subject[3:]))
+    for c, cf in zip(cross, shown):
+        if c.rule not in (crosshost.STRAGGLER, crosshost.STRAGGLER_NODE) or c.job not in jobs:
+            continue
+        # most of the agent's verdict lies within the straggler's time
+        if crosshost.overlap(f.start, f.end, cf.start, cf.end) < 0.5 * max(f.end - f.start, 1e-9):
+            continue
+        ranks = jobs[c.job]
+        lagging = {(r.host, r.local_rank) for r in ranks if r.rank in c.ranks}
+        who = f"{c.subject} on {c.host}"
+        if gpu in lagging:
+            return cf, f"the cause of '{c.rule.title}' ({who}): its input, in that finding's evidence"
+        if gpu in {(r.host, r.local_rank) for r in ranks}:
+            return cf, f"waits in its collectives for {who} ('{c.rule.title}'), neither starved nor underused"
+    return None
 
 
 def summarise(data: ClusterData, findings: list[ClusterFinding], kind: str, job: str | None,
-              notes=()) -> ClusterReport:
+              notes=(), explained=()) -> ClusterReport:
     hosts = []
     jobs = data.jobs()
     n_gpus = 0
@@ -177,7 +226,7 @@ def summarise(data: ClusterData, findings: list[ClusterFinding], kind: str, job:
     notes = list(dict.fromkeys(list(data.notes) + list(notes)))
     return ClusterReport(data.url, kind, job, round(data.start, 3), round(data.end, 3), round(duration, 1),
                          round(data.step, 3), hosts, findings, round(duration / 3600 * n_gpus, 4),
-                         round(sum(f.gpu_hours_lost for f in findings), 4), notes)
+                         round(sum(f.gpu_hours_lost for f in findings), 4), notes, list(explained))
 
 
 def analyze_prometheus(url: str, since: float, until: float | None = None, job: str | None = None,
@@ -198,7 +247,8 @@ def analyze_prometheus(url: str, since: float, until: float | None = None, job: 
                 raise
             report = dcgm_report(prom, start, end, step, config)
         else:
-            report = summarise(data, agent_findings(data) + cross_findings(data), "prometheus", job)
+            shown, explained = findings_of(data)
+            report = summarise(data, shown, "prometheus", job, explained=explained)
         report.queries, report.bytes_read = prom.calls, prom.bytes_read
     report.seconds = round(time.perf_counter() - t0, 3)
     return report
@@ -232,6 +282,12 @@ def render_text(r: ClusterReport) -> str:
         out.append(f"  {f.evidence}")
         for rem in f.remedies:
             out.append(f"  → {rem}")
+    if r.explained:
+        out.append("")
+        out.append("Explained by the findings above (an agent sees only its own node):")
+        for f in r.explained:
+            out.append(f"  {f.title} — {f.host} {_subject(f.subject)}, {fmt_duration(f.start_s)} to "
+                       f"{fmt_duration(f.end_s)}: {f.explained_by}")
     return "\n".join(out)
 
 

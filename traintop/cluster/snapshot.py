@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 
 from traintop.cluster.fetch import ClusterData
-from traintop.cluster.report import ClusterFinding, agent_findings, cross_findings
+from traintop.cluster.report import ClusterFinding, findings_of
 
 WINDOW_S = 300.0
 POINTS = 60
@@ -100,7 +100,7 @@ class PrometheusSource:
         step = max(1.0, self.window / POINTS)
         try:
             data = fetch(self.prom, start, end, step, self.job)
-            findings = agent_findings(data) + cross_findings(data)
+            findings = findings_of(data)[0]  # less the agents' verdicts a cross-host finding explains
         except TraintopError as e:
             if "no traintop series" not in str(e) or self.job or not has_dcgm(self.prom, start, end):
                 raise
