@@ -308,7 +308,7 @@ class TraintopApp(App):
         if self.mode in ("demo", "replay", "simulated") and view.label:
             bits.append(one_line(view.label, 200))
         rec = self.monitor.recorder
-        problem = view.recording_error or view.source_error
+        problem = view.recording_error or view.source_error or view.hook_error
         problem = one_line(problem, 500) if problem else None
         replay = "end of recording" if self.replay is not None and self.replay.at_end else None
         text = " · ".join(dict.fromkeys(b for b in bits if b))  # a GPU-less recording's label is "no GPU" too

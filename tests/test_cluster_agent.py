@@ -205,7 +205,7 @@ def test_root_reads_every_users_probe_directory(monkeypatch, tmp_path):
 
 
 def test_on_finding_runs_the_command_with_json_and_never_blocks(tmp_path):
-    from traintop.cluster.hooks import FindingHook
+    from traintop.hooks import FindingHook
 
     out, go = tmp_path / "events", tmp_path / "go"
     # The command waits until the test says go: were submit() to wait for it, the test would hang.

@@ -82,7 +82,8 @@ class _Parser(argparse.ArgumentParser):
 
 # -- option groups: each command picks the ones that mean something to it ------------------
 # Defaults are applied after parsing (an option may come before the command: see main()).
-DEFAULTS = {"interval": 0.5, "fps": 1.0, "pid": None, "only_gpus": None, "record": None, "config": None, "set": None}
+DEFAULTS = {"interval": 0.5, "fps": 1.0, "pid": None, "only_gpus": None, "record": None, "config": None, "set": None,
+            "on_finding": None}
 BEFORE = "before_"  # dest prefix of the options given before the command
 
 
@@ -121,11 +122,35 @@ def add_thresholds(p, *, prefix: str = "") -> None:
                    help="override one threshold (repeatable; `traintop config` lists the names)")
 
 
+def add_finding_hook(p, *, prefix: str = "") -> None:
+    g = p.add_argument_group("alerting")
+    g.add_argument("--on-finding", metavar="CMD", default=argparse.SUPPRESS, dest=prefix + "on_finding",
+                   help="run CMD with the finding as JSON on stdin when a warning or worse starts or ends "
+                   "(never delays sampling; 30 s limit a run; its output goes to on-finding.log in traintop's "
+                   "private directory; see README)")
+
+
 def add_live_options(p, prefix: str = "") -> None:
     add_sampling(p, prefix=prefix)
     add_display(p, prefix=prefix)
     add_output(p, prefix=prefix)
     add_thresholds(p, prefix=prefix)
+    add_finding_hook(p, prefix=prefix)
+
+
+def _attach_finding_hook(args, monitor, headless: bool) -> None:
+    """--on-finding: the hook runs on its own thread; under the dashboard its failures show in the
+    status bar, headless the first one is said at once."""
+    from traintop.hooks import finding_hook
+
+    hook = finding_hook(getattr(args, "on_finding", None), echo if headless else None)
+    if hook is not None:
+        monitor.attach_finding_hook(hook)
+
+
+def _hook_summary(monitor) -> None:
+    if monitor.hook is not None and (problem := monitor.hook.problem()):
+        echo(problem)
 
 
 def _run_app(args, monitor, feed, mode: str, banner: str | None = None, prepare=None) -> int:
@@ -135,6 +160,7 @@ def _run_app(args, monitor, feed, mode: str, banner: str | None = None, prepare=
     if prepare is not None:
         prepare(app)
     app.run()
+    _hook_summary(monitor)
     if monitor.recording_error:
         echo(monitor.recording_error)
     if monitor.recorder is not None and not monitor.recording_error:
@@ -155,6 +181,7 @@ def cmd_live(args) -> int:
         monitor, feed = sessions.demo_session(config=args.thresholds)
         return _run_app(args, monitor, feed, "demo",
                         banner=f"{e}; playing the embedded demo (a recorded H200 session) instead.")
+    _attach_finding_hook(args, monitor, headless=False)
     banner = None if monitor.info.gpus else "No NVIDIA GPU visible: showing the host and the process only."
     if args.pid is not None and (note := _probe_dir_note()):
         echo(note)
@@ -209,6 +236,7 @@ def cmd_simulate(args) -> int:
 
     monitor, feed = sessions.simulated_session(args.scenario, gpus=args.gpus, seed=args.seed,
                                                interval=args.interval, record=args.record, config=args.thresholds)
+    _attach_finding_hook(args, monitor, headless=False)
     return _run_app(args, monitor, feed, "simulated")
 
 
@@ -241,6 +269,7 @@ def cmd_run(args) -> int:
             job.finish()
             raise
         job.on_end(monitor.end_job)
+        _attach_finding_hook(args, monitor, headless=not ui)
         job.watch()
         if ui:
             return _run_job_in_app(args, job, monitor, feed)
@@ -258,6 +287,7 @@ def _run_job_headless(args, job, monitor, feed) -> int:
     finally:
         feed.stop()
         monitor.close()
+    _hook_summary(monitor)
     end = job.end
     saved = f"; recorded to {args.record}" if args.record and not monitor.recording_error else ""
     echo(f"{end.describe()}{saved}")
@@ -360,6 +390,7 @@ def cmd_record(args) -> int:
     else:
         monitor, feed = sessions.live_session(args.interval, pid=args.pid, record=args.file, require_gpu=False,
                                               config=args.thresholds, only_gpus=args.only_gpus)
+    _attach_finding_hook(args, monitor, headless=True)
     say = (lambda *a: None) if args.quiet else echo
     n_gpus = len(monitor.info.gpus)
     what = f"{n_gpus} GPU{'s' if n_gpus != 1 else ''}"
@@ -378,6 +409,7 @@ def cmd_record(args) -> int:
     finally:
         feed.stop()
         monitor.close()
+    _hook_summary(monitor)
     if monitor.recording_error:
         raise TraintopError(f"{monitor.recording_error} (samples up to the error are kept)")
     alerts = monitor.engine.alerts
@@ -437,6 +469,7 @@ def add_simulate(sub) -> None:
     add_display(p)
     add_output(p)
     add_thresholds(p)
+    add_finding_hook(p)
     p.set_defaults(handler=cmd_simulate)
 
 
@@ -454,6 +487,7 @@ def add_record(sub) -> None:
     g.add_argument("--fast", action="store_true", help="with --simulate: generate --duration seconds at once")
     add_sampling(p)
     add_thresholds(p)
+    add_finding_hook(p)
     p.set_defaults(handler=cmd_record)
 
 
@@ -473,6 +507,7 @@ def add_run(sub) -> None:
     add_display(p)
     add_output(p)
     add_thresholds(p)
+    add_finding_hook(p)
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND ...", help="the training command")
     # argparse shows a REMAINDER as "...": name it, after the options it generated.
     p.usage = p.format_usage().removeprefix("usage: ").rstrip().removesuffix("...").rstrip() + " -- COMMAND ..."

@@ -34,6 +34,8 @@ class Monitor:
         self.job_end = None  # traintop.job.JobEnd of a launched job, as soon as it is reaped
         self.stacks: dict[int, StackDump] = {}  # the latest thread stacks of each probed process
         self.stacks_wanted = False  # the user asked for them; the live feed passes it to the probes
+        self.hook = None  # traintop.hooks.FindingHook (--on-finding): told when a warning or worse starts or ends
+        self._finding_events = None
         if recorder is not None:
             self.attach_recorder(recorder)
 
@@ -72,7 +74,16 @@ class Monitor:
                 self.recording_error = str(e)
             self.recorder = recorder
 
+    def attach_finding_hook(self, hook, host: str | None = None) -> None:
+        """Run ``hook`` (--on-finding) from now on; this monitor closes it."""
+        from traintop.hooks import FindingEvents
+
+        with self.lock:
+            self.hook = hook
+            self._finding_events = FindingEvents(host or self.info.hostname or "localhost")
+
     def ingest(self, frame: Frame, evaluate: bool = True) -> list[Alert]:
+        events = ()
         with self.lock:
             p = frame.process
             if p is not None and not p.alive and self.ended_at is None:
@@ -83,6 +94,11 @@ class Monitor:
             changed = self.engine.evaluate(self.store, frame.t) if evaluate else []
             if changed:
                 self.alert_changes += 1
+            if self.hook is not None and evaluate:
+                events = self._finding_events.update(
+                    ((a.rule, a.severity, a.subject, a.title, a.evidence, a.start) for a in self.engine.active), frame.t)
+        for event in events:
+            self.hook.submit(event)  # a queue: the command runs on the hook's own thread
         self._record(frame, changed)
         return changed
 
@@ -120,7 +136,9 @@ class Monitor:
     def close(self) -> None:
         with self.lock:
             t = self.store.t_last
-            ended = self.engine.close_all(t) if t is not None else []
+            ended = self.engine.close_all(t) if t is not None else []  # traintop stops, not the findings: no hook
+        if self.hook is not None:
+            self.hook.close()
         if self.recorder is not None and not self.recording_error:
             try:
                 for a in ended:

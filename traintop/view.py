@@ -114,6 +114,7 @@ class View:
     extra: dict = field(default_factory=dict)
     collector_errors: dict = field(default_factory=dict)  # collector -> "collector X failing: why"
     thresholds: Thresholds = DEFAULT
+    hook_error: str | None = None  # --on-finding's failures, one line
 
 
 def badges_for(sample: GpuSample) -> tuple[str, ...]:
@@ -193,4 +194,5 @@ def build_view(monitor: Monitor, points: int = SERIES_POINTS) -> View:
             recording_error=monitor.recording_error,
             source_error=monitor.source_error or "; ".join(failing.values()) or stale,
             collector_errors=failing, thresholds=monitor.engine.config,
+            hook_error=monitor.hook.problem() if monitor.hook is not None else None,
         )

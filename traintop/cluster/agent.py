@@ -20,8 +20,8 @@ from prometheus_client import CollectorRegistry, start_http_server, write_to_tex
 
 from traintop.analyze import WASTE_FROM_CLOCK, WASTE_FROM_UTIL
 from traintop.cluster.exporter import HostCollector, HostState, RankLabels
-from traintop.cluster.hooks import FindingHook
 from traintop.errors import TraintopError
+from traintop.hooks import FindingEvents, FindingHook, finding_hook
 from traintop.rules import Severity
 from traintop.text import one_line
 
@@ -110,7 +110,7 @@ class HostAgent:
         self._lost: dict[str, float] = {}
         self._xids: dict[int, tuple[int, int]] = {}
         self._prev_t: float | None = None
-        self._active: dict[tuple[str, str], str] = {}
+        self._events = FindingEvents(hostname)
         self._last_textfile = 0.0
         self.textfile_error: str | None = None
 
@@ -175,17 +175,8 @@ class HostAgent:
     def _hooks(self, alerts, t: float) -> None:
         if self.hook is None:
             return
-        now = {(rule, subj): (sev, title, ev, start) for rule, sev, subj, title, ev, start in alerts
-               if sev >= Severity.WARNING}
-        for key, (sev, title, ev, start) in now.items():
-            if key not in self._active:
-                self.hook.submit({"event": "start", "host": self.hostname, "rule": key[0], "subject": key[1],
-                                  "severity": sev.label, "title": title, "evidence": ev, "start": start})
-        for key, sev in self._active.items():
-            if key not in now:
-                self.hook.submit({"event": "end", "host": self.hostname, "rule": key[0], "subject": key[1],
-                                  "severity": sev, "end": t})
-        self._active = {key: v[0].label for key, v in now.items()}
+        for event in self._events.update(alerts, t):
+            self.hook.submit(event)
 
     def _write_textfile(self) -> None:
         if not self.textfile:
@@ -206,7 +197,7 @@ class HostAgent:
 def build_hosts(args) -> list[HostAgent]:
     from traintop import sessions
 
-    hook = FindingHook(args.on_finding) if args.on_finding else None
+    hook = finding_hook(args.on_finding, lambda msg: print(msg, file=sys.stderr, flush=True))
     job = args.job or job_from_env()
     n_hosts = args.hosts
     if args.simulate and args.only_gpus is not None:

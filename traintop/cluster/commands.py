@@ -20,8 +20,6 @@ def add_agent(sub) -> None:
                         "(no port is opened unless --listen is given too)")
     g.add_argument("--job", help="job id for the ranks' series (default: the id the job sees: SLURM_JOB_ID, "
                    "TORCHELASTIC_RUN_ID)")
-    g.add_argument("--on-finding", metavar="CMD",
-                   help="run CMD with the finding as JSON on stdin when a warning or worse starts or ends")
     g.add_argument("--duration", type=cli._seconds, metavar="S", help="stop after this many seconds")
     g.add_argument("--quiet", action="store_true", help="print nothing unless something fails")
     g = p.add_argument_group("simulator")
@@ -39,6 +37,7 @@ def add_agent(sub) -> None:
     cli.add_sampling(p, pid=False)
     cli.add_output(p)
     cli.add_thresholds(p)
+    cli.add_finding_hook(p)
     p.set_defaults(handler=cmd_agent, interval=1.0)  # Prometheus scrapes once a second at the most
 
 

@@ -1,0 +1,109 @@
+"""--on-finding on one host: real child commands get each warning's start and end as JSON on stdin;
+a hanging command is killed with what it started, a failing one is counted and shown in one line."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+from traintop.collectors.simulated import Simulator
+from traintop.hooks import FindingHook
+from traintop.monitor import Monitor
+from traintop.view import build_view
+
+APPEND = "import sys; open(sys.argv[1], 'a').write(sys.stdin.read())"
+
+
+def append_to(path) -> str:
+    return f"{sys.executable} -c \"{APPEND}\" {path}"
+
+
+def events_in(path):
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def play(monitor, scenario, seconds, t0, interval=0.5):
+    sim = Simulator(scenario, gpus=1, seed=1, interval=interval, t0=t0)
+    for f in sim.frames(int(seconds / interval)):
+        monitor.ingest(f)
+    return t0 + seconds
+
+
+def test_a_warning_starting_and_ending_runs_the_command_with_the_finding(tmp_path):
+    out = tmp_path / "events"
+    sim = Simulator("starved", gpus=1, seed=1)
+    monitor = Monitor(sim.info())
+    monitor.attach_finding_hook(FindingHook(append_to(out), log_path=str(tmp_path / "hook.log")), host="box1")
+    t = play(monitor, "starved", 60, 1_790_000_000.0)
+    t = play(monitor, "healthy", 60, t)
+    monitor.close()
+    events = events_in(out)
+    starv = [e for e in events if e["rule"] == "starvation"]
+    assert [e["event"] for e in starv] == ["start", "end"]
+    start, end = starv
+    assert start["host"] == "box1" and start["subject"] == "gpu0" and start["severity"] == "warning"
+    assert start["title"] == "Data starvation" and "GPU 0" in start["evidence"] and start["end"] is None
+    assert end["start"] == start["start"] and end["end"] > start["start"]
+    assert set(start) == set(end)  # one schema for both events
+    # info findings (power cap at full load) never run it
+    assert all(e["severity"] in ("warning", "critical") for e in events)
+    assert monitor.hook.problem() is None
+
+
+def test_a_hanging_command_is_killed_with_what_it_started_and_no_zombie_is_left(tmp_path):
+    pids = tmp_path / "pids"
+    # a shell that starts a long sleep in the background and waits for it
+    hook = FindingHook(f"sleep 60 & echo $$ $! > {pids}; wait", timeout=1.0)
+    hook.submit({"event": "start", "rule": "starvation", "subject": "gpu0"})
+    hook.close(wait=20)
+    assert hook.failures == 1 and "timed out after 1 s" in hook.problem()
+    shell, sleeper = (int(x) for x in pids.read_text().split())
+    assert not os.path.exists(f"/proc/{shell}")  # killed and reaped: no zombie of ours
+    # what it started is killed too; orphaned, it is init's to reap (some containers' init never does)
+    status = dict(line.split(":", 1) for line in open(f"/proc/{sleeper}/status")) if os.path.exists(
+        f"/proc/{sleeper}") else None
+    assert status is None or (status["State"].split()[0] == "Z" and int(status["PPid"]) != os.getpid())
+
+
+def test_submit_never_waits_for_the_command(tmp_path):
+    hook = FindingHook(f"{sys.executable} -c \"import time; time.sleep(30)\"", timeout=5.0)
+    t0 = time.monotonic()
+    for i in range(200):  # past the queue's bound: the rest are dropped and counted
+        hook.submit({"event": "start", "rule": "x", "subject": f"gpu{i}"})
+    assert time.monotonic() - t0 < 2.0
+    assert hook.dropped > 0 and "dropped" in hook.problem()
+
+
+def test_a_failing_command_is_counted_its_output_logged_and_shown_in_the_status_bar(tmp_path):
+    log = tmp_path / "hook.log"
+    sim = Simulator("starved", gpus=1, seed=1)
+    monitor = Monitor(sim.info())
+    monitor.attach_finding_hook(FindingHook(f"{sys.executable} -c \"import sys; print('webhook said no'); "
+                                            f"sys.exit(3)\"", log_path=str(log)))
+    play(monitor, "starved", 60, 1_790_000_000.0)
+    monitor.hook.close(wait=20)
+    problem = build_view(monitor).hook_error
+    assert problem == f"--on-finding: 1 of 1 run(s) failed (last: exit status 3); its output: {log}"
+    text = log.read_text()
+    assert "start starvation gpu0" in text and "webhook said no" in text
+    missing = FindingHook(str(tmp_path / "no-such-command"))
+    missing.submit({"event": "start"})
+    missing.close(wait=20)
+    assert "cannot start it" in missing.problem()
+
+
+def test_record_runs_the_hook_headless(tmp_path):
+    out = tmp_path / "events"
+    r = subprocess.run([sys.executable, "-m", "traintop", "record", str(tmp_path / "r.ttrec"), "--simulate", "starved",
+                        "--fast", "--duration", "60", "--on-finding", append_to(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    (start,) = [e for e in events_in(out) if e["rule"] == "starvation"]
+    assert start["event"] == "start" and start["subject"] == "gpu0"
+    r = subprocess.run([sys.executable, "-m", "traintop", "record", str(tmp_path / "r2.ttrec"), "--simulate",
+                        "starved", "--fast", "--duration", "60", "--on-finding", "false"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0  # the recording is what was asked; the hook's failure is said, once
+    assert r.stderr.count("--on-finding command failed: exit status 1") == 1
+    assert "--on-finding: 1 of 1 run(s) failed" in r.stderr
