@@ -350,3 +350,59 @@ def test_idle_readers_cannot_take_every_slot(fake_torch, probe_dir):
         for s in idle:
             s.close()
         p.stop()
+
+
+DDP = r"""
+import os, sys, time, torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, Dataset
+class Batches(Dataset):
+    def __init__(self, delay): self.delay = delay
+    def __len__(self): return 1 << 30
+    def __getitem__(self, i):
+        if self.delay: time.sleep(self.delay)
+        return torch.ones(16, 64)
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+model = DDP(torch.nn.Linear(64, 64))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+end = time.time() + float(sys.argv[1])
+for x in DataLoader(Batches(0.04 if rank == 1 else 0.0), batch_size=None, num_workers=0):
+    stop = torch.tensor([1.0 if time.time() > end else 0.0]); dist.all_reduce(stop)
+    if stop.item() > 0: break
+    loss = model(x).pow(2).mean()
+    opt.zero_grad(); loss.backward(); opt.step()
+dist.destroy_process_group()
+"""
+
+
+def test_a_rank_waiting_for_a_slow_rank_in_the_all_reduce_is_not_waiting_for_input(tmp_path):
+    """The measure behind the cross-host straggler: time a rank spends in DDP's all-reduce waiting
+    for a slower rank is not input wait (only DataLoader.__next__ is). Two CPU ranks (gloo), rank 1's
+    loader sleeps 40 ms a batch, rank 0's is instant: both step at rank 1's pace, rank 1 waits for
+    input most of the step, rank 0 hardly at all (it waits in backward(), for rank 1)."""
+    pytest.importorskip("torch")
+    script = tmp_path / "ddp.py"
+    script.write_text(DDP)
+    rec = tmp_path / "run.ttrec"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, TRAINTOP_PROBE_DIR=str(tmp_path / "probes"), OMP_NUM_THREADS="1")
+    r = subprocess.run([sys.executable, "-m", "traintop", "run", "--no-ui", "--interval", "0.25",
+                        "--record", str(rec), "--log", str(tmp_path / "job.log"), "--",
+                        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                        "--master-addr", "127.0.0.1", "--master-port", str(port), str(script), "6"],
+                       capture_output=True, text=True, timeout=180, env=env)
+    assert r.returncode == 0, r.stderr + (tmp_path / "job.log").read_text()
+    from traintop.recording import RecordingReader
+
+    waits: dict[int, list[float]] = {0: [], 1: []}
+    for f in RecordingReader(str(rec)).frames():
+        for rk in f.ranks:
+            if rk.rank in waits and rk.input_wait is not None and rk.steps:
+                waits[rk.rank].append(rk.input_wait)
+    assert len(waits[0]) >= 5 and len(waits[1]) >= 5, waits
+    median = {k: sorted(v)[len(v) // 2] for k, v in waits.items()}
+    assert median[1] > 0.5, median
+    assert median[0] < 0.15, median
