@@ -90,8 +90,18 @@ import json, sys
 r = json.load(open(sys.argv[1]))
 s = [f for f in r["findings"] if f["rule"] in ("straggler", "straggler_node")]
 print("stragglers:", [(f["host"], f["subject"]) for f in s])
-ok = any(f["host"] == "h200-node1" and f["subject"].endswith("rank 1") for f in s)
-print("PASS: the straggler is rank 1 on h200-node1" if ok else "FAIL: rank 1 on h200-node1 not named")
+print("explained by the cross-host view:", [(f["rule"], f["host"], f["subject"]) for f in r.get("explained", [])])
+named = any(f["host"] == "h200-node1" and f["subject"].endswith("rank 1") and "input wait" in f["evidence"] for f in s)
+# rank 0 waits for rank 1 in its collectives: neither starved nor underused
+wrong = [(f["rule"], f["subject"]) for f in r["findings"] if f["host"] == "h200-node0"
+         and f["rule"] in ("starvation", "underuse", "idle_gpu", "node_starving", "straggler", "straggler_node")]
+warnings = [(f["rule"], f["host"]) for f in r["findings"] if f["severity"] != "info"]
+print("warnings or worse:", warnings)
+if named and not wrong:
+    print("PASS: the straggler is rank 1 on h200-node1 (its input), nothing wrong named on h200-node0")
+else:
+    print("FAIL:" + ("" if named else " rank 1 on h200-node1 not named as the straggler with its input wait;")
+          + (f" h200-node0 wrongly judged: {wrong}" if wrong else ""))
 PY
 tar czf "$OUT/results.tgz" --exclude=results.tgz --exclude=prom-data --exclude=probes -C "$OUT" .
 ls -la "$OUT"

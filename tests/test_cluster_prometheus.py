@@ -232,7 +232,7 @@ def test_the_h200_case_names_the_straggler_rank_and_nothing_on_the_node_that_wai
     assert [(f["rule"], f["host"], f["subject"]) for f in warnings] == [("straggler", "h200-node1",
                                                                         "job h200-ddp rank 1")]
     ev = warnings[0]["evidence"]
-    assert "every rank steps at its pace" in ev and "wait for it in collectives" in ev
+    assert "every rank steps at its pace" in ev and "the other rank waits for it in collectives" in ev
     assert re.search(r"input wait (8\d|9\d) % \(the other ranks' median (3\d|4\d) %\)", ev), ev
     assert re.search(r"h200-node0 GPU 0 \d+ % busy at 1\d\d W of 700 W", ev), ev
     # h200-node0's agent, seeing one node, judged its GPU starved (its own loader takes 35 % of the

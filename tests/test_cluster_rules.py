@@ -117,7 +117,7 @@ def test_the_h200_straggler_is_one_finding_naming_the_rank_and_why():
     shown, explained = findings_of(d)
     assert [(f.rule, f.host, f.subject) for f in shown] == [("straggler", "h200-node1", "job 7 rank 1")]
     ev = shown[0].evidence
-    assert "every rank steps at its pace" in ev and "wait for it in collectives" in ev
+    assert "every rank steps at its pace" in ev and "the other rank waits for it in collectives" in ev
     assert "input wait 87 %" in ev and "median 35 %" in ev  # why: its loader, against the others'
     assert "h200-node0 GPU 0 58 % busy at 170 W of 700 W" in ev  # what the waiting rank's GPU does
     # both agents' starvation verdicts are explained, not shown: rank 0's was wrong, rank 1's is the cause
@@ -138,3 +138,66 @@ def test_a_starving_node_that_is_no_straggler_keeps_its_own_finding():
     d2.ranks[("7", 0)].wait = {t: 0.3 for t in d2.grid}  # the other node waits 2.9 times less: node_starving holds
     assert "node_starving" not in {f.rule.id for f in crosshost.evaluate(d2)}  # folded into the straggler
     assert {f.rule.id for f in crosshost.node_starving(d2)} == {"node_starving"}
+
+
+def from_recordings(paths: dict, job: str = "h200-ddp", step: float = 1.0):
+    """What Prometheus would hold of agents' recordings: each sample on a ``step`` grid (the last
+    one at or before each instant), each agent's alerts as the instants they were active."""
+    from traintop.cluster.fetch import AgentFinding
+    from traintop.recording import RecordingReader
+
+    read = {h: RecordingReader(str(p)) for h, p in paths.items()}
+    frames = {h: list(r.frames()) for h, r in read.items()}
+    t0 = max(fs[0].t for fs in frames.values())
+    t1 = min(fs[-1].t for fs in frames.values())
+    grid = [t0 + k * step for k in range(int((t1 - t0) / step) + 1)]
+    d = ClusterData("recordings", t0, grid[-1], step, grid)
+    # a rank starting up may show on another GPU for a moment (before torch.cuda.set_device):
+    # it belongs to the host that saw it most
+    seen: dict = {}
+    for h, fs in frames.items():
+        for f in fs:
+            for r in f.ranks:
+                seen.setdefault(r.rank, {}).setdefault(h, 0)
+                seen[r.rank][h] += 1
+    home = {rank: max(hosts, key=hosts.get) for rank, hosts in seen.items()}
+    for h, fs in frames.items():
+        k = 0
+        for t in grid:
+            while k + 1 < len(fs) and fs[k + 1].t <= t:
+                k += 1
+            f = fs[k]
+            for g in f.gpus:
+                gd = d.gpus.setdefault((h, g.index), GpuData(h, g.index, "NVIDIA H200", power_limit=g.power_limit_w))
+                gd.util[t], gd.power[t] = g.util / 100, g.power_w
+                gd.clock_ratio[t] = g.sm_clock / g.sm_clock_max
+            for r in f.ranks:
+                if home[r.rank] != h:
+                    continue
+                local = r.local_rank if r.local_rank is not None else r.device
+                rd = d.ranks.setdefault((job, r.rank), RankData(job, r.rank, local, r.world_size, h))
+                if r.step_time:
+                    rd.step[t], rd.steps[t], rd.wait[t] = r.step_time, r.steps, r.input_wait
+        for a in read[h].alerts():
+            end = a.end if a.end is not None else t1
+            d.findings.append(AgentFinding(h, a.rule, a.severity.label, a.subject,
+                                           [t for t in grid if a.start <= t <= end]))
+    return d
+
+
+def test_the_h200_agents_recordings_name_rank_1_and_nothing_on_node0():
+    """Two H200s, one agent per GPU posing as two nodes, a two-rank DDP job whose rank 1's loader
+    sleeps 30 ms a batch: the agents' own recordings, laid on a grid as Prometheus keeps them."""
+    import pathlib
+
+    from traintop.cluster.report import findings_of
+
+    fix = pathlib.Path(__file__).parent / "fixtures" / "h200"
+    d = from_recordings({"h200-node0": fix / "cluster-node0.ttrec", "h200-node1": fix / "cluster-node1.ttrec"})
+    assert {f.host for f in d.findings if f.rule == "starvation"} == {"h200-node0", "h200-node1"}  # as the agents said
+    shown, explained = findings_of(d)
+    warnings = [(f.rule, f.host, f.subject) for f in shown if f.severity != "info"]
+    assert warnings == [("straggler", "h200-node1", "job h200-ddp rank 1")]
+    ev = shown[[f.rule for f in shown].index("straggler")].evidence
+    assert "the other rank waits for it in collectives" in ev and "input wait 8" in ev and "h200-node0 GPU 0" in ev
+    assert {(f.host, f.rule) for f in explained} == {("h200-node0", "starvation"), ("h200-node1", "starvation")}

@@ -182,7 +182,7 @@ def stragglers(data: ClusterData) -> list[CrossFinding]:
                 waiters = ""
                 if _in_step(own, med):
                     head = (f"all {len(host_ranks)} ranks on {host} hold job {job} back: every rank steps at their "
-                            f"pace ({_fmt(own)} a step) and the other {_ranks(len(others))} wait for them in collectives")
+                            f"pace ({_fmt(own)} a step) and {_others_wait(len(others))} for them in collectives")
                     waiters = _waiters(data, others, a, b)
                 out.append(CrossFinding(STRAGGLER_NODE, host, f"job {job}", a, b,
                                         head + _why(data, host, host_ranks, a, b, others) + waiters,
@@ -195,7 +195,7 @@ def stragglers(data: ClusterData) -> list[CrossFinding]:
                 waiters = ""
                 if _in_step(own, med):  # synchronous: the lag shows in what the ranks wait for, not the step time
                     head = (f"rank {r.rank} of job {job} on {host} holds the job back: every rank steps at its pace "
-                            f"({_fmt(own)} a step) and the other {_ranks(len(rest))} wait for it in collectives")
+                            f"({_fmt(own)} a step) and {_others_wait(len(rest))} for it in collectives")
                     waiters = _waiters(data, rest, a, b)
                 else:
                     head = (f"rank {r.rank} of job {job} on {host}: {_fmt(own)} a step vs a median of "
@@ -205,8 +205,8 @@ def stragglers(data: ClusterData) -> list[CrossFinding]:
     return out
 
 
-def _ranks(n: int) -> str:
-    return "rank" if n == 1 else f"{n} ranks"
+def _others_wait(n: int) -> str:
+    return "the other rank waits" if n == 1 else f"the other {n} ranks wait"
 
 
 def _in_step(own: float | None, med: float | None) -> bool:
