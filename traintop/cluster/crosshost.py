@@ -209,6 +209,18 @@ def _others_wait(n: int) -> str:
     return "the other rank waits" if n == 1 else f"the other {n} ranks wait"
 
 
+def _gpu_states(data: ClusterData, ranks: list[RankData], a: float, b: float) -> list:
+    states = []
+    for r in ranks:
+        g = data.gpus.get((r.host, r.local_rank))
+        if g is None:
+            continue
+        u, p = _mean(_between(g.util, a, b)), _mean(_between(g.power, a, b))
+        if u is not None:
+            states.append((r, g, u, p))
+    return states
+
+
 def _in_step(own: float | None, med: float | None) -> bool:
     return own is not None and med is not None and own < STRAGGLER_RATIO * med
 
@@ -216,14 +228,14 @@ def _in_step(own: float | None, med: float | None) -> bool:
 def _waiters(data: ClusterData, rest: list[RankData], a: float, b: float) -> str:
     """What the waiting ranks' GPUs do meanwhile: busy by utilization at little power is a collective's
     spin, not work (rules/collective.py)."""
-    states = []
-    for r in rest:
-        g = data.gpus.get((r.host, r.local_rank))
-        if g is None:
-            continue
-        u, p = _mean(_between(g.util, a, b)), _mean(_between(g.power, a, b))
-        if u is not None:
-            states.append((r, g, u, p))
+    if len(rest) > EXACT_UP_TO:  # a large job: the job's figure for the interval, computed once
+        cache = data.__dict__.setdefault("_interval_means", {})
+        key = (rest[0].job, a, b, "waiters")
+        if key not in cache:
+            cache[key] = _gpu_states(data, [r for r in data.ranks.values() if r.job == rest[0].job], a, b)
+        states = cache[key]
+    else:
+        states = _gpu_states(data, rest, a, b)
     if not states:
         return ""
     if len(states) <= 3:

@@ -162,36 +162,39 @@ def findings_of(data: ClusterData) -> tuple[list[ClusterFinding], list[ClusterFi
     cross = crosshost.evaluate(data)
     shown_cross = [_cross(data, c) for c in cross]
     jobs = data.jobs()
+    lagging = []  # (finding shown, its lagging GPUs, every GPU of its job), built once each
+    for c, cf in zip(cross, shown_cross):
+        if c.rule in (crosshost.STRAGGLER, crosshost.STRAGGLER_NODE) and c.job in jobs:
+            ranks = jobs[c.job]
+            lagging.append((c, cf, {(r.host, r.local_rank) for r in ranks if r.rank in c.ranks},
+                            {(r.host, r.local_rank) for r in ranks}))
     kept, explained = [], []
     for f in host:
-        hit = _explaining(f, cross, shown_cross, jobs)
+        hit = _explaining(f, lagging) if lagging else None
         if hit is None:
             kept.append(f)
             continue
-        c, why = hit
-        c.gpu_hours_lost = round(c.gpu_hours_lost + f.gpu_hours_lost, 4)
+        cf, why = hit
+        cf.gpu_hours_lost = round(cf.gpu_hours_lost + f.gpu_hours_lost, 4)
         f.explained_by = one_line(why, 300)
         explained.append(f)
     return kept + shown_cross, explained
 
 
-def _explaining(f: ClusterFinding, cross: list, shown: list[ClusterFinding], jobs: dict):
+def _explaining(f: ClusterFinding, lagging: list):
     if f.rule not in EXPLAINED_BY_STRAGGLER or not (f.subject.startswith("gpu") and f.subject[3:].isdigit()):
         return None
     gpu = (f.host, int(f.subject[3:]))
-    for c, cf in zip(cross, shown):
-        if c.rule not in (crosshost.STRAGGLER, crosshost.STRAGGLER_NODE) or c.job not in jobs:
+    for c, cf, slow, job_gpus in lagging:
+        if gpu not in job_gpus:
             continue
         # most of the agent's verdict lies within the straggler's time
         if crosshost.overlap(f.start, f.end, cf.start, cf.end) < 0.5 * max(f.end - f.start, 1e-9):
             continue
-        ranks = jobs[c.job]
-        lagging = {(r.host, r.local_rank) for r in ranks if r.rank in c.ranks}
         who = f"{c.subject} on {c.host}"
-        if gpu in lagging:
+        if gpu in slow:
             return cf, f"the cause of '{c.rule.title}' ({who}): its input, in that finding's evidence"
-        if gpu in {(r.host, r.local_rank) for r in ranks}:
-            return cf, f"waits in its collectives for {who} ('{c.rule.title}'), neither starved nor underused"
+        return cf, f"waits in its collectives for {who} ('{c.rule.title}'), neither starved nor underused"
     return None
 
 
