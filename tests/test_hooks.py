@@ -107,3 +107,26 @@ def test_record_runs_the_hook_headless(tmp_path):
     assert r.returncode == 0  # the recording is what was asked; the hook's failure is said, once
     assert r.stderr.count("--on-finding command failed: exit status 1") == 1
     assert "--on-finding: 1 of 1 run(s) failed" in r.stderr
+
+
+def test_the_dashboard_shows_the_hooks_failures_in_its_status_bar_and_keeps_sampling(sim_app):
+    import asyncio
+
+    from traintop.widgets.status_bar import StatusBar
+
+    async def go():
+        app, monitor, feed = sim_app("starved")
+        hook = FindingHook(f"{sys.executable} -c \"import sys; sys.exit(4)\"")
+        monitor.attach_finding_hook(hook)
+        async with app.run_test(size=(100, 30)) as pilot:
+            for _ in range(120):  # a minute of samples: the starvation warning starts
+                feed.step()
+            for _ in range(100):
+                if hook.failures:
+                    break
+                await asyncio.sleep(0.05)
+            app.refresh_view()
+            await pilot.pause()
+            assert "--on-finding: 1 of 1 run(s) failed (last: exit status 4)" in app.query_one(StatusBar).problem
+
+    asyncio.run(go())
