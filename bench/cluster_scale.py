@@ -1,20 +1,29 @@
 """Scale: simulated hosts × 8 GPUs with probed ranks, through one real Prometheus.
 
     python bench/cluster_scale.py [--hosts 128] [--gpus 8] [--scrape 5] [--run 150] [--json FILE]
+                                  [--compare bench/results/cluster_scale_128x8_before.json]
 
 One agent process poses as every host (consecutive loopback ports), a real Prometheus
 (the `prometheus` binary on PATH) scrapes them all, and after ``--run`` seconds this
 measures: the scrape size per host (bytes, series), Prometheus's head series, samples
 appended per second, its resident memory and scrape durations; the cluster view's
-refresh (one 5-minute snapshot); and `analyze --prometheus` over the whole run read at
-a step that gives each series 720 points — what a 2-hour range at a 10 s step reads.
+refresh (a first full read of the 5-minute window, then the refreshes that follow it);
+and `analyze --prometheus` over the whole run read at a step that gives each series 720
+points — what a 2-hour range at a 10 s step reads. It prints a table (with a column of an
+earlier run's figures given ``--compare``) and the JSON.
+
+For iterating on the readers: ``--serve`` starts the agents and Prometheus and waits;
+``--url URL --span S`` measures against a running one; ``--profile DIR`` writes cProfile
+files of one refresh and one in-process analyze there.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import os
+import pstats
 import re
 import shutil
 import socket
@@ -59,6 +68,171 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def start_cluster(a, tmp: str, procs: list):
+    base = free_port()
+    agent = subprocess.Popen([sys.executable, "-m", "traintop", "agent", "--simulate", "healthy,starved,healthy,healthy",
+                              "--gpus", str(a.gpus), "--hosts", str(a.hosts), "--hostname", "sim",
+                              "--job", "scale", "--straggler", "3", "--interval", str(a.interval),
+                              "--listen", f"127.0.0.1:{base}"],
+                             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    procs.append(agent)
+    targets = []
+    while len(targets) < a.hosts:
+        line = agent.stderr.readline()
+        if not line:
+            raise SystemExit(f"agent exited: {agent.wait()}")
+        m = re.search(r"http://(\S+)/metrics", line)
+        if m:
+            targets.append(m.group(1))
+    port = free_port()
+    cfg = os.path.join(tmp, "prometheus.yml")
+    with open(cfg, "w") as f:
+        f.write(f"global:\n  scrape_interval: {a.scrape:g}s\n  evaluation_interval: 15s\nscrape_configs:\n"
+                f"  - job_name: traintop\n    honor_labels: true\n    static_configs:\n"
+                f"      - targets: [{', '.join(repr(t) for t in targets)}]\n")
+    prom = subprocess.Popen([shutil.which("prometheus"), f"--config.file={cfg}", f"--storage.tsdb.path={tmp}/data",
+                             f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    procs.append(prom)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(100):
+        try:
+            if httpx.get(url + "/-/ready", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    return agent, prom, targets, url
+
+
+def measure_serving(a, agent, prom, targets, url, t_start, out: dict) -> None:
+    time.sleep(max(0.0, a.run - 30))
+    s0, c0, ca0, w0 = prom_self(url), cpu_seconds(prom.pid), cpu_seconds(agent.pid), time.time()
+    time.sleep(min(30.0, a.run))
+    s1, c1, ca1, w1 = prom_self(url), cpu_seconds(prom.pid), cpu_seconds(agent.pid), time.time()
+    body = httpx.get(f"http://{targets[0]}/metrics", timeout=30).content
+    out["scrape_bytes_per_host"] = len(body)
+    out["series_per_host"] = sum(1 for line in body.decode().splitlines() if line and not line.startswith("#"))
+    out["prometheus_head_series"] = s1.get("prometheus_tsdb_head_series")
+    k = "prometheus_tsdb_head_samples_appended_total"
+    out["samples_appended_per_s"] = round((s1.get(k, 0) - s0.get(k, 0)) / (w1 - w0), 1)
+    out["prometheus_rss_bytes"] = s1.get("process_resident_memory_bytes")
+    out["prometheus_cpu_cores"] = round((c1 - c0) / (w1 - w0), 3)
+    out["agent_process_cpu_cores"] = round((ca1 - ca0) / (w1 - w0), 3)
+    out["scrape_duration_s_mean"] = instant(url, "avg(scrape_duration_seconds)")
+    out["scrape_duration_s_max"] = instant(url, "max(scrape_duration_seconds)")
+    out["targets_up"] = instant(url, "sum(up)")
+    with open(f"/proc/{agent.pid}/status") as f:
+        out["agent_process_rss_bytes"] = next(int(x.split()[1]) * 1024 for x in f if x.startswith("VmRSS"))
+    out["agent_process_run_s"] = round(time.time() - t_start, 1)
+
+
+def _profiled(fn, path: str | None):
+    if not path:
+        return fn()
+    prof = cProfile.Profile()
+    try:
+        return prof.runcall(fn)
+    finally:
+        prof.dump_stats(path)
+        st = pstats.Stats(path, stream=sys.stderr)
+        print(f"--- {os.path.basename(path)}: top by cumulative time", file=sys.stderr)
+        st.sort_stats("cumulative").print_stats(25)
+        print(f"--- {os.path.basename(path)}: top by own time", file=sys.stderr)
+        st.sort_stats("tottime").print_stats(20)
+
+
+def measure_view(url: str, out: dict, profile: str | None, refreshes: int = 4, gap: float = 5.0) -> None:
+    """The first read of the window, then refreshes ``gap`` seconds apart (what the view does
+    every --refresh 5), each timed with its queries and bytes."""
+    from traintop.cluster.snapshot import PrometheusSource
+
+    src = PrometheusSource(url, window=300)
+    times, calls, read = [], [], []
+    try:
+        for k in range(refreshes):
+            if k:
+                time.sleep(max(0.0, gap - times[-1]))
+            c0, b0 = src.prom.calls, src.prom.bytes_read
+            t0 = time.perf_counter()
+            snap = _profiled(src, os.path.join(profile, f"refresh{k}.prof") if profile and k in (0, refreshes - 1)
+                             else None)
+            times.append(time.perf_counter() - t0)
+            calls.append(src.prom.calls - c0)
+            read.append(src.prom.bytes_read - b0)
+    finally:
+        src.close()
+    out["cluster_refresh_s"] = [round(t, 3) for t in times]
+    out["cluster_snapshot"] = {"hosts": len(snap.hosts), "gpus": len(snap.gpus), "ranks": len(snap.ranks),
+                               "findings": len(snap.findings), "queries": calls, "bytes_read": read}
+
+
+def measure_analyze(url: str, span: float, out: dict, profile: str | None) -> None:
+    step = span / 720
+    if profile:
+        from traintop.cluster.report import analyze_prometheus
+
+        _profiled(lambda: analyze_prometheus(url, span, step=step), os.path.join(profile, "analyze.prof"))
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "traintop", "analyze", "--prometheus", url, "--since",
+                        f"{span:.0f}s", "--step", f"{step:.3f}", "--json"], capture_output=True, text=True)
+    out["analyze_s"] = round(time.perf_counter() - t0, 2)
+    if r.returncode not in (0, 1):
+        out["analyze_error"] = r.stderr.strip()
+    else:
+        rep = json.loads(r.stdout)
+        out["analyze"] = {"points_per_series": 720, "queries": rep["queries"], "bytes_read": rep["bytes_read"],
+                          "findings": len(rep["findings"]), "seconds_inside": rep["seconds"],
+                          "rules": sorted({f["rule"] for f in rep["findings"]})}
+
+
+ROWS = (
+    ("scrape per host", lambda o: f"{o['scrape_bytes_per_host'] / 1000:.0f} KB, {o['series_per_host']} series"),
+    ("Prometheus head series", lambda o: f"{o['prometheus_head_series']:.0f}"),
+    ("samples appended /s", lambda o: f"{o['samples_appended_per_s']:.0f}"),
+    ("Prometheus RSS / CPU", lambda o: f"{o['prometheus_rss_bytes'] / 1e6:.0f} MB, {o['prometheus_cpu_cores']} cores"),
+    ("agent process CPU / RSS", lambda o: f"{o['agent_process_cpu_cores']} cores, {o['agent_process_rss_bytes'] / 1e6:.0f} MB"),
+    ("view: first read", lambda o: f"{o['cluster_refresh_s'][0]:.2f} s"),
+    ("view: refresh after it", lambda o: _refresh(o)),
+    ("view: queries, bytes a refresh", lambda o: _per_refresh(o)),
+    ("view: GPUs, ranks, findings", lambda o: f"{o['cluster_snapshot']['gpus']}, {o['cluster_snapshot']['ranks']}, "
+                                              f"{o['cluster_snapshot']['findings']}"),
+    ("analyze, 720 points/series", lambda o: f"{o['analyze_s']:.1f} s"),
+    ("analyze: queries, bytes", lambda o: f"{o['analyze']['queries']}, {o['analyze']['bytes_read'] / 1e6:.1f} MB"),
+    ("analyze: findings", lambda o: f"{o['analyze']['findings']} ({', '.join(o['analyze']['rules'])})"),
+)
+
+
+def _refresh(o: dict) -> str:
+    ts = o["cluster_refresh_s"][1:] or o["cluster_refresh_s"]
+    return f"{min(ts):.2f}–{max(ts):.2f} s"
+
+
+def _per_refresh(o: dict) -> str:
+    s = o["cluster_snapshot"]
+    q, b = s["queries"], s["bytes_read"]
+    if isinstance(q, list):  # first read, then the last refresh
+        return f"{q[0]}, {b[0] / 1e6:.1f} MB first; {q[-1]}, {b[-1] / 1e6:.2f} MB after"
+    n = len(o["cluster_refresh_s"])  # older runs: totals over n full reads
+    return f"{q // n}, {b / n / 1e6:.1f} MB"
+
+
+def table(out: dict, before: dict | None) -> str:
+    head = ("figure", "before", "now") if before else ("figure", "now")
+    rows = []
+    for name, fn in ROWS:
+        cells = [name]
+        for o in ([before] if before else []) + [out]:
+            try:
+                cells.append(fn(o))
+            except (KeyError, TypeError, IndexError, ZeroDivisionError):
+                cells.append("–")
+        rows.append(cells)
+    widths = [max(len(r[i]) for r in rows + [list(head)]) for i in range(len(head))]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths)), "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
+    return "\n".join(lines)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--hosts", type=int, default=128)
@@ -67,103 +241,50 @@ def main() -> int:
     ap.add_argument("--interval", type=float, default=5.0, help="the agents' sampling interval")
     ap.add_argument("--run", type=float, default=150.0)
     ap.add_argument("--json")
+    ap.add_argument("--compare", metavar="FILE", help="an earlier run's JSON: printed as the 'before' column")
+    ap.add_argument("--serve", action="store_true", help="start the agents and Prometheus, print the URL, wait")
+    ap.add_argument("--url", help="measure the readers against this running Prometheus (no agents started)")
+    ap.add_argument("--span", type=float, default=600.0, help="with --url: the range analyze reads")
+    ap.add_argument("--profile", metavar="DIR", help="write cProfile files of a refresh and an analyze here")
     a = ap.parse_args()
-    prom_bin = shutil.which("prometheus")
-    if not prom_bin:
-        print("needs the prometheus binary on PATH", file=sys.stderr)
-        return 2
-    tmp = tempfile.mkdtemp(prefix="traintop-scale-")
-    procs = []
+    if a.profile:
+        os.makedirs(a.profile, exist_ok=True)
     out: dict = {"hosts": a.hosts, "gpus_per_host": a.gpus, "scrape_s": a.scrape, "agent_interval_s": a.interval}
-    try:
-        base = free_port()
-        agent = subprocess.Popen([sys.executable, "-m", "traintop", "agent", "--simulate", "healthy,starved,healthy,healthy",
-                                  "--gpus", str(a.gpus), "--hosts", str(a.hosts), "--hostname", "sim",
-                                  "--job", "scale", "--straggler", "3", "--interval", str(a.interval),
-                                  "--listen", f"127.0.0.1:{base}"],
-                                 stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-        procs.append(agent)
-        targets = []
-        while len(targets) < a.hosts:
-            line = agent.stderr.readline()
-            if not line:
-                raise SystemExit(f"agent exited: {agent.wait()}")
-            m = re.search(r"http://(\S+)/metrics", line)
-            if m:
-                targets.append(m.group(1))
-        port = free_port()
-        cfg = os.path.join(tmp, "prometheus.yml")
-        with open(cfg, "w") as f:
-            f.write(f"global:\n  scrape_interval: {a.scrape:g}s\n  evaluation_interval: 15s\nscrape_configs:\n"
-                    f"  - job_name: traintop\n    honor_labels: true\n    static_configs:\n"
-                    f"      - targets: [{', '.join(repr(t) for t in targets)}]\n")
-        prom = subprocess.Popen([prom_bin, f"--config.file={cfg}", f"--storage.tsdb.path={tmp}/data",
-                                 f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        procs.append(prom)
-        url = f"http://127.0.0.1:{port}"
-        for _ in range(100):
-            try:
-                if httpx.get(url + "/-/ready", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
-        t_start = time.time()
-        time.sleep(max(0.0, a.run - 30))
-        s0, c0, ca0, w0 = prom_self(url), cpu_seconds(prom.pid), cpu_seconds(agent.pid), time.time()
-        time.sleep(min(30.0, a.run))
-        s1, c1, ca1, w1 = prom_self(url), cpu_seconds(prom.pid), cpu_seconds(agent.pid), time.time()
-        body = httpx.get(f"http://{targets[0]}/metrics", timeout=30).content
-        out["scrape_bytes_per_host"] = len(body)
-        out["series_per_host"] = sum(1 for line in body.decode().splitlines() if line and not line.startswith("#"))
-        out["prometheus_head_series"] = s1.get("prometheus_tsdb_head_series")
-        k = "prometheus_tsdb_head_samples_appended_total"
-        out["samples_appended_per_s"] = round((s1.get(k, 0) - s0.get(k, 0)) / (w1 - w0), 1)
-        out["prometheus_rss_bytes"] = s1.get("process_resident_memory_bytes")
-        out["prometheus_cpu_cores"] = round((c1 - c0) / (w1 - w0), 3)
-        out["agent_process_cpu_cores"] = round((ca1 - ca0) / (w1 - w0), 3)
-        out["scrape_duration_s_mean"] = instant(url, "avg(scrape_duration_seconds)")
-        out["scrape_duration_s_max"] = instant(url, "max(scrape_duration_seconds)")
-        out["targets_up"] = instant(url, "sum(up)")
-        with open(f"/proc/{agent.pid}/status") as f:
-            out["agent_process_rss_bytes"] = next(int(x.split()[1]) * 1024 for x in f if x.startswith("VmRSS"))
-        out["agent_process_run_s"] = round(time.time() - t_start, 1)
-
-        from traintop.cluster.snapshot import PrometheusSource
-
-        src = PrometheusSource(url, window=300)
-        times = []
-        for _ in range(3):
-            t0 = time.perf_counter()
-            snap = src()
-            times.append(time.perf_counter() - t0)
-        out["cluster_refresh_s"] = [round(t, 3) for t in times]
-        out["cluster_snapshot"] = {"hosts": len(snap.hosts), "gpus": len(snap.gpus), "ranks": len(snap.ranks),
-                                   "findings": len(snap.findings), "queries": src.prom.calls,
-                                   "bytes_read": src.prom.bytes_read}
-        src.close()
-        span = time.time() - t_start
-        step = span / 720
-        t0 = time.perf_counter()
-        r = subprocess.run([sys.executable, "-m", "traintop", "analyze", "--prometheus", url, "--since",
-                            f"{span:.0f}s", "--step", f"{step:.3f}", "--json"], capture_output=True, text=True)
-        out["analyze_s"] = round(time.perf_counter() - t0, 2)
-        if r.returncode not in (0, 1):
-            out["analyze_error"] = r.stderr.strip()
-        else:
-            rep = json.loads(r.stdout)
-            out["analyze"] = {"points_per_series": 720, "queries": rep["queries"], "bytes_read": rep["bytes_read"],
-                              "findings": len(rep["findings"]), "seconds_inside": rep["seconds"],
-                              "rules": sorted({f["rule"] for f in rep["findings"]})}
-    finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        shutil.rmtree(tmp, ignore_errors=True)
+    if a.url:
+        out = {"url": a.url}
+        measure_view(a.url, out, a.profile)
+        measure_analyze(a.url, a.span, out, a.profile)
+    else:
+        if not shutil.which("prometheus"):
+            print("needs the prometheus binary on PATH", file=sys.stderr)
+            return 2
+        tmp = tempfile.mkdtemp(prefix="traintop-scale-")
+        procs: list = []
+        try:
+            agent, prom, targets, url = start_cluster(a, tmp, procs)
+            t_start = time.time()
+            if a.serve:
+                print(url, flush=True)
+                while agent.poll() is None and prom.poll() is None:
+                    time.sleep(1)
+                return 1
+            measure_serving(a, agent, prom, targets, url, t_start, out)
+            measure_view(url, out, a.profile)
+            measure_analyze(url, time.time() - t_start, out, a.profile)
+        finally:
+            for p in procs:
+                p.terminate()
+            for p in procs:
+                try:
+                    p.wait(10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+            shutil.rmtree(tmp, ignore_errors=True)
+    before = None
+    if a.compare:
+        with open(a.compare) as f:
+            before = json.load(f)
+    print(table(out, before))
     text = json.dumps(out, indent=1)
     print(text)
     if a.json:

@@ -6,8 +6,8 @@ need no ranks. The report says what cannot be seen without agents.
 from __future__ import annotations
 
 from traintop.cluster import report as R
-from traintop.cluster.fetch import ClusterData, GpuData, _int, _points, choose_step
-from traintop.cluster.promapi import Prometheus, Series
+from traintop.cluster.fetch import ClusterData, GpuData, _int, choose_step
+from traintop.cluster.promapi import Grid, Prometheus, Series
 from traintop.samples import Frame, GpuInfo, GpuSample, SessionInfo
 from traintop.units import MiB
 
@@ -51,16 +51,16 @@ def dcgm_findings(prom: Prometheus, start: float, end: float, step: float | None
     from traintop.monitor import Monitor
     from traintop.rules import default_engine
 
-    step = step or choose_step(end - start)
-    n = int((end - start) / step) + 1
-    data = ClusterData(prom.shown, start, end, step, [round(start + k * step, 3) for k in range(n)], mode="dcgm")
+    grid = Grid.over(start, end, step or choose_step(end - start))
+    start, step = grid.start, grid.step
+    data = ClusterData(prom.shown, start, end, step, grid.times, mode="dcgm")
     cols: dict[tuple[str, int], dict[str, dict]] = {}
     models: dict[tuple[str, int], str] = {}
     uuids: dict[tuple[str, int], str] = {}
     for field, (name, scale) in FIELDS.items():
-        for s in prom.query_range(name, start, end, step):
+        for s in prom.query_grid(name, grid):
             key = (host_of(s), _int(s.get("gpu")))
-            cols.setdefault(key, {})[field] = _points(s, start, step, scale)
+            cols.setdefault(key, {})[field] = {t: v * scale for t, v in s.values.items()} if scale != 1 else s.values
             models[key] = s.get("modelName", "model_name") or models.get(key, "")
             uuids[key] = s.get("UUID", "gpu_uuid") or uuids.get(key, "")
     findings = []

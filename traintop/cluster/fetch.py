@@ -9,17 +9,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from traintop.cluster import series as S
-from traintop.cluster.promapi import Prometheus, Series
+from traintop.cluster.promapi import Grid, GridSeries, Prometheus
 from traintop.errors import TraintopError
 
 MAX_POINTS = 720  # per series and query: 2 h at a 10 s step
+LOOKBACK_S = 300  # Prometheus's default lookback: how far before an instant its value may come from
 
 
-def host_of(s: Series) -> str:
+def host_of(s: GridSeries) -> str:
     return s.get("Hostname", "hostname", "instance", default="?")
 
 
-def job_of(s: Series) -> str:
+def job_of(s: GridSeries) -> str:
     # Without honor_labels, Prometheus renames the exposed `job` to `exported_job`.
     return s.get("exported_job", "job", default="unknown")
 
@@ -94,14 +95,6 @@ def choose_step(span: float, scrape_s: float = 1.0) -> float:
     return max(scrape_s, span / MAX_POINTS)
 
 
-def _snap(t: float, start: float, step: float) -> float:
-    return round(start + round((t - start) / step) * step, 3)
-
-
-def _points(s: Series, start: float, step: float, scale: float = 1.0) -> dict:
-    return {_snap(t, start, step): v * scale for t, v in s.points}
-
-
 def _int(text: str, default: int = 0) -> int:
     try:
         return int(text)
@@ -110,19 +103,19 @@ def _int(text: str, default: int = 0) -> int:
 
 
 def fetch(prom: Prometheus, start: float, end: float, step: float | None = None, job: str | None = None) -> ClusterData:
-    step = step or choose_step(end - start)
-    n = int((end - start) / step) + 1
-    data = ClusterData(prom.shown, start, end, step, [round(start + k * step, 3) for k in range(n)])
+    grid = Grid.over(start, end, step or choose_step(end - start))
+    start, step = grid.start, grid.step
+    data = ClusterData(prom.shown, start, end, step, grid.times)
 
-    def rng(name: str) -> list[Series]:
-        return prom.query_range(S.P + name, start, end, step)
+    def rng(promql: str) -> list[GridSeries]:
+        return prom.query_grid(promql, grid)
 
-    util = rng("gpu_utilization_ratio")
-    if not util and not prom.query_range(f"count({S.P}agent_info)", start, end, step):
+    util = rng(S.P + "gpu_utilization_ratio")
+    if not util and not rng(f"count({S.P}agent_info)"):
         raise TraintopError(f"no traintop series at {prom.shown} between the times asked "
                             "(is `traintop agent` scraped? try a longer --since)")
     for name, ranks_field in (("step_seconds", "step"), ("steps_total", "steps"), ("input_wait_ratio", "wait")):
-        for s in rng(name):
+        for s in rng(S.P + name):
             j = job_of(s)
             if job is not None and j != job:
                 continue
@@ -131,12 +124,12 @@ def fetch(prom: Prometheus, start: float, end: float, step: float | None = None,
             if r is None:
                 r = data.ranks[key] = RankData(j, key[1], _int(s.get("local_rank")), _int(s.get("world_size"), 1),
                                                host_of(s))
-            getattr(r, ranks_field).update(_points(s, start, step))
+            _merge(r, ranks_field, s.values)
     if job is not None and not data.ranks:
         raise TraintopError(f"no ranks of job {job!r} at {prom.shown} between the times asked")
     hosts = {r.host for r in data.ranks.values()} if job is not None else None
 
-    def gpu(s: Series) -> GpuData | None:
+    def gpu(s: GridSeries) -> GpuData | None:
         h = host_of(s)
         if hosts is not None and h not in hosts:
             return None
@@ -148,30 +141,53 @@ def fetch(prom: Prometheus, start: float, end: float, step: float | None = None,
 
     for s in util:
         if (g := gpu(s)) is not None:
-            g.util.update(_points(s, start, step))
-    clock_max = {(host_of(s), _int(s.get("gpu"))): s.last for s in rng("gpu_sm_clock_max_hertz")}
-    for s in rng("gpu_sm_clock_hertz"):
-        mx = clock_max.get((host_of(s), _int(s.get("gpu"))))
-        if mx and (g := gpu(s)) is not None:
-            g.clock_ratio.update(_points(s, start, step, 1 / mx))
-    for name, attr in (("gpu_power_watts", "power"), ("gpu_memory_used_bytes", "mem_used"),
-                       ("gpu_temperature_celsius", "temp"), ("gpu_clock_event_reasons", "reasons"),
-                       ("gpu_xid_errors_total", "xid_total"), ("gpu_last_xid", "last_xid"),
-                       ("gpu_ecc_uncorrected_errors_total", "ecc_uncorrected")):
-        for s in rng(name):
+            _merge(g, "util", s.values)
+    # the ratio is taken in Prometheus: one series read instead of two (matched on every label)
+    for s in rng(f"{S.P}gpu_sm_clock_hertz / {S.P}gpu_sm_clock_max_hertz"):
+        if (g := gpu(s)) is not None:
+            _merge(g, "clock_ratio", s.values)
+    series = [("gpu_power_watts", "power"), ("gpu_memory_used_bytes", "mem_used"),
+              ("gpu_temperature_celsius", "temp"), ("gpu_clock_event_reasons", "reasons")]
+    # error counters stay flat on a healthy fleet: read them only where one moved (a margin
+    # of Prometheus's lookback before the range: the first instant may show a change from there)
+    if prom.query(f"count(changes({S.P}gpu_xid_errors_total[{_span(start, end)}s]) > 0) or "
+                  f"count(changes({S.P}gpu_ecc_uncorrected_errors_total[{_span(start, end)}s]) > 0)", at=end):
+        series += [("gpu_xid_errors_total", "xid_total"), ("gpu_last_xid", "last_xid"),
+                   ("gpu_ecc_uncorrected_errors_total", "ecc_uncorrected")]
+    for name, attr in series:
+        for s in rng(S.P + name):
             if (g := gpu(s)) is not None:
-                getattr(g, attr).update(_points(s, start, step))
+                _merge(g, attr, s.values)
     for name, attr in (("gpu_power_limit_watts", "power_limit"), ("gpu_memory_total_bytes", "mem_total")):
         for s in prom.query(f"max_over_time({S.P}{name}[{max(1, int(end - start))}s])", at=end):
             if (g := gpu(s)) is not None:
                 setattr(g, attr, s.last)
-    for s in rng(S.FINDING_ACTIVE):
+    for s in rng(S.P + S.FINDING_ACTIVE):
         h = host_of(s)
         if hosts is not None and h not in hosts:
             continue
-        times = sorted(_points(s, start, step))
-        if times:
-            data.findings.append(AgentFinding(h, s.get("rule"), s.get("severity"), s.get("subject"), times))
-    for s in rng(S.HOST_LOADER_CPU):
-        data.loader_cpu.setdefault(host_of(s), {}).update(_points(s, start, step))
+        if s.values:
+            data.findings.append(AgentFinding(h, s.get("rule"), s.get("severity"), s.get("subject"), sorted(s.values)))
+    for s in rng(S.P + S.HOST_LOADER_CPU):
+        _merge(data.loader_cpu, host_of(s), s.values, keyed=True)
     return data
+
+
+def _span(start: float, end: float) -> int:
+    return max(1, int(end - start)) + LOOKBACK_S
+
+
+def _merge(obj, attr, values: dict, keyed: bool = False) -> None:
+    """Lay a series' values into a GPU's, rank's or host's dict (most are read once: taken as they are)."""
+    if keyed:
+        cur = obj.get(attr)
+        if cur is None:
+            obj[attr] = values
+        else:
+            cur.update(values)
+        return
+    cur = getattr(obj, attr)
+    if cur:
+        cur.update(values)
+    else:
+        setattr(obj, attr, values)

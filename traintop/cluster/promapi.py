@@ -23,10 +23,8 @@ TIMEOUT_S = 30.0
 LABEL_LIMIT = 128
 
 
-@dataclass(frozen=True, slots=True)
-class Series:
-    labels: dict
-    points: tuple[tuple[float, float], ...]  # (unix time, value), time-ordered
+class _Labelled:
+    __slots__ = ()
 
     def get(self, *names: str, default: str = "") -> str:
         for n in names:
@@ -35,9 +33,53 @@ class Series:
                 return v
         return default
 
+
+@dataclass(frozen=True, slots=True)
+class Series(_Labelled):
+    labels: dict
+    points: tuple[tuple[float, float], ...]  # (unix time, value), time-ordered
+
     @property
     def last(self) -> float | None:
         return self.points[-1][1] if self.points else None
+
+
+@dataclass(frozen=True, slots=True)
+class GridSeries(_Labelled):
+    """A series of a range query laid on its grid: ``values`` maps the grid's own times
+    (``Grid.times``, the same float objects) to finite values."""
+    labels: dict
+    values: dict
+
+    @property
+    def last(self) -> float | None:
+        return self.values[max(self.values)] if self.values else None
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The instants a range query is evaluated at: ``start + k·step``, k < n (ms-rounded,
+    as the query string carries them)."""
+    start: float
+    step: float
+    n: int
+
+    @classmethod
+    def over(cls, start: float, end: float, step: float) -> "Grid":
+        start, step = round(start, 3), round(max(step, 0.001), 3)
+        return cls(start, step, int((round(end, 3) - start) / step + 1e-9) + 1)
+
+    @property
+    def end(self) -> float:
+        return self.times[-1]
+
+    @property
+    def times(self) -> list[float]:
+        t = self.__dict__.get("_times")
+        if t is None:
+            t = [round(self.start + k * self.step, 3) for k in range(self.n)]
+            object.__setattr__(self, "_times", t)
+        return t
 
 
 class Prometheus:
@@ -75,6 +117,19 @@ class Prometheus:
     def query_range(self, promql: str, start: float, end: float, step: float) -> list[Series]:
         params = {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{max(step, 0.001):.3f}"}
         return self._result(self._get("/api/v1/query_range", params))
+
+    def query_grid(self, promql: str, grid: Grid) -> list[GridSeries]:
+        """A range query over ``grid``, each series' values keyed by the grid's times. The
+        common answer (a series with a value at every instant of a contiguous run) costs no
+        Python work per point beyond the float conversion; anything else is checked point
+        by point."""
+        params = {"query": promql, "start": f"{grid.start:.3f}", "end": f"{grid.end:.3f}", "step": f"{grid.step:.3f}"}
+        data = self._get("/api/v1/query_range", params)
+        times = grid.times
+        out = []
+        for labels, raw in self._items(data, "matrix"):
+            out.append(GridSeries(labels, _on_grid(raw, grid, times)))
+        return out
 
     # -- plumbing ----------------------------------------------------------------------------
     def _get(self, path: str, params: dict) -> dict:
@@ -116,20 +171,34 @@ class Prometheus:
         return data
 
     @staticmethod
-    def _result(data: dict) -> list[Series]:
+    def _items(data: dict, only: str | None = None):
+        """(labels, raw points) of each series of an answer; labels made safe to show (each
+        distinct string once per answer: the same host and model names recur in every series)."""
         kind, result = data.get("resultType"), data.get("result")
-        if kind not in ("vector", "matrix") or not isinstance(result, list):
-            return []
+        if kind not in ("vector", "matrix") or (only and kind != only) or not isinstance(result, list):
+            return
         if len(result) > MAX_SERIES:
             raise TraintopError(f"Prometheus answered with more than {MAX_SERIES} series; narrow the query (--job)")
-        out = []
+        safe: dict[str, str] = {}
+
+        def clean(text: str) -> str:
+            v = safe.get(text)
+            if v is None:
+                v = safe[text] = one_line(text, LABEL_LIMIT)
+            return v
+
         for item in result:
             if not isinstance(item, dict):
                 continue
             metric = item.get("metric")
-            labels = {one_line(k, LABEL_LIMIT): one_line(v, LABEL_LIMIT) for k, v in metric.items()
+            labels = {clean(k): clean(v) for k, v in metric.items()
                       if isinstance(k, str) and isinstance(v, str)} if isinstance(metric, dict) else {}
-            raw = item.get("values") if kind == "matrix" else [item.get("value")]
+            yield labels, (item.get("values") if kind == "matrix" else [item.get("value")])
+
+    @classmethod
+    def _result(cls, data: dict) -> list[Series]:
+        out = []
+        for labels, raw in cls._items(data):
             points = []
             for p in raw if isinstance(raw, list) else ():
                 if isinstance(p, list) and len(p) == 2:
@@ -141,6 +210,40 @@ class Prometheus:
                         points.append((t, v))
             out.append(Series(labels, tuple(sorted(points))))
         return out
+
+
+def _on_grid(raw, grid: Grid, times: list[float]) -> dict:
+    """One series' ``values`` as {grid time: value}, finite values only. Prometheus answers a
+    range query with a value at each instant where the series exists: a run from its first
+    to its last instant is the usual case, taken whole; gaps, times off the grid, or
+    anything malformed go point by point (and malformed points are dropped)."""
+    if not isinstance(raw, list) or not raw:
+        return {}
+    start, step, n = grid.start, grid.step, grid.n
+    try:
+        k0 = round((float(raw[0][0]) - start) / step)
+        k1 = round((float(raw[-1][0]) - start) / step)
+        if k1 - k0 + 1 == len(raw) and 0 <= k0 and k1 < n and all(len(p) == 2 for p in raw):
+            vals = [float(v) for _, v in raw]
+            out = dict(zip(times[k0:k1 + 1], vals))
+            if all(map(math.isfinite, vals)):
+                return out
+            return {t: v for t, v in out.items() if math.isfinite(v)}
+    except (TypeError, ValueError, KeyError, IndexError, OverflowError):
+        pass
+    out = {}
+    for p in raw:
+        if isinstance(p, list) and len(p) == 2:
+            try:
+                t, v = float(p[0]), float(p[1])
+            except (TypeError, ValueError):
+                continue
+            if not (math.isfinite(t) and math.isfinite(v)):
+                continue
+            k = round((t - start) / step)
+            if 0 <= k < n:
+                out[times[k]] = v
+    return out
 
 
 def _reason(e: Exception) -> str:
