@@ -102,20 +102,35 @@ def _int(text: str, default: int = 0) -> int:
         return default
 
 
+# the labels each kind of series is read by (``slim``: the others are left in Prometheus)
+HOST_BY = ("Hostname", "hostname", "instance")
+GPU_BY = HOST_BY + ("gpu",)
+RANK_BY = HOST_BY + ("exported_job", "job", "rank", "local_rank", "world_size")
+FINDING_BY = HOST_BY + ("rule", "severity", "subject")
+
+
 def fetch(prom: Prometheus, start: float, end: float, step: float | None = None, job: str | None = None) -> ClusterData:
-    grid = Grid.over(start, end, step or choose_step(end - start))
+    return fetch_grid(prom, Grid.over(start, end, step or choose_step(end - start)), end, job)
+
+
+def fetch_grid(prom: Prometheus, grid: Grid, end: float, job: str | None = None, slim: bool = False,
+               part_of: ClusterData | None = None) -> ClusterData:
+    """Every series of the cluster on ``grid``. ``slim``: each series comes with only the
+    labels read here (``max by``): for a read of a few instants, where the labels would be
+    most of the answer. ``part_of``: the data this read extends (nothing found is then no
+    error: the window still holds what was)."""
     start, step = grid.start, grid.step
     data = ClusterData(prom.shown, start, end, step, grid.times)
 
-    def rng(promql: str) -> list[GridSeries]:
-        return prom.query_grid(promql, grid)
+    def rng(promql: str, by: tuple[str, ...] = GPU_BY) -> list[GridSeries]:
+        return prom.query_grid(f"max by ({', '.join(by)}) ({promql})" if slim else promql, grid)
 
-    util = rng(S.P + "gpu_utilization_ratio")
-    if not util and not rng(f"count({S.P}agent_info)"):
+    util = rng(S.P + "gpu_utilization_ratio", GPU_BY + ("modelName", "model_name"))
+    if not util and part_of is None and not rng(f"count({S.P}agent_info)", ()):
         raise TraintopError(f"no traintop series at {prom.shown} between the times asked "
                             "(is `traintop agent` scraped? try a longer --since)")
     for name, ranks_field in (("step_seconds", "step"), ("steps_total", "steps"), ("input_wait_ratio", "wait")):
-        for s in rng(S.P + name):
+        for s in rng(S.P + name, RANK_BY):
             j = job_of(s)
             if job is not None and j != job:
                 continue
@@ -125,9 +140,11 @@ def fetch(prom: Prometheus, start: float, end: float, step: float | None = None,
                 r = data.ranks[key] = RankData(j, key[1], _int(s.get("local_rank")), _int(s.get("world_size"), 1),
                                                host_of(s))
             _merge(r, ranks_field, s.values)
-    if job is not None and not data.ranks:
+    if job is not None and not data.ranks and part_of is None:
         raise TraintopError(f"no ranks of job {job!r} at {prom.shown} between the times asked")
     hosts = {r.host for r in data.ranks.values()} if job is not None else None
+    if hosts is not None and part_of is not None:
+        hosts |= {r.host for r in part_of.ranks.values()}
 
     def gpu(s: GridSeries) -> GpuData | None:
         h = host_of(s)
@@ -159,16 +176,17 @@ def fetch(prom: Prometheus, start: float, end: float, step: float | None = None,
             if (g := gpu(s)) is not None:
                 _merge(g, attr, s.values)
     for name, attr in (("gpu_power_limit_watts", "power_limit"), ("gpu_memory_total_bytes", "mem_total")):
-        for s in prom.query(f"max_over_time({S.P}{name}[{max(1, int(end - start))}s])", at=end):
+        for s in prom.query(f"max by ({', '.join(GPU_BY)}) (max_over_time({S.P}{name}[{max(1, int(end - start))}s]))",
+                            at=end):
             if (g := gpu(s)) is not None:
                 setattr(g, attr, s.last)
-    for s in rng(S.P + S.FINDING_ACTIVE):
+    for s in rng(S.P + S.FINDING_ACTIVE, FINDING_BY):
         h = host_of(s)
         if hosts is not None and h not in hosts:
             continue
         if s.values:
             data.findings.append(AgentFinding(h, s.get("rule"), s.get("severity"), s.get("subject"), sorted(s.values)))
-    for s in rng(S.P + S.HOST_LOADER_CPU):
+    for s in rng(S.P + S.HOST_LOADER_CPU, HOST_BY):
         _merge(data.loader_cpu, host_of(s), s.values, keyed=True)
     return data
 

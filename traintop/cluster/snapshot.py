@@ -1,8 +1,9 @@
 """What the cluster dashboard shows, read from Prometheus: no Textual here.
 
 A snapshot is the last few minutes of every host, GPU and rank (``query_range`` at a
-step that gives the sparklines ~60 points), the agents' active findings and the
-cross-host findings — frozen data the widgets only draw.
+step that gives the sparklines ~60 points, kept between refreshes: each reads only what
+is new), the agents' active findings and the cross-host findings — frozen data the
+widgets only draw.
 """
 
 from __future__ import annotations
@@ -80,31 +81,33 @@ def snapshot_from(data: ClusterData, findings: list[ClusterFinding], refresh_s: 
 
 
 class PrometheusSource:
-    """Reads a snapshot of the last ``window`` seconds; called from a worker thread."""
+    """Reads a snapshot of the last ``window`` seconds; called from a worker thread. The
+    window is kept between calls: each reads only what is new (rolling.py)."""
 
     def __init__(self, url: str, job: str | None = None, window: float = WINDOW_S) -> None:
         from traintop.cluster.promapi import Prometheus
+        from traintop.cluster.rolling import RollingCluster
 
         self.prom = Prometheus(url, timeout=10.0)
         self.job = job
         self.window = window
+        self.step = float(max(1, round(window / POINTS)))  # whole seconds: every read's instants line up
+        self.rolling = RollingCluster(self.prom, job, window, self.step)
 
     def __call__(self) -> ClusterSnapshot:
         from traintop.cluster.dcgm import dcgm_findings, has_dcgm
-        from traintop.cluster.fetch import fetch
         from traintop.errors import TraintopError
 
         t0 = time.perf_counter()
         end = time.time()
-        start = end - self.window
-        step = max(1.0, self.window / POINTS)
         try:
-            data = fetch(self.prom, start, end, step, self.job)
+            data = self.rolling.read(end)
             findings = findings_of(data)[0]  # less the agents' verdicts a cross-host finding explains
         except TraintopError as e:
+            start = end - self.window
             if "no traintop series" not in str(e) or self.job or not has_dcgm(self.prom, start, end):
                 raise
-            data, findings, _ = dcgm_findings(self.prom, start, end, step)
+            data, findings, _ = dcgm_findings(self.prom, start, end, self.step)
         return snapshot_from(data, findings, time.perf_counter() - t0)
 
     def close(self) -> None:

@@ -1,0 +1,110 @@
+"""The last few minutes of a cluster, kept between the dashboard's refreshes.
+
+The first read takes the whole window; each refresh after it reads only the instants
+since the previous one, plus ``OVERLAP`` before them (a scrape that landed late may have
+changed them, or a series gone stale removed them), and drops what left the window. The
+grid is whole multiples of the step, so the instants of one read are the instants of the
+next. Everything else (the agents' findings, the cross-host rules) sees the same
+ClusterData a full read would give.
+"""
+
+from __future__ import annotations
+
+import math
+
+from traintop.cluster.fetch import AgentFinding, ClusterData, fetch_grid
+from traintop.cluster.promapi import Grid, Prometheus
+
+OVERLAP = 2  # instants read again at each refresh
+
+_GPU_SERIES = ("util", "clock_ratio", "power", "mem_used", "temp", "reasons", "xid_total", "last_xid", "ecc_uncorrected")
+_RANK_SERIES = ("step", "steps", "wait")
+
+
+def window_grid(now: float, window: float, step: float) -> Grid:
+    """The grid of the last ``window`` seconds ending at the last whole multiple of ``step``."""
+    k_end = math.floor(now / step)
+    n = max(2, int(round(window / step)) + 1)
+    return Grid(float((k_end - n + 1) * step), float(step), n)
+
+
+class RollingCluster:
+    def __init__(self, prom: Prometheus, job: str | None, window: float, step: float) -> None:
+        self.prom, self.job, self.window, self.step = prom, job, window, step
+        self.data: ClusterData | None = None
+        self.full_reads = 0
+
+    def read(self, now: float) -> ClusterData:
+        grid = window_grid(now, self.window, self.step)
+        old = self.data
+        if old is None or old.grid[-1] < grid.start or old.step != grid.step:
+            data = fetch_grid(self.prom, grid, now, self.job)
+            self.full_reads += 1
+        else:
+            k_from = max(0, grid.times.index(old.grid[-1]) - OVERLAP + 1) if old.grid[-1] in grid.times else 0
+            part_grid = Grid(grid.times[k_from], grid.step, grid.n - k_from)
+            part = fetch_grid(self.prom, part_grid, now, self.job, slim=True, part_of=old)
+            data = roll(old, part, grid)
+        self.data = data
+        return data
+
+
+def _trim(d: dict, start: float, again: list[float]) -> dict:
+    """Drop ``d``'s points before ``start`` and at the instants read ``again`` (in place:
+    ``d`` is in time order, so only its first few keys are looked at)."""
+    while d:
+        t = next(iter(d))
+        if t >= start:
+            break
+        del d[t]
+    for t in again:
+        d.pop(t, None)
+    return d
+
+
+def roll(old: ClusterData, part: ClusterData, grid: Grid) -> ClusterData:
+    """``old`` moved to ``grid``: its points before the window dropped, its points from
+    ``part``'s first instant on replaced by ``part``'s."""
+    start, cut, again = grid.start, part.grid[0], part.grid
+    data = ClusterData(part.url, grid.start, part.end, grid.step, grid.times, mode=part.mode)
+    for key, g in old.gpus.items():
+        for attr in _GPU_SERIES:
+            _trim(getattr(g, attr), start, again)
+        data.gpus[key] = g
+    for key, new in part.gpus.items():
+        g = data.gpus.get(key)
+        if g is None:
+            data.gpus[key] = new
+            continue
+        for attr in _GPU_SERIES:
+            getattr(g, attr).update(getattr(new, attr))
+        g.power_limit = new.power_limit if new.power_limit is not None else g.power_limit
+        g.mem_total = new.mem_total if new.mem_total is not None else g.mem_total
+        g.model = g.model or new.model
+    for key, r in old.ranks.items():
+        for attr in _RANK_SERIES:
+            _trim(getattr(r, attr), start, again)
+        data.ranks[key] = r
+    for key, new in part.ranks.items():
+        r = data.ranks.get(key)
+        if r is None:
+            data.ranks[key] = new
+            continue
+        for attr in _RANK_SERIES:
+            getattr(r, attr).update(getattr(new, attr))
+        r.host, r.local_rank, r.world_size = new.host, new.local_rank, new.world_size
+    data.gpus = {k: g for k, g in data.gpus.items() if any(getattr(g, a) for a in _GPU_SERIES)}
+    data.ranks = {k: r for k, r in data.ranks.items() if any(getattr(r, a) for a in _RANK_SERIES)}
+    findings: dict[tuple, list] = {}
+    for f in old.findings:
+        findings.setdefault((f.host, f.rule, f.severity, f.subject), []).extend(t for t in f.times if start <= t < cut)
+    for f in part.findings:
+        findings.setdefault((f.host, f.rule, f.severity, f.subject), []).extend(f.times)
+    data.findings = [AgentFinding(h, rule, sev, subj, times) for (h, rule, sev, subj), times in findings.items() if times]
+    for host, d in old.loader_cpu.items():
+        data.loader_cpu[host] = _trim(d, start, again)
+    for host, d in part.loader_cpu.items():
+        data.loader_cpu.setdefault(host, {}).update(d)
+    data.loader_cpu = {h: d for h, d in data.loader_cpu.items() if d}
+    data.notes = part.notes
+    return data
