@@ -1,7 +1,7 @@
 """ClusterApp: the dashboard over many hosts, drawn from snapshots of Prometheus.
 
-A worker thread reads a snapshot every ``refresh`` seconds (never the UI thread); the
-widgets draw the last one. Same look and keys as the local dashboard: q quit, ? help,
+A worker thread reads a snapshot every ``refresh`` seconds (never the UI thread; one read
+at a time: a slow one delays the next); the widgets draw the last one. Same look and keys as the local dashboard: q quit, ? help,
 p/space pause; h / H: focus the next / previous host, j: the next job, a or escape: all.
 """
 
@@ -86,6 +86,7 @@ class ClusterApp(App):
         self.snapshot = None
         self.problem: str | None = None
         self.paused = False
+        self.reading = False
         self.focus_host: str | None = None
         self.focus_job: str | None = job
 
@@ -113,16 +114,29 @@ class ClusterApp(App):
         size = size or self.size
         self.set_class(size.width < COMPACT_WIDTH or size.height < 36, "compact")
 
-    @work(thread=True, exclusive=True, group="prometheus")
     def read_snapshot(self) -> None:
-        if self.paused:
+        """Start a read unless one is under way: a read slower than --refresh delays the next
+        instead of piling up behind it (reads never overlap)."""
+        if self.paused or self.reading:
             return
+        self.reading = True
+        self._read()
+
+    @work(thread=True, group="prometheus")
+    def _read(self) -> None:
         try:
-            snap = self.source()
+            snap, problem = self.source(), None
         except TraintopError as e:
-            self.call_from_thread(self.show_problem, str(e))
-            return
-        self.call_from_thread(self.show_snapshot, snap)
+            snap, problem = None, str(e)
+        finally:
+            self.call_from_thread(self._read_done)
+        if problem is not None:
+            self.call_from_thread(self.show_problem, problem)
+        else:
+            self.call_from_thread(self.show_snapshot, snap)
+
+    def _read_done(self) -> None:
+        self.reading = False
 
     def show_problem(self, problem: str) -> None:
         self.problem = problem

@@ -98,3 +98,34 @@ async def _keys():
         assert a.paused
         await pilot.press("question_mark")
         assert a.screen.__class__.__name__ == "ClusterHelp"
+
+
+def test_reads_slower_than_the_refresh_never_overlap():
+    """A Prometheus slower than --refresh: the next read waits for the one under way (they
+    would otherwise pile up, each slowing the others, and race on the kept window)."""
+    import threading
+    import time
+
+    snap = fixed_snapshot()
+    state = {"now": 0, "most": 0, "calls": 0}
+    lock = threading.Lock()
+
+    def slow_source():
+        with lock:
+            state["now"] += 1
+            state["calls"] += 1
+            state["most"] = max(state["most"], state["now"])
+        time.sleep(0.3)
+        with lock:
+            state["now"] -= 1
+        return snap
+
+    async def go():
+        app = ClusterApp(slow_source, url="http://prometheus:9090", refresh=0.05)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause(1.2)
+            assert app.snapshot is snap
+
+    asyncio.run(go())
+    assert state["most"] == 1
+    assert 2 <= state["calls"] <= 5  # ~24 timer ticks, one read per 0.3 s

@@ -8,6 +8,7 @@ widgets only draw.
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -93,8 +94,13 @@ class PrometheusSource:
         self.window = window
         self.step = float(max(1, round(window / POINTS)))  # whole seconds: every read's instants line up
         self.rolling = RollingCluster(self.prom, job, window, self.step)
+        self._lock = threading.Lock()  # the kept window is read and rolled by one caller at a time
 
     def __call__(self) -> ClusterSnapshot:
+        with self._lock:
+            return self._read()
+
+    def _read(self) -> ClusterSnapshot:
         from traintop.cluster.dcgm import dcgm_findings, has_dcgm
         from traintop.errors import TraintopError
 
