@@ -126,6 +126,26 @@ class DcgmExporter(http.server.ThreadingHTTPServer):
         }[name]
 
 
+class TraintopText(DcgmExporter):
+    """A node speaking traintop's series, with no ranks: node-x, one busy GPU whose XID
+    counter moves at its sixth scrape (the agents' simulator raises no XIDs)."""
+
+    scrapes = 0
+    moved_at: float | None = None
+
+    def text(self) -> str:
+        self.scrapes += 1
+        moved = self.scrapes > 5
+        if moved and self.moved_at is None:
+            self.moved_at = time.time()
+        labels = ('gpu="0",UUID="GPU-node-x-0",pci_bus_id="00000000:18:00.0",device="nvidia0",'
+                  'modelName="NVIDIA H200",Hostname="node-x"')
+        values = {"gpu_utilization_ratio": 1, "gpu_sm_clock_hertz": 1.98e9, "gpu_sm_clock_max_hertz": 1.98e9,
+                  "gpu_power_watts": 650, "gpu_xid_errors_total": 1 if moved else 0, "gpu_last_xid": 79 if moved else 0}
+        out = [f"traintop_{name}{{{labels}}} {v}" for name, v in values.items()]
+        return "\n".join(out + ['traintop_agent_info{Hostname="node-x",mode="test",version="0"} 1']) + "\n"
+
+
 class _DcgmHandler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         body = self.server.text().encode()
@@ -159,18 +179,23 @@ def cluster():
             srv = DcgmExporter(host)
             threading.Thread(target=srv.serve_forever, daemon=True).start()
             servers.append(srv)
+        node_x = TraintopText("node-x")
+        threading.Thread(target=node_x.serve_forever, daemon=True).start()
+        servers.append(node_x)
         rules = os.path.join(os.path.dirname(__file__), "..", "deploy", "prometheus", "traintop-alerts.yml")
-        prom, url = start_prometheus({"traintop": [a[1], b[1], c[1]]}, os.path.join(tmp, "p1"),
+        prom, url = start_prometheus({"traintop": [a[1], b[1], c[1], f"127.0.0.1:{node_x.server_port}"]},
+                                     os.path.join(tmp, "p1"),
                                      rules=os.path.abspath(rules) if os.path.exists(rules) else None)
         procs.append(prom)
-        prom2, url2 = start_prometheus({"dcgm": [f"127.0.0.1:{s.server_port}" for s in servers]},
+        prom2, url2 = start_prometheus({"dcgm": [f"127.0.0.1:{s.server_port}" for s in servers[:2]]},
                                        os.path.join(tmp, "p2"))
         procs.append(prom2)
         prom3, url3 = start_prometheus({"traintop": [h0[1], h1[1]]}, os.path.join(tmp, "p3"))
         procs.append(prom3)
         t_start = time.time()
         time.sleep(SETTLE_S)
-        yield {"url": url, "dcgm_url": url2, "h200_url": url3, "agents": {"node-a": a[0], "node-b": b[0], "node-c": c[0]},
+        yield {"url": url, "dcgm_url": url2, "h200_url": url3, "node_x": node_x,
+               "agents": {"node-a": a[0], "node-b": b[0], "node-c": c[0]},
                "since": time.time() - t_start + 2, "t_start": t_start}
     finally:
         for s in servers:
@@ -280,6 +305,71 @@ def test_dcgm_exporter_only_fleet_runs_the_same_rules_and_says_what_it_cannot_se
     assert any("no per-rank step times" in n for n in report["notes"])
     mem = report["hosts"][0]["gpus"][0]
     assert mem["mem_total_gib"] == pytest.approx(143771 / 1024, abs=0.1)  # used + free, MiB to bytes
+
+
+class Recording(httpx.HTTPTransport):
+    """The real transport, noting each query sent (to count what a read asks Prometheus)."""
+
+    def __init__(self):
+        super().__init__()
+        self.queries = []
+
+    def handle_request(self, request):
+        self.queries.append(request.url.params.get("query"))
+        return super().handle_request(request)
+
+
+def test_error_counters_are_read_only_where_one_moved(cluster):
+    from traintop.cluster.fetch import fetch
+    from traintop.cluster.promapi import Prometheus
+    from traintop.cluster.report import cross_findings
+
+    moved = cluster["node_x"].moved_at
+    assert moved is not None
+    rec = Recording()
+    with Prometheus(cluster["url"], transport=rec) as prom:
+        before = fetch(prom, moved - 5, moved - 1, 0.5)  # node-x's counter had not moved yet
+    assert not [q for q in rec.queries if q.startswith("traintop_gpu_xid")]
+    assert not [f for f in cross_findings(before) if f.rule == "node_gpu_errors"]
+    rec.queries.clear()
+    with Prometheus(cluster["url"], transport=rec) as prom:
+        after = fetch(prom, moved - 5, time.time(), 1.0)
+    assert [q for q in rec.queries if q.startswith("traintop_gpu_xid")]
+    (f,) = [f for f in cross_findings(after) if f.rule == "node_gpu_errors"]
+    assert f.host == "node-x" and "XID 79" in f.evidence and "GPU 0" in f.evidence
+
+
+def test_the_dashboard_reads_only_what_is_new_and_sees_what_a_full_read_sees(cluster):
+    """Refreshes read the instants since the last one (with only the labels used); the window
+    they keep is what one full read of it gives, node by node, point by point."""
+    from traintop.cluster.fetch import fetch_grid
+    from traintop.cluster.promapi import Prometheus
+    from traintop.cluster.report import agent_findings, cross_findings
+    from traintop.cluster.rolling import RollingCluster, window_grid
+
+    now = time.time() - 2  # instants every scrape has reached
+    with Prometheus(cluster["url"]) as prom, Prometheus(cluster["url"]) as prom_full:
+        rolling = RollingCluster(prom, "j1", window=20, step=1.0)
+        rolling.read(now - 6)
+        first = prom.bytes_read
+        for dt in (4, 2, 0):
+            kept = rolling.read(now - dt)
+        refreshes = (prom.bytes_read - first) / 3
+        full = fetch_grid(prom_full, window_grid(now, 20, 1.0), now, "j1")
+    assert rolling.full_reads == 1 and refreshes < first / 2
+    assert kept.grid == full.grid
+    assert set(kept.gpus) == set(full.gpus) and set(kept.ranks) == set(full.ranks)
+    for k, g in full.gpus.items():
+        assert vars(kept.gpus[k]) == vars(g), k
+    for k, r in full.ranks.items():
+        assert vars(kept.ranks[k]) == vars(r), k
+    assert kept.loader_cpu == full.loader_cpu
+
+    def findings(d):
+        d.end = now
+        return sorted((f.rule, f.host, f.subject, f.start, f.end, f.evidence)
+                      for f in agent_findings(d) + cross_findings(d))
+    assert findings(kept) == findings(full) and findings(full)
 
 
 def test_a_node_that_stops_reporting_is_named(cluster):
