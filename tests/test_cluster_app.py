@@ -129,3 +129,62 @@ def test_reads_slower_than_the_refresh_never_overlap():
     asyncio.run(go())
     assert state["most"] == 1
     assert 2 <= state["calls"] <= 5  # ~24 timer ticks, one read per 0.3 s
+
+
+def large_snapshot(hosts=16, gpus=8):
+    """16 hosts x 8 GPUs, one job over all of them: node-05 runs hot and clocked down, rank 83
+    (node-10, local rank 3) lags waiting for its data."""
+    d = ClusterData("http://prometheus:9090", T0, T0 + 299, 5.0, [T0 + 5.0 * k for k in range(60)])
+    n = hosts * gpus
+    for h_i in range(hosts):
+        h = f"node-{h_i:02d}"
+        for local in range(gpus):
+            rank = h_i * gpus + local
+            g = d.gpus[(h, local)] = GpuData(h, local, "NVIDIA H200", power_limit=700.0, mem_total=141 * GiB)
+            r = d.ranks[("77", rank)] = RankData("77", rank, local, n, h)
+            for k, t in enumerate(d.grid):
+                hot = h == "node-05"
+                g.util[t] = 0.97 + 0.01 * ((k + local) % 3)
+                g.power[t] = 640.0 + local
+                g.mem_used[t] = 90 * GiB
+                g.temp[t] = 86.0 if hot else 61.0 + local % 3
+                g.clock_ratio[t] = 0.7 if hot else 1.0
+                g.reasons[t] = REASON_SW_THERMAL if hot else 0
+                r.step[t] = 0.16 if rank == 83 else 0.09 + 0.0001 * (rank % 7)
+                r.wait[t] = 0.4 if rank == 83 else 0.02
+                r.steps[t] = k * 5 / r.step[t]
+    return snapshot_from(d, agent_findings(d) + cross_findings(d))
+
+
+def test_a_cluster_larger_than_the_screen_shows_a_line_per_host_and_the_slowest_ranks():
+    asyncio.run(_large())
+
+
+async def _large():
+    snap = large_snapshot()
+    a = _Shown(lambda: snap, url="http://prometheus:9090", poll=False)
+    a._snap = snap
+    async with a.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        text = a.query_one(HostsBody).render().plain
+        lines = text.split("\n")
+        assert lines[0].startswith("16 hosts · 128 GPUs")
+        rows = [ln for ln in lines if ln.startswith("node-")]
+        assert len(rows) == 16  # one line per host, no GPU lines
+        hot = next(ln for ln in rows if ln.startswith("node-05"))
+        assert "clk 70%" in hot and "86°" in hot and "▲" in hot
+        assert "128 of 128 ranks" in text and "the 12 slowest" in text
+        shown = [ln for ln in lines if ln.startswith(" r")]
+        assert len(shown) == 12 and shown[0].startswith(" r83 ") and "node-10" in shown[0]
+        assert len(lines) < 40
+        await pilot.press("h")  # a host: its GPUs and its ranks, one line each
+        text = a.query_one(HostsBody).render().plain
+        assert "node-00  8 GPUs" in text and "node-01" not in text
+        assert len([ln for ln in text.split("\n") if ln.startswith(" r")]) == 8
+
+
+def test_large_cluster_dashboard(snap_compare):
+    snap = large_snapshot()
+    a = _Shown(lambda: snap, url="http://prometheus:9090", poll=False)
+    a._snap = snap
+    assert snap_compare(a, terminal_size=(100, 30))

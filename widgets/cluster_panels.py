@@ -26,24 +26,43 @@ def _pct(v):
     return "  –" if v is None else f"{v * 100:3.0f}"
 
 
+GPU_LINES_UP_TO = 64  # GPUs shown one line each; above, one line per host (a focused host: its GPUs)
+RANK_LINES_UP_TO = 64  # ranks of a job shown one line each; above, the slowest
+SLOWEST_SHOWN = 12
+
+
 class HostsBody(TextLines):
-    """GPUs grouped by host (``focus``: one host only), then the ranks of each job."""
+    """GPUs grouped by host (``focus``: one host only), then the ranks of each job. A cluster
+    larger than a screen shows a line per host and each job's slowest ranks: nobody reads
+    a thousand lines, and drawing them would hold the screen up at every refresh."""
 
     snapshot: ClusterSnapshot | None = None
     focus_host: str | None = None
     focus_job: str | None = None
+    _text: Text | None = None
+    _text_width = -1
 
     def show(self, snap: ClusterSnapshot | None, focus_host: str | None, focus_job: str | None) -> None:
         self.snapshot, self.focus_host, self.focus_job = snap, focus_host, focus_job
+        self._text = None
         lines = self._line_count()
         if lines != self.styles.height:
             self.styles.height = lines
         self.refresh()
 
+    def on_resize(self, event) -> None:
+        self._text = None
+
     def _line_count(self) -> int:
         return max(1, len(self.render().plain.split("\n")))
 
     def render(self) -> Text:
+        if self._text is None or self._text_width != self.content_size.width:
+            self._text_width = self.content_size.width
+            self._text = self._render()
+        return self._text.copy()
+
+    def _render(self) -> Text:
         out = Text(no_wrap=True, overflow="ellipsis")
         s = self.snapshot
         if s is None:
@@ -55,13 +74,46 @@ class HostsBody(TextLines):
         hosts = [h for h in s.hosts if self.focus_host in (None, h)]
         if self.focus_job is not None:
             hosts = [h for h in hosts if any(r.host == h and r.job == self.focus_job for r in s.ranks)]
+        findings: dict[str, int] = {}
+        for f in s.findings:
+            if f.severity != "info":
+                findings[f.host] = findings.get(f.host, 0) + 1
+        if self.focus_host is None and len(s.gpus) > GPU_LINES_UP_TO and s.host_lines:
+            self._host_rows(out, s, set(hosts), findings, spark_w)
+        else:
+            self._gpu_rows(out, s, hosts, findings, spark_w)
+        ranks = [r for r in s.ranks if (self.focus_job in (None, r.job)) and (self.focus_host in (None, r.host))]
+        for job in sorted(jobs):
+            rs = [r for r in ranks if r.job == job]
+            if not rs:
+                continue
+            out.append("\n\n")
+            out.append(f"job {one_line(job, 40)}", style="bold")
+            out.append(f"  {len(rs)} of {rs[0].world_size} ranks · step time · input wait", style="dim")
+            top = max((r.step for r in rs if r.step), default=0.0) or 1.0
+            if len(rs) > RANK_LINES_UP_TO:
+                out.append(f" · the {SLOWEST_SHOWN} slowest (h: a host's)", style="dim")
+                rs = sorted(rs, key=lambda r: (-(r.step or 0.0), -(r.wait or 0.0), r.rank))[:SLOWEST_SHOWN]
+            for r in rs:
+                out.append("\n")
+                out.append(f" r{r.rank:<4}", style="bold")
+                out.append(f"{one_line(r.host, 14):<14} ", style="dim")
+                out.append(f"{r.step:6.3f}s " if r.step is not None else "     –s ")
+                wait_style = "bold yellow" if (r.wait or 0) >= 0.2 else "dim"
+                out.append(f"wait {_pct(r.wait)}% ", style=wait_style)
+                if spark_w:
+                    out.append_text(spark(_vals(r.spark)[-spark_w:], 0.0, top * 1.1, spark_w, style="cyan"))
+        return out
+
+    @staticmethod
+    def _gpu_rows(out: Text, s: ClusterSnapshot, hosts: list[str], findings: dict, spark_w: int) -> None:
         first = True
         for h in hosts:
             gpus = [g for g in s.gpus if g.host == h]
             if not first:
                 out.append("\n")
             first = False
-            n_find = sum(1 for f in s.findings if f.host == h and f.severity != "info")
+            n_find = findings.get(h, 0)
             out.append(one_line(h, 40), style="bold")
             out.append(f"  {len(gpus)} GPU" + ("s" if len(gpus) != 1 else ""), style="dim")
             if n_find:
@@ -82,25 +134,29 @@ class HostsBody(TextLines):
                     out.append(f" {g.temp:3.0f}°", style="yellow" if g.temp >= 83 else "dim")
                 if g.clock_ratio is not None and g.clock_ratio < 0.85:
                     out.append(f" clk {g.clock_ratio * 100:.0f}%", style="yellow")
-        ranks = [r for r in s.ranks if (self.focus_job in (None, r.job)) and (self.focus_host in (None, r.host))]
-        for job in sorted(jobs):
-            rs = [r for r in ranks if r.job == job]
-            if not rs:
-                continue
-            out.append("\n\n")
-            out.append(f"job {one_line(job, 40)}", style="bold")
-            out.append(f"  {len(rs)} of {rs[0].world_size} ranks · step time · input wait", style="dim")
-            top = max((r.step for r in rs if r.step), default=0.0) or 1.0
-            for r in rs:
-                out.append("\n")
-                out.append(f" r{r.rank:<4}", style="bold")
-                out.append(f"{one_line(r.host, 14):<14} ", style="dim")
-                out.append(f"{r.step:6.3f}s " if r.step is not None else "     –s ")
-                wait_style = "bold yellow" if (r.wait or 0) >= 0.2 else "dim"
-                out.append(f"wait {_pct(r.wait)}% ", style=wait_style)
-                if spark_w:
-                    out.append_text(spark(_vals(r.spark)[-spark_w:], 0.0, top * 1.1, spark_w, style="cyan"))
-        return out
+
+    @staticmethod
+    def _host_rows(out: Text, s: ClusterSnapshot, shown: set, findings: dict, spark_w: int) -> None:
+        rows = [h for h in s.host_lines if h.host in shown]
+        out.append(f"{len(rows)} hosts · {sum(h.gpus for h in rows)} GPUs · mean utilization · power · "
+                   "hottest · h: a host's GPUs", style="dim")
+        for h in rows:
+            out.append("\n")
+            out.append(f"{one_line(h.host, 14):<14} ", style="bold")
+            out.append_text(bar(h.util, 8, style="green" if (h.util or 0) >= 0.5 else "yellow"))
+            out.append(f" {_pct(h.util)}% ")
+            if spark_w:
+                out.append_text(spark(_vals(h.spark)[-spark_w:], 0.0, 1.0, spark_w))
+                out.append(" ")
+            out.append(f"{h.power / 1000:5.1f}kW" if h.power is not None else "    –kW", style="dim")
+            if h.temp is not None:
+                out.append(f" {h.temp:3.0f}°", style="yellow" if h.temp >= 83 else "dim")
+            if h.util_min is not None and h.util is not None and h.util_min < 0.5 <= h.util:
+                out.append(f" min {_pct(h.util_min).strip()}%", style="yellow")
+            if h.clock_ratio is not None and h.clock_ratio < 0.85:
+                out.append(f" clk {h.clock_ratio * 100:.0f}%", style="yellow")
+            if findings.get(h.host):
+                out.append(f"  ▲ {findings[h.host]}", style="bold yellow")
 
 
 def finding_paragraphs(s: ClusterSnapshot | None, focus_host: str | None, compact: bool) -> list:

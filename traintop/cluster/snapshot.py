@@ -47,6 +47,20 @@ class RankLine:
 
 
 @dataclass(frozen=True)
+class HostLine:
+    """A host in one line, for clusters whose GPUs do not fit on a screen: its GPUs' mean
+    and lowest utilization, total power, hottest GPU, lowest clock."""
+    host: str
+    gpus: int
+    util: float | None  # mean of its GPUs' latest
+    util_min: float | None
+    power: float | None  # sum
+    temp: float | None  # hottest
+    clock_ratio: float | None  # lowest
+    spark: tuple[float, ...]  # mean utilization of its GPUs at each instant
+
+
+@dataclass(frozen=True)
 class ClusterSnapshot:
     source: str
     t: float
@@ -58,6 +72,7 @@ class ClusterSnapshot:
     notes: tuple[str, ...] = ()
     refresh_s: float = 0.0
     jobs: tuple[str, ...] = field(default=())
+    host_lines: tuple[HostLine, ...] = ()
 
 
 def _latest(d: dict):
@@ -66,6 +81,26 @@ def _latest(d: dict):
 
 def _spark(d: dict, grid: list) -> tuple[float, ...]:
     return tuple(d.get(t, float("nan")) for t in grid)
+
+
+def _host_lines(hosts: list[str], gpus: tuple[GpuLine, ...]) -> tuple[HostLine, ...]:
+    by_host: dict[str, list[GpuLine]] = {h: [] for h in hosts}
+    for g in gpus:
+        by_host.setdefault(g.host, []).append(g)
+    out = []
+    for h, gs in by_host.items():
+        utils = [g.util for g in gs if g.util is not None]
+        powers = [g.power for g in gs if g.power is not None]
+        temps = [g.temp for g in gs if g.temp is not None]
+        clocks = [g.clock_ratio for g in gs if g.clock_ratio is not None]
+        spark = []
+        for col in zip(*(g.spark for g in gs)):
+            vals = [v for v in col if v == v]  # NaN: no sample at that instant
+            spark.append(sum(vals) / len(vals) if vals else float("nan"))
+        out.append(HostLine(h, len(gs), sum(utils) / len(utils) if utils else None, min(utils, default=None),
+                            sum(powers) if powers else None, max(temps, default=None), min(clocks, default=None),
+                            tuple(spark)))
+    return tuple(out)
 
 
 def snapshot_from(data: ClusterData, findings: list[ClusterFinding], refresh_s: float = 0.0) -> ClusterSnapshot:
@@ -77,8 +112,10 @@ def snapshot_from(data: ClusterData, findings: list[ClusterFinding], refresh_s: 
                   for _, r in sorted(data.ranks.items()))
     # still active: the finding reaches the last step of the window
     active = tuple(f for f in findings if f.end >= data.end - 2 * data.step)
-    return ClusterSnapshot(data.url, data.end, tuple(data.hosts), gpus, ranks, active, data.mode,
-                           tuple(data.notes), refresh_s, tuple(sorted({r.job for r in data.ranks.values()})))
+    hosts = data.hosts
+    return ClusterSnapshot(data.url, data.end, tuple(hosts), gpus, ranks, active, data.mode,
+                           tuple(data.notes), refresh_s, tuple(sorted({r.job for r in data.ranks.values()})),
+                           _host_lines(hosts, gpus))
 
 
 class PrometheusSource:
