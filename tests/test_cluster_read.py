@@ -38,3 +38,36 @@ def test_the_dashboards_grid_lines_up_from_one_read_to_the_next():
     assert a.times[-1] == 1_000_000.0 and b.times[-1] == 1_000_010.0 and a.n == b.n == 61
     assert set(a.times) & set(b.times) == set(a.times[2:])
     assert all(t == math.floor(t) for t in a.times)
+
+
+def test_answers_from_this_machine_are_asked_for_uncompressed():
+    """Compressing costs Prometheus more CPU than a loopback copy saves; across a network it pays."""
+    import http.server
+    import threading
+
+    from traintop.cluster.promapi import Prometheus, _is_loopback
+
+    seen = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            seen.append(self.headers.get("Accept-Encoding"))
+            body = b'{"status":"success","data":{"resultType":"matrix","result":[]}}'
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        with Prometheus(f"http://127.0.0.1:{srv.server_port}") as prom:
+            assert prom.query_grid("x", Grid(0.0, 1.0, 3)) == []
+    finally:
+        srv.shutdown()
+    assert seen == ["identity"]
+    assert _is_loopback("localhost") and _is_loopback("127.0.0.2") and _is_loopback("::1")
+    assert not _is_loopback("prometheus.example") and not _is_loopback("10.0.0.5")

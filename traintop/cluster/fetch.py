@@ -6,13 +6,15 @@ on), so the cross-host rules compare hosts and ranks at the same instants.
 
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from traintop.cluster import series as S
-from traintop.cluster.promapi import Grid, GridSeries, Prometheus
+from traintop.cluster.promapi import Grid, GridSeries, Prometheus, no_gc
 from traintop.errors import TraintopError
 
 MAX_POINTS = 720  # per series and query: 2 h at a 10 s step
+READERS = 2  # queries under way at once: Prometheus prepares one answer while this process decodes another
 LOOKBACK_S = 300  # Prometheus's default lookback: how far before an instant its value may come from
 
 
@@ -118,19 +120,51 @@ def fetch_grid(prom: Prometheus, grid: Grid, end: float, job: str | None = None,
     """Every series of the cluster on ``grid``. ``slim``: each series comes with only the
     labels read here (``max by``): for a read of a few instants, where the labels would be
     most of the answer. ``part_of``: the data this read extends (nothing found is then no
-    error: the window still holds what was)."""
+    error: the window still holds what was). The queries are independent: ``READERS`` of
+    them are under way at once, so Prometheus prepares the next answer while this process
+    decodes one."""
+    pool = ThreadPoolExecutor(READERS, thread_name_prefix="prometheus")
+    try:
+        with no_gc():
+            return _fetch(prom, grid, end, job, slim, part_of, pool)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _fetch(prom, grid, end, job, slim, part_of, pool) -> ClusterData:
     start, step = grid.start, grid.step
     data = ClusterData(prom.shown, start, end, step, grid.times)
 
-    def rng(promql: str, by: tuple[str, ...] = GPU_BY) -> list[GridSeries]:
-        return prom.query_grid(f"max by ({', '.join(by)}) ({promql})" if slim else promql, grid)
+    def ask(promql: str, by: tuple[str, ...] = GPU_BY) -> Future:
+        return pool.submit(prom.query_grid, f"max by ({', '.join(by)}) ({promql})" if slim else promql, grid)
 
-    util = rng(S.P + "gpu_utilization_ratio", GPU_BY + ("modelName", "model_name"))
-    if not util and part_of is None and not rng(f"count({S.P}agent_info)", ()):
+    def ask_now(promql: str) -> Future:
+        return pool.submit(prom.query, promql, end)
+
+    span = max(1, int(end - start))
+    # error counters stay flat on a healthy fleet: read them only where one moved (a margin
+    # of Prometheus's lookback before the range: the first instant may show a change from there)
+    moved = ask_now(f"count(changes({S.P}gpu_xid_errors_total[{span + LOOKBACK_S}s]) > 0) or "
+                    f"count(changes({S.P}gpu_ecc_uncorrected_errors_total[{span + LOOKBACK_S}s]) > 0)")
+    util_q = ask(S.P + "gpu_utilization_ratio", GPU_BY + ("modelName", "model_name"))
+    rank_qs = [(f, ask(S.P + name, RANK_BY)) for name, f in
+               (("step_seconds", "step"), ("steps_total", "steps"), ("input_wait_ratio", "wait"))]
+    # the clock ratio is taken in Prometheus: one series read instead of two (matched on every label)
+    gpu_qs = [("clock_ratio", ask(f"{S.P}gpu_sm_clock_hertz / {S.P}gpu_sm_clock_max_hertz"))]
+    gpu_qs += [(attr, ask(S.P + name)) for name, attr in
+               (("gpu_power_watts", "power"), ("gpu_memory_used_bytes", "mem_used"),
+                ("gpu_temperature_celsius", "temp"), ("gpu_clock_event_reasons", "reasons"))]
+    limit_qs = [(attr, ask_now(f"max by ({', '.join(GPU_BY)}) (max_over_time({S.P}{name}[{span}s]))"))
+                for name, attr in (("gpu_power_limit_watts", "power_limit"), ("gpu_memory_total_bytes", "mem_total"))]
+    findings_q = ask(S.P + S.FINDING_ACTIVE, FINDING_BY)
+    loader_q = ask(S.P + S.HOST_LOADER_CPU, HOST_BY)
+
+    util = util_q.result()
+    if not util and part_of is None and not ask(f"count({S.P}agent_info)", ()).result():
         raise TraintopError(f"no traintop series at {prom.shown} between the times asked "
                             "(is `traintop agent` scraped? try a longer --since)")
-    for name, ranks_field in (("step_seconds", "step"), ("steps_total", "steps"), ("input_wait_ratio", "wait")):
-        for s in rng(S.P + name, RANK_BY):
+    for ranks_field, q in rank_qs:
+        for s in q.result():
             j = job_of(s)
             if job is not None and j != job:
                 continue
@@ -159,40 +193,27 @@ def fetch_grid(prom: Prometheus, grid: Grid, end: float, job: str | None = None,
     for s in util:
         if (g := gpu(s)) is not None:
             _merge(g, "util", s.values)
-    # the ratio is taken in Prometheus: one series read instead of two (matched on every label)
-    for s in rng(f"{S.P}gpu_sm_clock_hertz / {S.P}gpu_sm_clock_max_hertz"):
-        if (g := gpu(s)) is not None:
-            _merge(g, "clock_ratio", s.values)
-    series = [("gpu_power_watts", "power"), ("gpu_memory_used_bytes", "mem_used"),
-              ("gpu_temperature_celsius", "temp"), ("gpu_clock_event_reasons", "reasons")]
-    # error counters stay flat on a healthy fleet: read them only where one moved (a margin
-    # of Prometheus's lookback before the range: the first instant may show a change from there)
-    if prom.query(f"count(changes({S.P}gpu_xid_errors_total[{_span(start, end)}s]) > 0) or "
-                  f"count(changes({S.P}gpu_ecc_uncorrected_errors_total[{_span(start, end)}s]) > 0)", at=end):
-        series += [("gpu_xid_errors_total", "xid_total"), ("gpu_last_xid", "last_xid"),
-                   ("gpu_ecc_uncorrected_errors_total", "ecc_uncorrected")]
-    for name, attr in series:
-        for s in rng(S.P + name):
+    if moved.result():
+        gpu_qs += [(attr, ask(S.P + name)) for name, attr in
+                   (("gpu_xid_errors_total", "xid_total"), ("gpu_last_xid", "last_xid"),
+                    ("gpu_ecc_uncorrected_errors_total", "ecc_uncorrected"))]
+    for attr, q in gpu_qs:
+        for s in q.result():
             if (g := gpu(s)) is not None:
                 _merge(g, attr, s.values)
-    for name, attr in (("gpu_power_limit_watts", "power_limit"), ("gpu_memory_total_bytes", "mem_total")):
-        for s in prom.query(f"max by ({', '.join(GPU_BY)}) (max_over_time({S.P}{name}[{max(1, int(end - start))}s]))",
-                            at=end):
+    for attr, q in limit_qs:
+        for s in q.result():
             if (g := gpu(s)) is not None:
                 setattr(g, attr, s.last)
-    for s in rng(S.P + S.FINDING_ACTIVE, FINDING_BY):
+    for s in findings_q.result():
         h = host_of(s)
         if hosts is not None and h not in hosts:
             continue
         if s.values:
             data.findings.append(AgentFinding(h, s.get("rule"), s.get("severity"), s.get("subject"), sorted(s.values)))
-    for s in rng(S.P + S.HOST_LOADER_CPU, HOST_BY):
+    for s in loader_q.result():
         _merge(data.loader_cpu, host_of(s), s.values, keyed=True)
     return data
-
-
-def _span(start: float, end: float) -> int:
-    return max(1, int(end - start)) + LOOKBACK_S
 
 
 def _merge(obj, attr, values: dict, keyed: bool = False) -> None:

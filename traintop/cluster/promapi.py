@@ -8,8 +8,13 @@ authentication, not Prometheus, an error from Prometheus itself.
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import ipaddress
 import json
 import math
+import threading
+from operator import itemgetter
 from dataclasses import dataclass
 
 import httpx
@@ -95,8 +100,13 @@ class Prometheus:
         self.max_bytes = max_bytes
         self.calls = 0
         self.bytes_read = 0
-        self._client = httpx.Client(timeout=timeout, transport=transport, follow_redirects=False,
-                                    headers={"Accept": "application/json"})
+        self._count = threading.Lock()  # queries may run on several threads (one client: httpx's pool is thread-safe)
+        headers = {"Accept": "application/json"}
+        if _is_loopback(httpx.URL(self.url).host):
+            # compressing answers only pays across a network: on this machine it costs
+            # Prometheus more CPU than the copy it saves (a 50 MB read: 3.3 s with gzip, 1.3 s without)
+            headers["Accept-Encoding"] = "identity"
+        self._client = httpx.Client(timeout=timeout, transport=transport, follow_redirects=False, headers=headers)
 
     def close(self) -> None:
         self._client.close()
@@ -133,7 +143,8 @@ class Prometheus:
 
     # -- plumbing ----------------------------------------------------------------------------
     def _get(self, path: str, params: dict) -> dict:
-        self.calls += 1
+        with self._count:
+            self.calls += 1
         try:
             with self._client.stream("GET", self.url + path, params=params) as resp:
                 if resp.status_code in (401, 403):
@@ -155,7 +166,8 @@ class Prometheus:
             raise TraintopError(f"cannot reach Prometheus at {self.shown}: {one_line(_reason(e), 120)}") from None
         except httpx.HTTPError as e:
             raise TraintopError(f"Prometheus at {self.shown}: {one_line(_reason(e), 120)}") from None
-        self.bytes_read += len(body)
+        with self._count:
+            self.bytes_read += len(body)
         try:
             doc = json.loads(body)
         except (ValueError, UnicodeDecodeError):
@@ -212,6 +224,9 @@ class Prometheus:
         return out
 
 
+_second = itemgetter(1)
+
+
 def _on_grid(raw, grid: Grid, times: list[float]) -> dict:
     """One series' ``values`` as {grid time: value}, finite values only. Prometheus answers a
     range query with a value at each instant where the series exists: a run from its first
@@ -223,8 +238,10 @@ def _on_grid(raw, grid: Grid, times: list[float]) -> dict:
     try:
         k0 = round((float(raw[0][0]) - start) / step)
         k1 = round((float(raw[-1][0]) - start) / step)
-        if k1 - k0 + 1 == len(raw) and 0 <= k0 and k1 < n and all(len(p) == 2 for p in raw):
-            vals = [float(v) for _, v in raw]
+        # C-level passes over the points (no Python frame per point): all [time, value] pairs
+        if k1 - k0 + 1 == len(raw) and 0 <= k0 and k1 < n and set(map(type, raw)) == {list} \
+                and set(map(len, raw)) == {2}:
+            vals = list(map(float, map(_second, raw)))
             out = dict(zip(times[k0:k1 + 1], vals))
             if all(map(math.isfinite, vals)):
                 return out
@@ -244,6 +261,28 @@ def _on_grid(raw, grid: Grid, times: list[float]) -> dict:
             if 0 <= k < n:
                 out[times[k]] = v
     return out
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@contextlib.contextmanager
+def no_gc():
+    """The cyclic garbage collector off while a read builds millions of small objects that
+    hold no cycles (it would walk them over and over as they accumulate)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _reason(e: Exception) -> str:

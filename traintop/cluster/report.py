@@ -236,7 +236,7 @@ def analyze_prometheus(url: str, since: float, until: float | None = None, job: 
                        step: float | None = None, config=None, transport=None) -> ClusterReport:
     from traintop.cluster.dcgm import has_dcgm, dcgm_report
     from traintop.cluster.fetch import fetch
-    from traintop.cluster.promapi import Prometheus
+    from traintop.cluster.promapi import Prometheus, no_gc
     from traintop.errors import TraintopError
 
     t0 = time.perf_counter()
@@ -250,8 +250,9 @@ def analyze_prometheus(url: str, since: float, until: float | None = None, job: 
                 raise
             report = dcgm_report(prom, start, end, step, config)
         else:
-            shown, explained = findings_of(data)
-            report = summarise(data, shown, "prometheus", job, explained=explained)
+            with no_gc():
+                shown, explained = findings_of(data)
+                report = summarise(data, shown, "prometheus", job, explained=explained)
         report.queries, report.bytes_read = prom.calls, prom.bytes_read
     report.seconds = round(time.perf_counter() - t0, 3)
     return report

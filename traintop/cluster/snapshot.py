@@ -139,13 +139,15 @@ class PrometheusSource:
 
     def _read(self) -> ClusterSnapshot:
         from traintop.cluster.dcgm import dcgm_findings, has_dcgm
+        from traintop.cluster.promapi import no_gc
         from traintop.errors import TraintopError
 
         t0 = time.perf_counter()
         end = time.time()
         try:
             data = self.rolling.read(end)
-            findings = findings_of(data)[0]  # less the agents' verdicts a cross-host finding explains
+            with no_gc():
+                findings = findings_of(data)[0]  # less the agents' verdicts a cross-host finding explains
         except TraintopError as e:
             start = end - self.window
             if "no traintop series" not in str(e) or self.job or not has_dcgm(self.prom, start, end):
