@@ -12,6 +12,8 @@ and `analyze --prometheus` over the whole run read at a step that gives each ser
 points — what a 2-hour range at a 10 s step reads. It prints a table (with a column of an
 earlier run's figures given ``--compare``) and the JSON.
 
+``--before-code DIR`` measures the view and analyze a second time with an older traintop
+(``git archive main traintop | tar -x -C DIR``) on the same data: a before/after column.
 For iterating on the readers: ``--serve`` starts the agents and Prometheus and waits;
 ``--url URL --span S`` measures against a running one; ``--profile DIR`` writes cProfile
 files of one refresh and one in-process analyze there.
@@ -166,15 +168,36 @@ def measure_view(url: str, out: dict, profile: str | None, refreshes: int = 4, g
                                "findings": len(snap.findings), "queries": calls, "bytes_read": read}
 
 
-def measure_analyze(url: str, span: float, out: dict, profile: str | None) -> None:
+def measure_view_of(code: str, url: str, out: dict) -> None:
+    """The same measure_view, run by the traintop found in the directory ``code`` (an older
+    tree: git archive main traintop | tar -x -C DIR) in a process of its own."""
+    snippet = ("import json, sys; sys.path.insert(0, %r); sys.path.insert(1, %r); import cluster_scale as b; o = {}; "
+               "b.measure_view(%r, o, None, refreshes=2); print(json.dumps(o))" % (code, os.path.dirname(__file__), url))
+    r = subprocess.run([sys.executable, "-c", snippet], capture_output=True, text=True, env=_env(code), cwd=code)
+    if r.returncode:
+        out["cluster_error"] = r.stderr.strip()[-300:]
+    else:
+        out.update(json.loads(r.stdout.strip().splitlines()[-1]))
+
+
+def _env(code: str | None) -> dict:
+    env = dict(os.environ)
+    if code:
+        env["PYTHONPATH"] = code + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def measure_analyze(url: str, span: float, out: dict, profile: str | None, code: str | None = None) -> None:
     step = span / 720
     if profile:
         from traintop.cluster.report import analyze_prometheus
 
         _profiled(lambda: analyze_prometheus(url, span, step=step), os.path.join(profile, "analyze.prof"))
     t0 = time.perf_counter()
+    until = time.time()
     r = subprocess.run([sys.executable, "-m", "traintop", "analyze", "--prometheus", url, "--since",
-                        f"{span:.0f}s", "--step", f"{step:.3f}", "--json"], capture_output=True, text=True)
+                        f"{span:.0f}s", "--until", f"{until:.3f}", "--step", f"{step:.3f}", "--json"],
+                       capture_output=True, text=True, env=_env(code), cwd=code)  # cwd: -m looks there first
     out["analyze_s"] = round(time.perf_counter() - t0, 2)
     if r.returncode not in (0, 1):
         out["analyze_error"] = r.stderr.strip()
@@ -216,12 +239,12 @@ def _per_refresh(o: dict) -> str:
     return f"{q // n}, {b / n / 1e6:.1f} MB"
 
 
-def table(out: dict, before: dict | None) -> str:
-    head = ("figure", "before", "now") if before else ("figure", "now")
+def table(columns: list[tuple[str, dict]]) -> str:
+    head = ("figure",) + tuple(name for name, _ in columns)
     rows = []
     for name, fn in ROWS:
         cells = [name]
-        for o in ([before] if before else []) + [out]:
+        for _, o in columns:
             try:
                 cells.append(fn(o))
             except (KeyError, TypeError, IndexError, ZeroDivisionError):
@@ -246,6 +269,8 @@ def main() -> int:
     ap.add_argument("--url", help="measure the readers against this running Prometheus (no agents started)")
     ap.add_argument("--span", type=float, default=600.0, help="with --url: the range analyze reads")
     ap.add_argument("--profile", metavar="DIR", help="write cProfile files of a refresh and an analyze here")
+    ap.add_argument("--before-code", metavar="DIR",
+                    help="also measure the view and analyze with the traintop in DIR (an older tree), same data")
     a = ap.parse_args()
     if a.profile:
         os.makedirs(a.profile, exist_ok=True)
@@ -254,6 +279,10 @@ def main() -> int:
         out = {"url": a.url}
         measure_view(a.url, out, a.profile)
         measure_analyze(a.url, a.span, out, a.profile)
+        if a.before_code:
+            old = out["before_code"] = {}
+            measure_view_of(a.before_code, a.url, old)
+            measure_analyze(a.url, a.span, old, None, code=a.before_code)
     else:
         if not shutil.which("prometheus"):
             print("needs the prometheus binary on PATH", file=sys.stderr)
@@ -270,7 +299,12 @@ def main() -> int:
                 return 1
             measure_serving(a, agent, prom, targets, url, t_start, out)
             measure_view(url, out, a.profile)
-            measure_analyze(url, time.time() - t_start, out, a.profile)
+            span = time.time() - t_start
+            measure_analyze(url, span, out, a.profile)
+            if a.before_code:
+                old = out["before_code"] = {}
+                measure_view_of(a.before_code, url, old)
+                measure_analyze(url, span, old, None, code=a.before_code)
         finally:
             for p in procs:
                 p.terminate()
@@ -280,11 +314,14 @@ def main() -> int:
                 except subprocess.TimeoutExpired:
                     p.kill()
             shutil.rmtree(tmp, ignore_errors=True)
-    before = None
+    columns = []
     if a.compare:
         with open(a.compare) as f:
-            before = json.load(f)
-    print(table(out, before))
+            columns.append((os.path.basename(a.compare), json.load(f)))
+    if out.get("before_code"):
+        columns.append(("older code, same run", {**out, **out["before_code"]}))
+    columns.append(("now", out))
+    print(table(columns))
     text = json.dumps(out, indent=1)
     print(text)
     if a.json:
