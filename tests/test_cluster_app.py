@@ -153,7 +153,7 @@ def large_snapshot(hosts=16, gpus=8):
                 r.step[t] = 0.16 if rank == 83 else 0.09 + 0.0001 * (rank % 7)
                 r.wait[t] = 0.4 if rank == 83 else 0.02
                 r.steps[t] = k * 5 / r.step[t]
-    return snapshot_from(d, agent_findings(d) + cross_findings(d))
+    return snapshot_from(d, findings_of(d)[0])
 
 
 def test_a_cluster_larger_than_the_screen_shows_a_line_per_host_and_the_slowest_ranks():
