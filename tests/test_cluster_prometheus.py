@@ -426,7 +426,7 @@ def hostile_server(mode, points=1):
 
 
 def test_auth_needed_and_oversized_answers_are_one_line_errors():
-    from traintop.cluster.promapi import Prometheus
+    from traintop.cluster.promapi import Grid, Prometheus
     from traintop.errors import TraintopError
 
     srv = hostile_server("auth")
@@ -440,12 +440,17 @@ def test_auth_needed_and_oversized_answers_are_one_line_errors():
         with Prometheus(f"http://127.0.0.1:{srv.server_port}", max_bytes=1 << 20) as prom:
             with pytest.raises(TraintopError, match="more than 1 MiB"):
                 prom.query_range("x", 0, 1, 1)
+            with pytest.raises(TraintopError, match="more than 1 MiB"):  # the readers' path too
+                prom.query_grid("x", Grid(0.0, 1.0, 2))
         srv.points = 3
         with Prometheus(f"http://127.0.0.1:{srv.server_port}") as prom:
             (s,) = prom.query_range("x", 0, 1, 1)
-        host = s.labels["Hostname"]
-        assert "\x1b" not in host and "\x07" not in host and host.startswith("\\x1b]52")
-        assert len(host) < 150  # capped (an escape shows as four characters)
+            (g,) = prom.query_grid("x", Grid(0.0, 1.0, 2))
+        for labels in (s.labels, g.labels):
+            host = labels["Hostname"]
+            assert "\x1b" not in host and "\x07" not in host and host.startswith("\\x1b]52")
+            assert len(host) < 150  # capped (an escape shows as four characters)
+        assert g.values == {1.0: 1.0}
     finally:
         srv.shutdown()
 
