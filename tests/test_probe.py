@@ -271,9 +271,20 @@ def test_stacks_sent_on_its_own_once_the_job_stops_stepping(fake_torch, probe_di
 
 
 def test_stacks_are_bounded(fake_torch, probe_dir, monkeypatch):
+    import threading
+
     monkeypatch.setattr(probe_agent, "MAX_STACK_BYTES", 300)
-    out = probe_agent.thread_stacks()
-    assert sum(len(d["stack"]) for d in out) <= 300
+    go = threading.Event()
+    waiting = [threading.Thread(target=go.wait, name=f"w{i}") for i in range(3)]
+    for t in waiting:  # threads after the one that fills the budget must add nothing
+        t.start()
+    try:
+        out = probe_agent.thread_stacks()
+    finally:
+        go.set()
+        for t in waiting:
+            t.join()
+    assert len(out) >= 4 and sum(len(d["stack"]) for d in out) <= 300
 
 
 TRAIN = r"""

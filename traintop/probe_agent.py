@@ -419,7 +419,8 @@ def thread_stacks(limit: int = 40) -> list[dict]:
             continue
         text = "".join(traceback.format_stack(frame, limit=limit))
         if size + len(text) > MAX_STACK_BYTES:
-            text = text[-max(0, MAX_STACK_BYTES - size):]
+            room = max(0, MAX_STACK_BYTES - size)
+            text = text[len(text) - room:]  # its innermost frames (text[-0:] would be all of it)
         size += len(text)
         out.append({"thread": t.name if t is not None else f"thread {ident}",
                     "main": t is threading.main_thread(), "stack": text})
