@@ -17,6 +17,7 @@ from textual.widgets import Footer
 from traintop.errors import RecordingError, TraintopError
 from traintop.feeds import Feed
 from traintop.monitor import Monitor
+from traintop.app.screen import DashboardScreen
 from traintop.recording import new_recording_path
 from traintop.text import one_line
 from traintop.view import View, build_view
@@ -130,6 +131,9 @@ class TraintopApp(App):
         self._told_job_end = False
 
     # -- layout -----------------------------------------------------------------
+    def get_default_screen(self) -> DashboardScreen:
+        return DashboardScreen(id="_default")  # partial updates render only the rows that changed
+
     def compose(self) -> ComposeResult:
         yield StatusBar()
         if self.replay is not None:

@@ -8,7 +8,8 @@ new sample through the feed's path (ingest, FrameReady, refresh_view) and one co
 update, whose output is turned into the bytes a terminal would receive. Per frame it reports
 what does not depend on the machine's load, so a before/after comparison holds on a busy
 machine: widgets refreshed (``refresh()`` calls), widgets repainted (the compositor asked
-them for lines), lines rendered (Textual's styles cache drew a line: border, padding and
+them for lines), rows asked (the rows of those widgets the compositor walked, cached or
+not), lines rendered (Textual's styles cache drew a line: border, padding and
 content), strips built, rich wraps, terminal bytes; and the CPU time (``process_time``) per
 frame, which does depend on the load (the median of the frames, less the median cost of the
 harness's own pause without a frame). ``--profile N`` prints the
@@ -61,11 +62,27 @@ def _count_terminal_bytes(app, counter: list[int]) -> None:
     app._display = display
 
 
+def _count_rows_asked(counter: list[int]) -> None:
+    """Rows the compositor asks widgets for (cached or not): its walk over the screen's widgets."""
+    from textual.widget import Widget
+
+    render_lines = Widget.render_lines
+
+    def counted(self, crop):
+        counter[0] += crop.height
+        return render_lines(self, crop)
+
+    Widget.render_lines = counted
+
+
 def run(size: tuple[int, int], frames: int, gpus: int = 2, interval: float = 1.0, scenario: str = "starved",
         warmup: int = 5, profile: cProfile.Profile | None = None) -> dict:
     app, feed = _session(gpus, interval, scenario)
     out_bytes = [0]
     _count_terminal_bytes(app, out_bytes)
+    rows_asked = [0]
+    if profile is not None:
+        _count_rows_asked(rows_asked)
     times: list[float] = []
     idle: list[float] = []
 
@@ -79,7 +96,7 @@ def run(size: tuple[int, int], frames: int, gpus: int = 2, interval: float = 1.0
                 t = time.process_time()
                 await pilot.pause()
                 idle.append(time.process_time() - t)
-            out_bytes[0] = 0
+            out_bytes[0] = rows_asked[0] = 0
             if profile is not None:
                 profile.enable()
             for _ in range(frames):
@@ -90,10 +107,17 @@ def run(size: tuple[int, int], frames: int, gpus: int = 2, interval: float = 1.0
             if profile is not None:
                 profile.disable()
 
-    asyncio.run(go())
+    from textual.widget import Widget
+
+    render_lines = Widget.render_lines
+    try:
+        asyncio.run(go())
+    finally:
+        Widget.render_lines = render_lines
     harness = statistics.median(idle) if idle else 0.0
     return {"cpu_us_median": (statistics.median(times) - harness) * 1e6,
-            "cpu_us_mean": (statistics.fmean(times) - harness) * 1e6, "bytes": out_bytes[0] / frames}
+            "cpu_us_mean": (statistics.fmean(times) - harness) * 1e6, "bytes": out_bytes[0] / frames,
+            "rows_asked": rows_asked[0] / frames}
 
 
 def _counts(stats: pstats.Stats, frames: int) -> dict:
@@ -112,7 +136,7 @@ def measure(size: tuple[int, int], frames: int, gpus: int = 2, interval: float =
     counted = run(size, frames, gpus, interval, scenario, profile=prof)
     stats = pstats.Stats(prof)
     res = {"size": f"{size[0]}x{size[1]}", "gpus": gpus, "interval": interval, "frames": frames,
-           **_counts(stats, frames), "bytes": counted["bytes"]}
+           **_counts(stats, frames), "bytes": counted["bytes"], "rows_asked": counted["rows_asked"]}
     timed = run(size, frames, gpus, interval, scenario)
     res["cpu_us_median"] = timed["cpu_us_median"]
     res["cpu_us_mean"] = timed["cpu_us_mean"]
@@ -123,7 +147,7 @@ def measure(size: tuple[int, int], frames: int, gpus: int = 2, interval: float =
 
 def row(r: dict) -> str:
     return (f"{r['size']:>7} {r['gpus']} GPU {r['interval']:g} s  refresh {r['refresh']:5.1f}  repainted "
-            f"{r['repainted']:4.1f}  lines {r['lines']:5.1f}  strips {r['strips']:6.1f}  wraps "
+            f"{r['repainted']:4.1f}  rows asked {r.get('rows_asked', float('nan')):5.1f}  lines {r['lines']:5.1f}  strips {r['strips']:6.1f}  wraps "
             f"{r['wraps'] + r['divide']:4.1f}  {r['bytes']:6.0f} B  {r['cpu_us_median']:7.0f} µs CPU")
 
 

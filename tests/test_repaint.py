@@ -91,3 +91,61 @@ def test_frames_repaint_only_changed_lines_and_end_where_a_full_repaint_does(sim
             assert _screen_text(app) == partial
 
     asyncio.run(go())
+
+
+@pytest.mark.parametrize("size,gpus", [((160, 48), 2), ((80, 24), 2), ((120, 36), 8)],
+                         ids=["panels-160x48", "compact-80x24", "table-8gpu"])
+def test_what_reaches_the_terminal_equals_a_full_repaint_and_few_rows_are_walked(sim_app, size, gpus):
+    """Partial updates render only the widgets and rows that a dirty region meets (Textual walks
+    every widget in their bounding box): the terminal, fed every update, shows a full repaint."""
+    import pyte
+    from textual._compositor import ChopsUpdate, CompositorUpdate
+    from textual.widget import Widget
+
+    async def go():
+        app, _, feed = sim_app("starved,healthy", gpus=gpus, interval=1.0)
+        term = pyte.Screen(*size)
+        stream = pyte.Stream(term)
+        partial_rows: list[int] = []
+        asked = [0]
+
+        def display(screen, update) -> None:
+            if isinstance(update, CompositorUpdate):
+                if isinstance(update, ChopsUpdate):
+                    partial_rows.append(asked[0])
+                asked[0] = 0
+                stream.feed(update.render_segments(app.console))
+
+        render_lines = Widget.render_lines
+
+        def counted(self, crop):
+            asked[0] += crop.height
+            return render_lines(self, crop)
+
+        app._display = display
+        Widget.render_lines = counted
+        try:
+            async with app.run_test(size=size) as pilot:
+                await pilot.pause()
+                for key in (None, None, "g", None, "escape", None, None, None):
+                    feed.step()
+                    app.refresh_view()
+                    if key:
+                        await pilot.press(key)
+                    await pilot.pause()
+                    assert term.display == _screen_text(app)
+                partial_rows.clear()
+                asked[0] = 0
+                for _ in range(3):  # steady frames: one partial update each
+                    feed.step()
+                    app.refresh_view()
+                    await pilot.pause()
+                    assert term.display == _screen_text(app)
+                    asked[0] = 0  # the full render just above is not the compositor's update
+        finally:
+            Widget.render_lines = render_lines
+        assert len(partial_rows) >= 3
+        # Textual's own compositor walks 3 to 7 times the screen's rows a steady frame, here ~1
+        assert max(partial_rows) < 2 * size[1]
+
+    asyncio.run(go())

@@ -1,0 +1,61 @@
+"""The dashboard's screen: a partial update renders only the rows that changed, widget by widget.
+
+Textual (8.x, ``Compositor.render_partial_update``) crops a partial update to the bounding
+box of every dirty region, then asks EVERY widget overlapping that box for all of its lines
+(Screen, containers and panels alike), and keeps only the dirty rows. A dashboard frame
+dirties the clock on row 0 and a few sparkline rows further down, so the box is nearly the
+whole screen and every widget walks all its lines to produce a few dozen. Here a widget is
+asked only for the rows where it meets a dirty region; what reaches the terminal is the same
+(the same spans, the same chops), built from fewer lines; a widget whose dirty rows are all
+covered by widgets in front of it (a container under its panels) is not asked at all. Full updates are Textual's own.
+"""
+
+from __future__ import annotations
+
+from textual._compositor import ChopsUpdate, Compositor
+from textual.geometry import Region
+from textual.screen import Screen
+
+
+class RowCompositor(Compositor):
+    def render_partial_update(self) -> ChopsUpdate | None:
+        screen = self.size.region
+        regions = [r for r in (d.intersection(screen) for d in self._dirty_regions) if r]
+        self._dirty_regions.clear()
+        if not regions:
+            return None
+        spans = list(self._regions_to_spans(regions))
+        chops = [dict.fromkeys(cut_set[:-1]) for cut_set in self.cuts]
+        cuts = self.cuts
+        for widget, (region, clip) in self.visible_widgets.items():
+            visible = region.intersection(clip)
+            rows: dict[int, list[tuple[int, int]]] = {}  # screen row -> dirty column ranges on this widget
+            for r in regions:
+                hit = visible.intersection(r)
+                if hit:
+                    for y in range(hit.y, hit.bottom):
+                        rows.setdefault(y, []).append((hit.x, hit.right))
+            if not rows:
+                continue  # no dirty region touches this widget: none of its lines is needed
+            x, width = visible.x, visible.width
+            right = x + width
+            if not any(chops[y].get(a) is None and any(a < x2 and b > x1 for x1, x2 in spans_at)
+                       for y, spans_at in rows.items() for a, b in zip(cuts[y], cuts[y][1:]) if x <= a < right):
+                continue  # every dirty chop here is drawn by a widget in front (a container under its panels)
+            top, bottom = min(rows), max(rows) + 1
+            strips = widget.render_lines(Region(x - region.x, top - region.y, width, bottom - top))
+            for y, strip in zip(range(top, bottom), strips):
+                if y not in rows:
+                    continue
+                line = chops[y]
+                final_cuts = [cut for cut in cuts[y] if right >= cut >= x]
+                for cut, piece in zip(final_cuts, strip.divide([cut - x for cut in final_cuts[1:]])):
+                    if line.get(cut) is None:  # front to back: the first widget at a cut wins
+                        line[cut] = piece
+        return ChopsUpdate(chops, spans, [cut_set[1:] for cut_set in cuts])
+
+
+class DashboardScreen(Screen):
+    def __init__(self, *args, **kw) -> None:
+        super().__init__(*args, **kw)
+        self._compositor = RowCompositor()
