@@ -362,6 +362,39 @@ def test_sparklines_use_fixed_scales():
     assert spark([None, 100.0], 0, 100, 4).plain == "   █"  # missing is blank, never 0
 
 
+def test_a_scrolling_sparkline_reuses_its_previous_row_and_draws_what_a_fresh_one_draws():
+    import random
+
+    from traintop.widgets import render
+
+    def fresh(vals, lo, hi, width):
+        vals = vals[-width:]
+        span = (hi - lo) or 1.0
+        return " " * (width - len(vals)) + "".join(render._spark_char(v, lo, hi, span, " ") for v in vals)
+
+    rng = random.Random(0)
+    series: list = []
+    drawn = []
+    counted = render._spark_char
+    calls = [0]
+
+    def counting(*a):
+        calls[0] += 1
+        return counted(*a)
+
+    render._spark_char = counting
+    try:
+        for _ in range(400):
+            series.append(rng.choice([None, rng.uniform(-10, 110), 0.0, 100.0]))
+            for lo, hi, width in ((0, 100, 120), (0, 100, 7), (20, 93, 30), (0, 0, 5)):
+                drawn.append((render.spark(series[-240:], lo, hi, width).plain, series[-240:], lo, hi, width))
+    finally:
+        render._spark_char = counted
+    assert calls[0] < 4 * 400 * 2  # one new column a sample, not the whole row (~160 a row here)
+    for plain, vals, lo, hi, width in drawn:
+        assert plain == fresh(vals, lo, hi, width)
+
+
 def test_process_panel_reads_the_starvation_thresholds_from_the_view():
     from traintop.rules import Thresholds
     from traintop.samples import RankSample

@@ -25,14 +25,23 @@ def line_signature(line: Text) -> tuple:
 
 def fit_lines(text: Text, width: int, console) -> list[Text]:
     """``text`` as lines of at most ``width`` cells: truncated when it is no_wrap, wrapped otherwise."""
+    lines = text.split("\n", allow_blank=True)
     if text.no_wrap:
         overflow = text.overflow or "crop"
-        lines = text.split("\n", allow_blank=True)
         for line in lines:
             if line.cell_len > width:
                 line.truncate(width, overflow=overflow)
         return lines
-    return text.wrap(console, max(1, width))
+    # Text.wrap wraps each line on its own; a line that fits comes back as it is, so only the
+    # long ones pay for it (most of a panel's lines fit).
+    width = max(1, width)
+    out: list[Text] = []
+    for line in lines:
+        if line.cell_len <= width and not (text.justify and text.justify not in ("default", "left")):
+            out.append(line)
+        else:
+            out.extend(line.wrap(console, width, justify=text.justify, overflow=text.overflow))
+    return out
 
 
 class TextLines(Widget):

@@ -113,7 +113,7 @@ class ProcessPanel(TextLines):
         lines = fit_lines(body, width, self.app.console)  # wrapped: count the rows, not the newlines
         room = (self.content_size.height or 0) - len(lines) - 1
         if rank is not None and room >= 6:  # the chart's rows are never wider than the panel
-            lines.extend(self._chart(rank, width, room).split("\n", allow_blank=True))
+            lines.extend(self._chart(rank, width, room))
         return lines
 
     def render(self) -> Text:
@@ -198,9 +198,9 @@ class ProcessPanel(TextLines):
 
     _chart_cache: tuple | None = None
 
-    def _chart(self, rank: RankView, width: int, height: int) -> Text:
-        """Rebuild the chart when the memory figures move (at most every CHART_EVERY_S), otherwise
-        every CHART_IDLE_S so it keeps scrolling, or on resize."""
+    def _chart(self, rank: RankView, width: int, height: int) -> list[Text]:
+        """The chart's lines. Rebuilt when the memory figures move (at most every CHART_EVERY_S),
+        otherwise every CHART_IDLE_S so it keeps scrolling, or on resize; never changed in place."""
         now = time.monotonic()
         key = (width, height, rank.sample.pid)
         moved = tuple(None if not s or s[-1] is None else round(s[-1] / CHART_STEP_BYTES)
@@ -210,6 +210,6 @@ class ProcessPanel(TextLines):
             age = now - cached[1]
             if age < CHART_EVERY_S or (age < CHART_IDLE_S and moved == cached[3]):
                 return cached[2]
-        chart = memory_chart(rank.allocated, rank.reserved, rank.nvml, width, height)
+        chart = memory_chart(rank.allocated, rank.reserved, rank.nvml, width, height).split("\n", allow_blank=True)
         self._chart_cache = (key, now, chart, moved)
         return chart

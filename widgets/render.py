@@ -7,22 +7,42 @@ from rich.text import Text
 BLOCKS = "▁▂▃▄▅▆▇█"
 
 
+def _spark_char(v, lo: float, hi: float, span: float, none_char: str) -> str:
+    if v is None:
+        return none_char
+    x = (min(max(v, lo), hi) - lo) / span
+    return BLOCKS[min(len(BLOCKS) - 1, int(x * (len(BLOCKS) - 1) + 0.5))] if x > 0 else "▁"
+
+
+# A sparkline scrolls one column a sample: the new row is the previous one less its first
+# character plus one. Rows computed lately, keyed by their values, with what they will be
+# asked for next (the values less the oldest one; the values themselves while the row grows).
+_ROWS: dict[tuple, str] = {}
+_ROWS_MAX = 512
+
+
+def _spark_chars(vals: list, lo: float, hi: float, none_char: str) -> str:
+    span = (hi - lo) or 1.0
+    params = (lo, hi, none_char)
+    head = _ROWS.get((params, tuple(vals[:-1]))) if vals else None
+    if head is not None:
+        chars = head + _spark_char(vals[-1], lo, hi, span, none_char)
+    else:
+        chars = "".join([_spark_char(v, lo, hi, span, none_char) for v in vals])
+    if len(_ROWS) >= _ROWS_MAX:
+        _ROWS.clear()
+    _ROWS[(params, tuple(vals))] = chars
+    _ROWS[(params, tuple(vals[1:]))] = chars[1:]
+    return chars
+
+
 def spark(values: list, lo: float, hi: float, width: int, style: str = "green",
           none_char: str = " ") -> Text:
     """A one-row sparkline on a fixed [lo, hi] scale (Textual's Sparkline auto-scales)."""
     width = max(0, width)
     vals = values[-width:] if width else []
-    pad = width - len(vals)
-    text = Text(" " * pad, style="dim")
-    span = (hi - lo) or 1.0
-    chars = []
-    for v in vals:
-        if v is None:
-            chars.append(none_char)
-            continue
-        x = (min(max(v, lo), hi) - lo) / span
-        chars.append(BLOCKS[min(len(BLOCKS) - 1, int(x * (len(BLOCKS) - 1) + 0.5))] if x > 0 else "▁")
-    text.append("".join(chars), style=style)
+    text = Text(" " * (width - len(vals)), style="dim")
+    text.append(_spark_chars(vals, lo, hi, none_char), style=style)
     return text
 
 
