@@ -149,3 +149,34 @@ def test_what_reaches_the_terminal_equals_a_full_repaint_and_few_rows_are_walked
         assert max(partial_rows) < 2 * size[1]
 
     asyncio.run(go())
+
+
+def test_a_line_becomes_the_strip_rich_would_render():
+    """text_strip builds the segments in one pass: the same text and styles as Text.render,
+    overlapping spans (a sparkline appended into a row) included."""
+    import random
+
+    from rich.console import Console
+    from rich.segment import Segment
+    from rich.style import Style
+    from textual.strip import Strip
+
+    from traintop.widgets.lines import text_strip
+
+    console, base = Console(), Style(color="white", bgcolor="black")
+    rng = random.Random(0)
+    for _ in range(2000):
+        line = Text(style=rng.choice(["", "dim", "bold red"]))
+        for _ in range(rng.randint(0, 6)):
+            if rng.random() < 0.3:
+                inner = Text(rng.choice(["ab", "▁▂█", "   "]), style=rng.choice(["", "dim", "green"]))
+                inner.append("xy", style=rng.choice(["", "bold", "yellow on blue"]))
+                line.append_text(inner)
+            else:
+                line.append(rng.choice(["GPU 0 ", "12.5", "·", "°C"]), style=rng.choice(["", "bold", Style(italic=True)]))
+        segments = [Segment(line.plain, console.get_style(line.style))] if line.style and not line.spans \
+            else list(line.render(console))
+        expected = Strip(segments, line.cell_len).apply_style(base)
+        got = text_strip(line, console, base)
+        assert [(s.text, s.style) for s in got if s.text] == [(s.text, s.style) for s in expected if s.text]
+        assert got.cell_length == expected.cell_length

@@ -12,6 +12,7 @@ their text to the width), wrapped otherwise.
 from __future__ import annotations
 
 from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
 from textual.geometry import Region
 from textual.strip import Strip
@@ -42,6 +43,48 @@ def fit_lines(text: Text, width: int, console) -> list[Text]:
         else:
             out.extend(line.wrap(console, width, justify=text.justify, overflow=text.overflow))
     return out
+
+
+_STYLES: dict[tuple, Style] = {}  # (console, style text) -> Style: parsed once, not per line and frame
+
+
+def _style(console, style) -> Style:
+    if isinstance(style, Style):
+        return style
+    key = (id(console), style)
+    got = _STYLES.get(key)
+    if got is None:
+        if len(_STYLES) > 4096:
+            _STYLES.clear()
+        got = _STYLES[key] = console.get_style(style, default=Style.null())
+    return got
+
+
+def text_strip(line: Text, console, base: Style) -> Strip:
+    """``line`` as a Strip in the widget's ``base`` style: the segments ``Text.render`` makes
+    (a span's style over the line's, spans combined in their order), built in one pass with
+    the styles parsed once, and the base applied as they are made rather than by a second Strip."""
+    plain, spans = line.plain, line.spans
+    n = len(plain)
+    root = base + _style(console, line.style) if line.style else base
+    if not spans:
+        return Strip([Segment(plain, root)], line.cell_len)
+    if any(not 0 <= sp.start <= sp.end <= n for sp in spans):  # not made by append: rich's own way
+        return Strip(list(line.render(console)), line.cell_len).apply_style(base)
+    styles = [_style(console, sp.style) for sp in spans]
+    bounds = sorted({0, n, *(sp.start for sp in spans), *(sp.end for sp in spans)})
+    combined: dict[tuple, Style] = {}
+    segments = []
+    for a, b in zip(bounds, bounds[1:]):
+        key = tuple(i for i, sp in enumerate(spans) if sp.start <= a < sp.end)
+        style = combined.get(key)
+        if style is None:
+            style = root
+            for i in key:
+                style = style + styles[i]
+            combined[key] = style
+        segments.append(Segment(plain[a:b], style))
+    return Strip(segments, line.cell_len)
 
 
 class TextLines(Widget):
@@ -95,11 +138,7 @@ class TextLines(Widget):
 
     @staticmethod
     def _strip(line: Text, console, base) -> Strip:
-        if line.style and not line.spans:  # Text.render drops the style of a line without spans
-            segments = [Segment(line.plain, console.get_style(line.style))]
-        else:
-            segments = list(line.render(console))
-        return Strip(segments, line.cell_len).apply_style(base)
+        return text_strip(line, console, base)
 
     def _build(self, width: int) -> None:
         lines = self.text_lines(width)
