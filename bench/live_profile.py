@@ -4,7 +4,7 @@
 
 Runs ``traintop ARGS`` as a user does, on a pseudo-terminal of the given size whose output is
 drained (and counted), with cProfile on the UI thread and on the feed's thread (sampling,
-store, rules). After ``--seconds`` it types ``q`` and reports, per wall second: event-loop
+store, rules), both enabled after ``--warmup`` seconds. After ``--seconds`` more it types ``q`` and reports, per wall second: event-loop
 wakeups (asyncio's ``_run_once``), timer callbacks, frames the screen composed, bytes and
 writes to the terminal, and the CPU of each stage (cumulative time of its entry point):
 ingest (collectors or simulator, store, rules), view building, widget text and strips,
@@ -48,27 +48,35 @@ STAGES = [
 ]
 
 
-def child(argv: list[str], out: str) -> int:
-    """Run traintop with a profiler on the UI thread and one on the feed's thread."""
+def child(argv: list[str], out: str, warmup: float) -> int:
+    """Run traintop with a profiler on the UI thread and one on the feed's thread, each enabled
+    ``warmup`` seconds after start (start-up, imports and the first layout are not the steady cost)."""
     import threading
 
     from traintop import feeds
+    from traintop.app.main import TraintopApp
     from traintop.cli import main
 
+    start = time.monotonic()
     profs = [cProfile.Profile(time.thread_time)]  # CPU of this thread, not waits
-    run = feeds.Feed._run
+    tick = feeds.Feed._tick
 
-    def profiled_run(self) -> None:
-        p = cProfile.Profile(time.thread_time)
-        profs.append(p)
-        p.enable()
-        try:
-            run(self)
-        finally:
-            p.disable()
+    def profiled_tick(self) -> None:
+        p = getattr(self, "_bench_profile", None)
+        if p is None and time.monotonic() - start >= warmup:
+            p = self._bench_profile = cProfile.Profile(time.thread_time)
+            profs.append(p)
+            p.enable()
+        tick(self)
 
-    feeds.Feed._run = profiled_run
-    profs[0].enable()
+    feeds.Feed._tick = profiled_tick
+    mount = TraintopApp.on_mount
+
+    def on_mount(self) -> None:
+        mount(self)
+        self.set_timer(max(0.001, warmup - (time.monotonic() - start)), profs[0].enable)
+
+    TraintopApp.on_mount = on_mount
     try:
         rc = main(argv)
     finally:
@@ -76,6 +84,8 @@ def child(argv: list[str], out: str) -> int:
         for t in threading.enumerate():
             if t.name.startswith("traintop-"):
                 t.join(2)
+        for p in profs[1:]:
+            p.disable()  # from another thread: its own thread has stopped
         stats = pstats.Stats(profs[0])
         for p in profs[1:]:
             stats.add(p)
@@ -96,13 +106,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--size", default="160x48")
+    ap.add_argument("--warmup", type=float, default=10.0, help="seconds before profiling starts")
     ap.add_argument("--top", type=int, default=0, help="also print the top N functions by internal time")
     ap.add_argument("--save", help="keep the merged profile here")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("args", nargs="*")
     a = ap.parse_args()
     if a.child:
-        return child(a.args, a.child)
+        return child(a.args, a.child, a.warmup)
     cols, rows = (int(x) for x in a.size.lower().split("x"))
     out = a.save or tempfile.mktemp(suffix=".prof")
     master, slave = pty.openpty()
@@ -113,7 +124,7 @@ def main() -> int:
     os.close(slave)
     nbytes = reads = 0
     start = time.monotonic()
-    quit_at = start + a.seconds
+    quit_at = start + a.warmup + a.seconds
     sent = False
     while proc.poll() is None:
         if not sent and time.monotonic() >= quit_at:
@@ -128,13 +139,15 @@ def main() -> int:
                 data = os.read(master, 65536)
             except OSError:
                 break
-            nbytes += len(data)
-            reads += 1
+            if time.monotonic() - start >= a.warmup:
+                nbytes += len(data)
+                reads += 1
     proc.wait()
     wall = a.seconds
     stats = pstats.Stats(out)
     total = sum(tt for (_cc, _nc, tt, _ct, _c) in stats.stats.values())
-    print(f"traintop {' '.join(a.args)} at {a.size}, {a.seconds:g} s under cProfile (UI and feed threads)")
+    print(f"traintop {' '.join(a.args)} at {a.size}, {a.seconds:g} s under cProfile (UI and feed threads) "
+          f"after {a.warmup:g} s")
     print(f"profiled CPU {total / wall * 1000:.1f} ms per wall second; terminal {nbytes / wall:.0f} B/s in "
           f"{reads / wall:.1f} reads/s")
     print(f"{'stage':34s} {'calls/s':>8s} {'ms/s':>8s}")
