@@ -1,16 +1,18 @@
 """Where a live dashboard's CPU goes, second by second: cProfile of a real run in a pty.
 
-    python bench/live_profile.py [--seconds 60] [--size 160x48] [--top 0] [--save FILE] -- simulate --gpus 2 --interval 1
+    python bench/live_profile.py [--warmup 10] [--seconds 60] [--size 160x48] [--top N] [--save FILE] \
+        -- simulate --gpus 2 --interval 1
 
 Runs ``traintop ARGS`` as a user does, on a pseudo-terminal of the given size whose output is
-drained (and counted), with cProfile on the UI thread and on the feed's thread (sampling,
-store, rules), both enabled after ``--warmup`` seconds. After ``--seconds`` more it types ``q`` and reports, per wall second: event-loop
-wakeups (asyncio's ``_run_once``), timer callbacks, frames the screen composed, bytes and
-writes to the terminal, and the CPU of each stage (cumulative time of its entry point):
-ingest (collectors or simulator, store, rules), view building, widget text and strips,
-Textual's compositor, terminal output. Times are each thread's CPU time (``time.thread_time``),
-so waits count nothing; Textual's input and writer threads are not profiled. cProfile inflates every figure by a similar factor:
-read the split, not the totals; the counts are exact.
+drained (and counted), with cProfile on the UI thread (from the first frame after
+``--warmup`` seconds: start-up is not the steady cost) and on the feed's thread (sampling,
+store, rules). After ``--seconds`` more it types ``q`` and reports, per profiled second:
+event-loop wakeups (asyncio's ``_run_once``), timer callbacks, messages handled, and the CPU
+of each stage (cumulative time of its entry point): ingest (store and rules), view building,
+widget text and strips, Textual's compositor, terminal output, layout. Times are each
+thread's CPU (``time.thread_time``), so waits count nothing; Textual's input and writer
+threads are not profiled. cProfile inflates every figure by a similar factor: read the split,
+not the totals; the counts are exact.
 """
 
 from __future__ import annotations
@@ -57,26 +59,35 @@ def child(argv: list[str], out: str, warmup: float) -> int:
     from traintop.app.main import TraintopApp
     from traintop.cli import main
 
-    start = time.monotonic()
     profs = [cProfile.Profile(time.thread_time)]  # CPU of this thread, not waits
-    tick = feeds.Feed._tick
+    warm = threading.Event()
+    threading.Timer(warmup, warm.set).start()
+    feed_profiles: dict = {}
 
-    def profiled_tick(self) -> None:
-        p = getattr(self, "_bench_profile", None)
-        if p is None and time.monotonic() - start >= warmup:
-            p = self._bench_profile = cProfile.Profile(time.thread_time)
-            profs.append(p)
-            p.enable()
-        tick(self)
+    def wrap_tick(cls) -> None:
+        tick = cls.__dict__["_tick"]
 
-    feeds.Feed._tick = profiled_tick
-    mount = TraintopApp.on_mount
+        def profiled_tick(self) -> None:
+            if warm.is_set() and self not in feed_profiles:
+                p = feed_profiles[self] = cProfile.Profile(time.thread_time)
+                profs.append(p)
+                p.enable()
+            tick(self)
 
-    def on_mount(self) -> None:
-        mount(self)
-        self.set_timer(max(0.001, warmup - (time.monotonic() - start)), profs[0].enable)
+        cls._tick = profiled_tick
 
-    TraintopApp.on_mount = on_mount
+    for cls in (feeds.SourceFeed, feeds.ReplayFeed):
+        wrap_tick(cls)
+    frame_ready = TraintopApp.on_frame_ready
+    enabled = []
+
+    def on_frame_ready(self, message) -> None:
+        if warm.is_set() and not enabled:
+            enabled.append(time.monotonic())
+            profs[0].enable()
+        frame_ready(self, message)
+
+    TraintopApp.on_frame_ready = on_frame_ready
     try:
         rc = main(argv)
     finally:
@@ -90,6 +101,8 @@ def child(argv: list[str], out: str, warmup: float) -> int:
         for p in profs[1:]:
             stats.add(p)
         stats.dump_stats(out)
+        with open(out + ".wall", "w") as fh:  # the seconds profiled: from the first frame after the warm-up
+            fh.write(str(time.monotonic() - enabled[0] if enabled else 0.0))
     return rc or 0
 
 
@@ -119,10 +132,11 @@ def main() -> int:
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
     env = dict(os.environ, TERM="xterm-256color", COLUMNS=str(cols), LINES=str(rows))
-    proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--child", out, "--", *a.args],
+    proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--child", out, "--warmup", str(a.warmup), "--", *a.args],
                             stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True)
     os.close(slave)
     nbytes = reads = 0
+    tail = b""
     start = time.monotonic()
     quit_at = start + a.warmup + a.seconds
     sent = False
@@ -139,14 +153,19 @@ def main() -> int:
                 data = os.read(master, 65536)
             except OSError:
                 break
+            tail = (tail + data)[-4000:]
             if time.monotonic() - start >= a.warmup:
                 nbytes += len(data)
                 reads += 1
     proc.wait()
-    wall = a.seconds
+    if not os.path.exists(out):
+        sys.exit("no profile written; the program's last output:\n" + tail.decode(errors="replace")[-2000:])
+    with open(out + ".wall") as fh:
+        wall = float(fh.read()) or a.seconds
+    os.unlink(out + ".wall")
     stats = pstats.Stats(out)
     total = sum(tt for (_cc, _nc, tt, _ct, _c) in stats.stats.values())
-    print(f"traintop {' '.join(a.args)} at {a.size}, {a.seconds:g} s under cProfile (UI and feed threads) "
+    print(f"traintop {' '.join(a.args)} at {a.size}, {wall:.1f} s under cProfile (UI and feed threads) "
           f"after {a.warmup:g} s")
     print(f"profiled CPU {total / wall * 1000:.1f} ms per wall second; terminal {nbytes / wall:.0f} B/s in "
           f"{reads / wall:.1f} reads/s")
