@@ -180,3 +180,34 @@ def test_a_line_becomes_the_strip_rich_would_render():
         got = text_strip(line, console, base)
         assert [(s.text, s.style) for s in got if s.text] == [(s.text, s.style) for s in expected if s.text]
         assert got.cell_length == expected.cell_length
+
+
+def test_the_dashboard_collects_cycles_every_few_frames_not_every_frame(sim_app):
+    """A frame allocates thousands of short-lived objects: at Python's default gen-0 threshold
+    the cyclic GC ran about once a frame; the dashboard raises it while it runs, and puts it back."""
+    import gc
+
+    async def go():
+        app, _, feed = sim_app("starved", gpus=2, interval=1.0)
+        counts = [0]
+
+        def count(phase, info):
+            if phase == "start" and info["generation"] == 0:
+                counts[0] += 1
+
+        async with app.run_test(size=(160, 48)) as pilot:
+            await pilot.pause()
+            gc.callbacks.append(count)
+            try:
+                for _ in range(30):
+                    feed.step()
+                    app.refresh_view()
+                    await pilot.pause()
+            finally:
+                gc.callbacks.remove(count)
+        return counts[0]
+
+    before = gc.get_threshold()
+    collections = asyncio.run(go())
+    assert collections < 30 / 3  # was ~1.1 a frame
+    assert gc.get_threshold() == before
