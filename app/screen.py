@@ -7,7 +7,10 @@ dirties the clock on row 0 and a few sparkline rows further down, so the box is 
 whole screen and every widget walks all its lines to produce a few dozen. Here a widget is
 asked only for the rows where it meets a dirty region; what reaches the terminal is the same
 (the same spans, the same chops), built from fewer lines; a widget whose dirty rows are all
-covered by widgets in front of it (a container under its panels) is not asked at all. Full updates are Textual's own.
+covered by widgets in front of it (a container under its panels) is not asked at all. Full
+updates are Textual's own. This leans on Compositor internals of Textual 8: should a Textual
+differ inside (a missing attribute, another shape), the first failed update falls back to
+Textual's own partial update for good, with the same dirty regions, so nothing is lost.
 """
 
 from __future__ import annotations
@@ -18,7 +21,20 @@ from textual.screen import Screen
 
 
 class RowCompositor(Compositor):
+    rows_only = True  # False once Textual's internals turned out to differ
+
     def render_partial_update(self) -> ChopsUpdate | None:
+        if not self.rows_only:
+            return super().render_partial_update()
+        dirty = set(self._dirty_regions)
+        try:
+            return self._rows_update()
+        except (AttributeError, TypeError, ValueError, KeyError, IndexError):
+            self.rows_only = False
+            self._dirty_regions.update(dirty)
+            return super().render_partial_update()
+
+    def _rows_update(self) -> ChopsUpdate | None:
         screen = self.size.region
         regions = [r for r in (d.intersection(screen) for d in self._dirty_regions) if r]
         self._dirty_regions.clear()

@@ -211,3 +211,38 @@ def test_the_dashboard_collects_cycles_every_few_frames_not_every_frame(sim_app)
     collections = asyncio.run(go())
     assert collections < 30 / 3  # was ~1.1 a frame
     assert gc.get_threshold() == before
+
+
+def test_a_textual_that_differs_inside_falls_back_to_its_own_partial_updates(sim_app, monkeypatch):
+    """Should Textual's compositor internals change, the dashboard's row-wise updates give way
+    to Textual's own for good, with the dirty regions kept: the terminal still shows every frame."""
+    import pyte
+    from textual._compositor import CompositorUpdate
+
+    from traintop.app.screen import RowCompositor
+
+    def changed_inside(self):
+        raise AttributeError("'RowCompositor' object has no attribute 'cuts'")
+
+    monkeypatch.setattr(RowCompositor, "_rows_update", changed_inside)
+
+    async def go():
+        app, _, feed = sim_app("starved,healthy", gpus=2, interval=1.0)
+        term = pyte.Screen(120, 36)
+        stream = pyte.Stream(term)
+
+        def display(screen, update) -> None:
+            if isinstance(update, CompositorUpdate):
+                stream.feed(update.render_segments(app.console))
+
+        app._display = display
+        async with app.run_test(size=(120, 36)) as pilot:
+            await pilot.pause()
+            for _ in range(4):
+                feed.step()
+                app.refresh_view()
+                await pilot.pause()
+                assert term.display == _screen_text(app)
+            assert app.screen._compositor.rows_only is False
+
+    asyncio.run(go())
