@@ -90,6 +90,11 @@ class ClusterApp(App):
         self.focus_host: str | None = None
         self.focus_job: str | None = job
 
+    def get_driver_class(self):
+        from traintop.app.driver import quiet_driver_class
+
+        return quiet_driver_class(super().get_driver_class())
+
     def compose(self) -> ComposeResult:
         yield ClusterStatus(id="status")
         with VerticalScroll(id="gpus"):

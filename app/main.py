@@ -136,6 +136,11 @@ class TraintopApp(App):
         self._pending_position: float | None = None
         self._told_job_end = False
 
+    def get_driver_class(self):
+        from traintop.app.driver import quiet_driver_class
+
+        return quiet_driver_class(super().get_driver_class())
+
     # -- layout -----------------------------------------------------------------
     def get_default_screen(self) -> DashboardScreen:
         return DashboardScreen(id="_default")  # partial updates render only the rows that changed
