@@ -23,8 +23,8 @@ from traintop.plausible import MAX_GPUS, MAX_RANKS, T_MAX, T_MIN
 from traintop.samples import Frame, GpuProcess, GpuSample, HostSample, ProcessSample, ProcInfo, RankSample
 from traintop.units import MiB
 
-CODEC = "cols2+zlib"
-CODECS = ("cols1+zlib", "cols2+zlib")
+CODEC = "cols3+zlib"
+CODECS = ("cols1+zlib", "cols2+zlib", "cols3+zlib")
 _NUMERIC = {int, type(None)}  # the writer stores every number as a quantised integer
 MAX_CHUNK_BYTES = 64 * 1024 * 1024  # refuse to inflate more than this (zip bombs)
 # What one chunk can hold, checked before anything is built from it. The writer puts at most
@@ -74,6 +74,7 @@ RANK_FIELDS = dict(RANK_FIELDS_V1, step_time=1e4, steps_per_s=10)
 SCHEMES = {
     "cols1+zlib": (GPU_FIELDS_V1, HOST_FIELDS_V1, PROC_FIELDS_V1, RANK_FIELDS_V1, 10, 10),
     "cols2+zlib": (GPU_FIELDS, HOST_FIELDS, PROC_FIELDS, RANK_FIELDS, 1, 1),
+    "cols3+zlib": (GPU_FIELDS, HOST_FIELDS, PROC_FIELDS, RANK_FIELDS, 1, 1),
 }
 RANK_INT_FIELDS = {"pid", "rank", "world_size", "device", "alloc_retries", "ooms", "steps"}
 
@@ -152,12 +153,58 @@ def encode(frames: list[Frame]) -> bytes:
             continue
         if k.endswith(".procs"):  # a GPU's process list rarely changes: null repeats the previous row
             col = [v if j == 0 or v != col[j - 1] else None for j, v in enumerate(col)]
+        elif k == "p.members":  # a member's row repeats from sample to sample: store each once
+            cols[k] = _members_table(col)
+            continue
         if all(isinstance(v, int) for v in col):  # delta-code numeric columns that change slowly
             cols[k] = ["d", col[0]] + [b - a for a, b in zip(col, col[1:])]
         else:
             cols[k] = col
     doc = {"n": len(frames), "t": deltas, "c": cols}
     return zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 6)
+
+
+def _members_table(col: list) -> dict:
+    """``cols3``: the distinct member rows once (``u``), each sample a list of their indices (``i``)."""
+    table: list = []
+    index: dict[tuple, int] = {}
+    rows = []
+    for cell in col:
+        if cell is None:
+            rows.append(None)
+            continue
+        row = []
+        for m in cell:
+            key = tuple(m)
+            k = index.get(key)
+            if k is None:
+                k = index[key] = len(table)
+                table.append(m)
+            row.append(k)
+        rows.append(row)
+    return {"u": table, "i": rows}
+
+
+def _members_rows(value, n: int, j0: int, j1: int) -> list:
+    """A ``cols3`` members column back as rows of member lists (samples j0..j1-1): the table
+    checked whole, the rows of the window checked against it."""
+    if not isinstance(value, dict) or not isinstance(value.get("u"), list):
+        raise ValueError("bad members")
+    table = value["u"]
+    for i in range(0, len(table), MAX_LIST):
+        _lists([table[i:i + MAX_LIST]], (6, 7), text_at=1)
+    rows = _column(value.get("i"), n, numeric=False)[j0:j1]
+    _lists(rows, None)
+    size = len(table)
+    out = []
+    for r in rows:
+        if r is None:
+            out.append(None)
+            continue
+        if not all(type(k) is int and 0 <= k < size for k in r):
+            raise ValueError("bad member index")
+        out.append([table[k] for k in r])
+    return out
 
 
 def _inflate(blob: bytes) -> bytes:
@@ -202,16 +249,20 @@ def _times(n, deltas) -> list[float]:
     return [v / 1000.0 for v in ms]
 
 
-def _column(col, n: int, numeric: bool = True) -> list:
-    """A stored column as n values: delta-coded integer columns are summed back (their
-    length checked first). Only a numeric column can be delta-coded: a text column may well
-    start with the name "d"."""
+def _column(col, n: int, numeric: bool = True, end: int | None = None) -> list:
+    """A stored column as n values (only the first ``end`` where given): delta-coded integer
+    columns are summed back (their length checked first). Only a numeric column can be
+    delta-coded: a text column may well start with the name "d"."""
     if not isinstance(col, list):
         raise ValueError("bad column")
     if numeric and col and col[0] == "d":
-        if len(col) != n + 1 or not set(map(type, col[1:])) <= {int}:
+        if len(col) != n + 1:
             raise ValueError("bad delta")
-        col = list(accumulate(col[1:]))
+        deltas = col[1:] if end is None else col[1:end + 1]
+        if not set(map(type, deltas)) <= {int}:
+            raise ValueError("bad delta")
+        col = list(accumulate(deltas))
+        return col if end is None else col + [None] * (n - end)  # past end: never read
     if len(col) != n:
         raise ValueError("column length")
     return col
@@ -263,8 +314,13 @@ def _texts(col: list) -> list:
 _NOT_NUMERIC = {"p.name", "p.cmd", "p.members", "h.cores"}
 
 
-def _parse(blob: bytes, codec: str) -> tuple[list[float], dict[str, list]]:
-    """Inflate, check, parse and validate a chunk: times and its (quantised) columns."""
+def _parse(blob: bytes, codec: str, t_from: float | None = None,
+           t_to: float | None = None) -> tuple[list[float], dict[str, list]]:
+    """Inflate, check, parse and validate a chunk: times and its (quantised) columns, only
+    the samples in [t_from, t_to] when given (a seek needs 240 of a chunk's 600: only those
+    are validated and sliced out, the rest is never looked at past the JSON parser)."""
+    import bisect
+
     raw = _inflate(blob)
     _checked(raw)
     doc = json.loads(raw)
@@ -272,26 +328,38 @@ def _parse(blob: bytes, codec: str) -> tuple[list[float], dict[str, list]]:
         raise ValueError("bad header")
     times = _times(doc["n"], doc["t"])
     n = len(times)
+    j0 = bisect.bisect_left(times, t_from) if t_from is not None else 0
+    j1 = bisect.bisect_right(times, t_to) if t_to is not None else n
+    j1 = max(j0, j1)
+    window = j0 > 0 or j1 < n
     columns = {}
     for k, col in doc["c"].items():
         if _key_index(k, "g", MAX_GPUS) is None and _key_index(k, "r", MAX_RANKS) is None \
                 and not k.startswith(("h.", "p.")):
             continue  # a field this version does not know
-        col = _column(col, n, numeric=k not in _NOT_NUMERIC)
+        if k == "p.members" and codec == "cols3+zlib":
+            columns[k] = _members_rows(col, n, j0, j1)
+            continue
+        col = _column(col, n, numeric=k not in _NOT_NUMERIC, end=j1 if window else None)
         if k.endswith(".procs"):
-            col = _lists(col, (2,))
             if codec != "cols1+zlib":
-                col = _repeat_nulls(col)
-        elif k == "h.cores":
-            col = _lists(col, None)
-        elif k == "p.members":
-            col = _lists(col, (6, 7), text_at=1)  # pid, name, cpu, rss, threads, loader[, ppid]
-        elif k in ("p.name", "p.cmd"):
-            col = _texts(col)
-        elif not set(map(type, col)) <= _NUMERIC:
-            raise ValueError("bad number")
+                col = _repeat_nulls_window(col, j0, j1)
+            elif window:
+                col = col[j0:j1]
+            col = _lists(col, (2,))
+        else:
+            if window:
+                col = col[j0:j1]
+            if k == "h.cores":
+                col = _lists(col, None)
+            elif k == "p.members":
+                col = _lists(col, (6, 7), text_at=1)  # pid, name, cpu, rss, threads, loader[, ppid]
+            elif k in ("p.name", "p.cmd"):
+                col = _texts(col)
+            elif not set(map(type, col)) <= _NUMERIC:
+                raise ValueError("bad number")
         columns[k] = col
-    return times, columns
+    return times[j0:j1] if window else times, columns
 
 
 def _corrupt_is_one_line(fn):
@@ -315,19 +383,10 @@ def decode(blob: bytes, codec: str = CODEC, t_from: float | None = None,
            t_to: float | None = None) -> list[Frame]:
     """Decode a chunk (only its samples in [t_from, t_to] when given); any damage raises
     RecordingError with one line of explanation."""
-    import bisect
-
-    scheme = SCHEMES[codec]
-    times, columns = _parse(blob, codec)
-    n = len(times)
-    j0 = bisect.bisect_left(times, t_from) if t_from is not None else 0
-    j1 = bisect.bisect_right(times, t_to) if t_to is not None else n
-    if j0 >= j1:
+    times, columns = _parse(blob, codec, t_from, t_to)
+    if not times:
         return []
-    if j0 or j1 < n:
-        times = times[j0:j1]
-        columns = {k: c[j0:j1] for k, c in columns.items()}
-    return _frames(times, columns, scheme)
+    return _frames(times, columns, SCHEMES[codec])
 
 
 _GPU_ORDER = [f.name for f in fields(GpuSample)][1:-1]  # between index and processes
@@ -377,23 +436,42 @@ def _dq_one(v, scale, bounds, as_int: bool = False):
     return _dq(v, scale, as_int)
 
 
+def _dequantiser(scale, bounds, as_int: bool = False):
+    """``_dq_one`` for one scale and range, its bounds worked out once (a chunk holds
+    hundreds of thousands of list entries)."""
+    lo, hi = _bounds(scale, bounds)
+
+    def dq(v):
+        if v is None or not lo <= v <= hi:
+            return None
+        return _dq(v, scale, as_int)
+    return dq
+
+
 def _frames(times: list[float], columns: dict[str, list], scheme) -> list[Frame]:
     """Frames from columns, column by column (a day of 8 GPUs decodes several times faster
     than row by row)."""
     gpu_fields, host_fields, proc_fields, rank_fields, core_scale, member_scale = scheme
     n = len(times)
+    mem_of = _dequantiser(_BYTES, plausible.GPU["mem_used"])
     gpus_by_row: list[list[GpuSample]] = [[] for _ in range(n)]
     for i in sorted({g for g in (_key_index(k, "g", MAX_GPUS) for k in columns) if g is not None}):
         p = f"g{i}."
         cols = [_dq_col(columns.get(p + name), gpu_fields[name], name in INT_FIELDS, n, plausible.GPU[name])
                 if name in gpu_fields else [None] * n for name in _GPU_ORDER]
         procs_col = columns.get(p + "procs") or [None] * n
+        last_cell, last_procs = None, ()
         for j, row in enumerate(zip(*cols)):
-            procs = procs_col[j] or ()
-            if procs:
-                procs = tuple(GpuProcess(pid, _dq_one(mib, _BYTES, plausible.GPU["mem_used"]))
-                              for pid, mib in procs if plausible.number(pid, plausible.PID) is not None)
-            elif all(v is None for v in row):
+            cell = procs_col[j]
+            if cell is not None and cell is last_cell:
+                procs = last_procs  # a repeated list (stored once): its processes built once
+            elif cell:
+                procs = tuple(GpuProcess(pid, mem_of(mib))
+                              for pid, mib in cell if plausible.number(pid, plausible.PID) is not None)
+                last_cell, last_procs = cell, procs
+            else:
+                procs = ()
+            if not procs and all(v is None for v in row):
                 continue  # this GPU was not sampled in this frame
             gpus_by_row[j].append(GpuSample(i, *row, processes=procs))
     host_rows = [None] * n
@@ -416,15 +494,25 @@ def _frames(times: list[float], columns: dict[str, list], scheme) -> list[Frame]
                  for name, scale in proc_fields.items()}
         alive, names, cmds = (columns.get(k) or [None] * n for k in ("p.alive", "p.name", "p.cmd"))
         members = columns.get("p.members") or [None] * n
-        m_cpu = plausible.MEMBER["cpu_percent"]
+        m_cpu = _dequantiser(member_scale, plausible.MEMBER["cpu_percent"])
+        m_rss = _dequantiser(_BYTES, plausible.MEMBER["rss"])
+        m_threads = _dequantiser(1, plausible.MEMBER["threads"], True)
+        built: dict[tuple, ProcInfo] = {}  # one member's row repeats from sample to sample
+
+        def member(m: list) -> ProcInfo | None:
+            key = tuple(m)
+            info = built.get(key, False)
+            if info is False:
+                info = built[key] = ProcInfo(
+                    m[0], m[1], m_cpu(m[2]), m_rss(m[3]), m_threads(m[4]), bool(m[5]),
+                    plausible.number(m[6], plausible.PID) if len(m) > 6 else None) \
+                    if plausible.number(m[0], plausible.PID) is not None else None
+            return info
+
         for j in range(n):
             if plausible.number(pids[j], plausible.PID) is None:
                 continue
-            ms = tuple(ProcInfo(m[0], m[1], _dq_one(m[2], member_scale, m_cpu),
-                                _dq_one(m[3], _BYTES, plausible.MEMBER["rss"]),
-                                _dq_one(m[4], 1, plausible.MEMBER["threads"], True), bool(m[5]),
-                                plausible.number(m[6], plausible.PID) if len(m) > 6 else None)
-                       for m in (members[j] or []) if plausible.number(m[0], plausible.PID) is not None)
+            ms = tuple(info for info in map(member, members[j] or ()) if info is not None)
             proc_rows[j] = ProcessSample(pid=pids[j], alive=bool(alive[j]), name=names[j] or "",
                                          cmdline=cmds[j] or "", members=ms,
                                          **{name: c[j] for name, c in pcols.items()})
@@ -442,6 +530,21 @@ def _frames(times: list[float], columns: dict[str, list], scheme) -> list[Frame]
             ranks_by_row[j].append(RankSample(cuda=bool(cuda[j]), **{name: c[j] for name, c in rcols.items()}))
     return [Frame(t=times[j], gpus=tuple(gpus_by_row[j]), host=host_rows[j], process=proc_rows[j],
                   ranks=tuple(ranks_by_row[j])) for j in range(n)]
+
+
+def _repeat_nulls_window(col: list, j0: int, j1: int) -> list:
+    """``_repeat_nulls(col)[j0:j1]``, looking back before ``j0`` only as far as the last
+    stored list. Repeated entries are the same object (the decoder builds them once)."""
+    last = None
+    for j in range(j0, -1, -1) if j0 < len(col) else ():
+        if col[j] is not None:
+            last = col[j]
+            break
+    out = []
+    for v in col[j0:j1]:
+        last = v if v is not None else last
+        out.append(last)
+    return out
 
 
 def _repeat_nulls(col: list) -> list:

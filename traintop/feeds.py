@@ -268,8 +268,8 @@ class ReplayFeed(Feed):
             self.monitor.reset()
             if self._recorded_alerts is not None:
                 # exactly the samples the view needs, decoded once (not the chunks around them)
-                for f in self.reader.frames(t_from=max(self.t_start, t - self.TRUSTED_WARM_S), t_to=t):
-                    self.monitor.ingest(f, evaluate=False)
+                self.monitor.ingest_many(list(self.reader.frames(t_from=max(self.t_start, t - self.TRUSTED_WARM_S),
+                                                                 t_to=t)))
                 with self.monitor.lock:
                     self.monitor.engine.restore(self._recorded_alerts, t)
                     self.monitor.engine.evaluate(self.monitor.store, t, force=True)  # evidence as of t

@@ -102,6 +102,20 @@ class Monitor:
         self._record(frame, changed)
         return changed
 
+    def ingest_many(self, frames: list[Frame]) -> None:
+        """``ingest(f, evaluate=False)`` for each of ``frames``, the store filled in one go (a
+        replay's seek rebuilding the history the view shows)."""
+        with self.lock:
+            for f in frames:
+                p = f.process
+                if p is not None and not p.alive and self.ended_at is None:
+                    self.ended_at = f.t
+                for dump in f.stacks:
+                    self.stacks[dump.pid] = dump
+            self.store.extend(frames)
+        for f in frames:
+            self._record(f, [])
+
     def end_job(self, end) -> None:
         """A launched job has ended (exit code or signal, and when): the view says so at once."""
         with self.lock:

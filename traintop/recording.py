@@ -28,7 +28,7 @@ from traintop.rules.engine import Alert, Severity
 from traintop.samples import Frame, GpuInfo, SessionInfo, StackDump, ThreadStack
 
 FORMAT = "traintop-recording"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: chunks in cols3+zlib (v1 files, cols1/cols2, are still read)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);

@@ -1,0 +1,113 @@
+"""Seeks decode only the window they rebuild, and the cols3 chunk layout (schema v2) reads
+back exactly what cols2 files (schema v1) held; old files still open."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import sqlite3
+import zlib
+
+import pytest
+
+from traintop.codec import CODEC, decode, encode
+from traintop.collectors.simulated import Simulator
+from traintop.errors import RecordingError
+from traintop.recording import SCHEMA_VERSION, RecordingReader, RecordingWriter
+from traintop.store import Store
+
+FIX = pathlib.Path(__file__).parent / "fixtures" / "h200"
+V1_COLS2 = FIX / "ddp-stall-10hz.ttrec"  # schema v1, cols2 chunks, a probed job (members, ranks)
+
+
+def _chunks(path):
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return db.execute("SELECT codec, data FROM chunks ORDER BY t0").fetchall()
+    finally:
+        db.close()
+
+
+def test_a_schema_v1_cols2_file_still_opens_and_reads_the_same_in_the_new_layout():
+    r = RecordingReader(str(V1_COLS2))
+    assert r.meta["schema_version"] == "1" and r.skipped_chunks == 0
+    for codec, blob in _chunks(V1_COLS2):
+        assert codec == "cols2+zlib"
+        old = decode(blob, codec)
+        assert old and any(f.process and f.process.members for f in old)
+        assert decode(encode(old), CODEC) == old  # cols3 holds exactly what cols2 did
+
+
+def test_new_files_are_schema_v2_in_cols3(tmp_path):
+    sim = Simulator("starved", gpus=2, interval=0.5, seed=3)
+    path = str(tmp_path / "s.ttrec")
+    w = RecordingWriter(path, sim.info(), chunk_frames=50)
+    frames = [sim.next_frame() for _ in range(120)]
+    for f in frames:
+        w.add(f)
+    w.close()
+    r = RecordingReader(path)
+    assert r.meta["schema_version"] == str(SCHEMA_VERSION) == "2"
+    assert {c for c, _ in _chunks(path)} == {"cols3+zlib"}
+    assert list(r.frames()) == decode(encode(frames))
+
+
+def _members_frames():
+    sim = Simulator("starved", gpus=2, interval=0.5, seed=4)
+    return [sim.next_frame() for _ in range(300)]
+
+
+def test_cols3_stores_each_distinct_member_row_once():
+    frames = _members_frames()
+    doc = json.loads(zlib.decompress(encode(frames)))
+    members = doc["c"]["p.members"]
+    rows = sum(len(f.process.members) for f in frames if f.process)
+    assert rows and len(members["u"]) < rows
+    assert len({json.dumps(m) for m in members["u"]}) == len(members["u"])
+
+
+@pytest.mark.parametrize("path", [V1_COLS2, FIX / "training-phases-probe-10hz.ttrec"])
+def test_a_window_decodes_to_the_same_frames_as_slicing_the_whole_chunk(path):
+    for codec, blob in _chunks(path)[:3]:
+        whole = decode(blob, codec)
+        for lo, hi in ((0, 10), (len(whole) // 3, len(whole) // 2), (len(whole) - 7, len(whole) - 1)):
+            assert decode(blob, codec, t_from=whole[lo].t, t_to=whole[hi].t) == whole[lo:hi + 1]
+    frames = _members_frames()
+    blob = encode(frames)
+    whole = decode(blob)
+    assert decode(blob, t_from=whole[100].t, t_to=whole[250].t) == whole[100:251]
+
+
+def _rewrite_members(blob: bytes, change) -> bytes:
+    doc = json.loads(zlib.decompress(blob))
+    change(doc["c"]["p.members"])
+    return zlib.compress(json.dumps(doc).encode())
+
+
+@pytest.mark.parametrize("change", [
+    lambda m: m["i"][5].append(10 ** 6),          # an index past the table
+    lambda m: m["i"][5].append("0"),              # not an index
+    lambda m: m["u"].append([1, 2, 3]),           # a table row of the wrong width
+    lambda m: m.pop("u"),                          # no table
+    lambda m: m.__setitem__("i", m["i"][:-1]),    # rows missing
+])
+def test_a_damaged_members_table_is_one_clear_error(change):
+    blob = _rewrite_members(encode(_members_frames()[:40]), change)
+    with pytest.raises(RecordingError, match="corrupt"):
+        decode(blob)
+
+
+def test_store_extend_is_add_frame_by_frame():
+    frames = list(RecordingReader(str(V1_COLS2)).frames()) + _members_frames()[:50]
+    for start, m, cap in ((0, 240, 1200), (300, 300, 400), (5, 50, 60), (0, 100, 30)):
+        a, b = Store(cap), Store(cap)
+        for f in frames[:start]:
+            a.add(f)
+            b.add(f)
+        part = frames[start:start + m]
+        for f in part:
+            a.add(f)
+        b.extend(part)
+        assert a.keys() == b.keys() and a.times() == b.times()
+        assert all(a.window(k) == b.window(k) for k in a.keys())
+        assert a.latest is b.latest and a.frames_seen == b.frames_seen and len(a) == len(b)
