@@ -111,3 +111,12 @@ def test_store_extend_is_add_frame_by_frame():
         assert a.keys() == b.keys() and a.times() == b.times()
         assert all(a.window(k) == b.window(k) for k in a.keys())
         assert a.latest is b.latest and a.frames_seen == b.frames_seen and len(a) == len(b)
+
+
+def test_a_single_sample_encodes_to_the_same_bytes_by_the_short_path():
+    from traintop import codec
+
+    frames = _members_frames()[:30] + list(RecordingReader(str(V1_COLS2)).frames())[:30]
+    for f in frames:
+        row = codec._row(f)
+        assert codec.encode([f]) == codec._encode_rows([row], [f.t])

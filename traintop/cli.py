@@ -25,7 +25,6 @@ def echo(message: str) -> None:
     """One line to stderr. Messages quote file names, commands and file content: control
     characters in them are shown, never sent to the terminal as such."""
     print(f"traintop: {plain(message)}", file=sys.stderr)
-from traintop.job import DEFAULT_GRACE_S
 
 
 def _positive_int(text: str) -> int:
@@ -425,12 +424,14 @@ def _record_until_stopped(feed, duration: float | None, failed=lambda: False) ->
 
     old = signal.signal(signal.SIGTERM, stop)
     try:
-        feed.start()
+        # Woken by a signal, by the feed after a tick that failed, or at the deadline: no
+        # polling (an idle recorder wakes once per sample, not five times a second more).
+        feed.start(notify=lambda: done.set() if failed() else None)
         deadline = time.monotonic() + duration if duration else None
         while not done.is_set() and not failed():
             if deadline is not None and time.monotonic() >= deadline:
                 break
-            done.wait(0.2 if deadline is None else min(0.2, max(0.0, deadline - time.monotonic())))
+            done.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
     except KeyboardInterrupt:
         pass
     finally:
@@ -492,6 +493,8 @@ def add_record(sub) -> None:
 
 
 def add_run(sub) -> None:
+    from traintop.job import DEFAULT_GRACE_S
+
     p = sub.add_parser("run", help="start a training command with the probe and attach to it",
                        description="Start a training command with the probe injected (no code change) and "
                        "watch it. Options of traintop go before `--`; everything after it is the command.")
@@ -587,11 +590,30 @@ def add_cluster(sub) -> None:
     add(sub, cmd_cluster)
 
 
-COMMANDS = [add_demo, add_simulate, add_record, add_replay, add_run, add_analyze, add_doctor, add_config,
-            add_agent, add_cluster]
+COMMANDS = {"demo": add_demo, "simulate": add_simulate, "record": add_record, "replay": add_replay, "run": add_run,
+            "analyze": add_analyze, "doctor": add_doctor, "config": add_config, "agent": add_agent,
+            "cluster": add_cluster}
+# Each command's one-line help, for the parser of another command: only the command given is
+# built in full, so `traintop record` never imports what analyze, cluster or agent need
+# (Prometheus client, HTTP server: 20 MiB; tests/test_cli.py checks these match).
+SUMMARIES = {
+    "demo": "play the embedded demo (a recorded H200 session)",
+    "simulate": "watch a simulated GPU play a pathology",
+    "record": "record headless (no UI) until Ctrl-C, SIGTERM or --duration",
+    "replay": "replay a recording or an nvidia-smi log in the dashboard",
+    "run": "start a training command with the probe and attach to it",
+    "analyze": "report the findings of a recording, an nvidia-smi log or a cluster in Prometheus (no UI)",
+    "doctor": "preflight: GPU visible, driver vs torch, a step on cuda",
+    "config": "list every rule threshold: its name, default and the value in effect",
+    "agent": "one per node: sample, judge and serve Prometheus metrics (no UI)",
+    "cluster": "the dashboard over many hosts, read from Prometheus",
+}
+EVERY = "*"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = EVERY) -> argparse.ArgumentParser:
+    """The parser; with ``command`` (a name, or None for the live view) only that command's
+    own parser is built in full, the others as one-line placeholders."""
     p = _Parser(prog="traintop",
                 description="A terminal dashboard for GPU training jobs that explains what it sees. "
                 "With no command: watch the GPUs live (the embedded demo where no NVIDIA GPU is visible). "
@@ -602,8 +624,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_live_options(p, prefix=BEFORE)
     p.set_defaults(handler=cmd_live)
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for add in COMMANDS:
-        add(sub)
+    for name, add in COMMANDS.items():
+        if command in (EVERY, name):
+            add(sub)
+        else:
+            sub.add_parser(name, help=SUMMARIES[name], add_help=False)
     return p
 
 
@@ -619,7 +644,10 @@ def _option_dests(parser: argparse.ArgumentParser) -> set[str]:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = build_parser()
+    # Which command: parsed with every command a placeholder (they take anything); then
+    # parsed for real with that command's parser.
+    command = build_parser(None).parse_known_args(argv)[0].command
+    parser = build_parser(command)
     args, extra = parser.parse_known_args(argv)
     command = args.command
     cmd_parser = subparsers(parser).get(command) if command else parser

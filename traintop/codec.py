@@ -141,10 +141,16 @@ def encode(frames: list[Frame]) -> bytes:
     if len(frames) > MAX_CHUNK_SAMPLES:
         raise ValueError(f"at most {MAX_CHUNK_SAMPLES} samples go in one chunk")
     rows = [_row(f) for f in frames]
+    if len(rows) == 1:
+        return _encode_one(rows[0], frames[0].t)
+    return _encode_rows(rows, [f.t for f in frames])
+
+
+def _encode_rows(rows: list[dict[str, Any]], ts: list[float]) -> bytes:
     keys: dict[str, None] = {}
     for r in rows:
         keys.update(dict.fromkeys(r))
-    times = [int(round(f.t * 1000)) for f in frames]
+    times = [int(round(t * 1000)) for t in ts]
     deltas = [times[0]] + [b - a for a, b in zip(times, times[1:])] if times else []
     cols = {}
     for k in keys:
@@ -160,7 +166,22 @@ def encode(frames: list[Frame]) -> bytes:
             cols[k] = ["d", col[0]] + [b - a for a, b in zip(col, col[1:])]
         else:
             cols[k] = col
-    doc = {"n": len(frames), "t": deltas, "c": cols}
+    doc = {"n": len(rows), "t": deltas, "c": cols}
+    return zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 6)
+
+
+def _encode_one(row: dict[str, Any], t: float) -> bytes:
+    """``encode`` of a single sample (what the recorder commits every second), without the
+    column loop's per-key work: the same bytes."""
+    cols = {}
+    for k, v in row.items():
+        if v is None:
+            continue
+        if k == "p.members":
+            cols[k] = _members_table([v])
+        else:
+            cols[k] = ["d", v] if isinstance(v, int) else [v]
+    doc = {"n": 1, "t": [int(round(t * 1000))], "c": cols}
     return zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 6)
 
 
