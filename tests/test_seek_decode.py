@@ -120,3 +120,49 @@ def test_a_single_sample_encodes_to_the_same_bytes_by_the_short_path():
     for f in frames:
         row = codec._row(f)
         assert codec.encode([f]) == codec._encode_rows([row], [f.t])
+
+
+def _one_second_writer(path, info, **kw):
+    clock = [0.0]
+
+    def tick():
+        clock[0] += 1.0
+        return clock[0]
+    return RecordingWriter(path, info, clock=lambda: clock[0], **kw), tick
+
+
+def test_the_writer_merges_its_one_second_chunks_into_what_encode_makes(tmp_path):
+    sim = Simulator("starved", gpus=2, interval=1.0, seed=5)
+    frames = [sim.next_frame() for _ in range(130)]
+    path = str(tmp_path / "m.ttrec")
+    w, tick = _one_second_writer(path, sim.info(), chunk_frames=50)
+    for f in frames:
+        tick()
+        w.add(f)  # a small chunk committed every sample, merged every 50
+    w.close()
+    rows = sqlite3.connect(path).execute("SELECT n, data FROM chunks ORDER BY t0").fetchall()
+    assert [n for n, _ in rows] == [50, 50, 30]
+    assert [bytes(d) for _, d in rows] == [encode(frames[0:50]), encode(frames[50:100]), encode(frames[100:])]
+    assert list(RecordingReader(path).frames()) == decode(encode(frames))
+
+
+def test_the_writer_keeps_no_samples_once_committed(tmp_path):
+    from traintop.samples import Frame
+
+    sim = Simulator("starved", gpus=2, interval=1.0, seed=6)
+    w, tick = _one_second_writer(str(tmp_path / "k.ttrec"), sim.info(), chunk_frames=600)
+    for _ in range(40):
+        tick()
+        w.add(sim.next_frame())
+    held = [x for v in vars(w).values() for x in (v if isinstance(v, (list, tuple, dict)) else [v])
+            if isinstance(x, Frame)]
+    assert held == []  # they live in the file, not in memory, until the chunk is merged
+    w.close()
+
+
+def test_merge_of_chunks_is_encode_of_their_samples():
+    from traintop.codec import merge
+
+    frames = _members_frames()[:90]
+    parts = [frames[0:1], frames[1:30], frames[30:31], frames[31:90]]
+    assert merge([encode(p) for p in parts]) == encode(frames)

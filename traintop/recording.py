@@ -21,7 +21,7 @@ from typing import Iterator
 
 from traintop import __version__
 from traintop import plausible
-from traintop.codec import CODEC, CODECS, MAX_CHUNK_SAMPLES, columns_of, decode, decode_columns, encode
+from traintop.codec import CODEC, CODECS, MAX_CHUNK_SAMPLES, columns_of, decode, decode_columns, encode, merge
 from traintop.errors import RecordingError, TraintopError
 from traintop.files import check_regular, open_regular
 from traintop.rules.engine import Alert, Severity
@@ -134,8 +134,9 @@ class RecordingWriter:
             raise RecordingError(f"cannot create {path}: {e.strerror or e}") from None
         except sqlite3.Error as e:
             raise RecordingError(f"cannot create {path}: {e}") from None
-        self._small_ids: list[int] = []  # committed small chunks not yet merged
-        self._small_frames: list[Frame] = []
+        self._small_ids: list[int] = []  # committed small chunks not yet merged (merged from their bytes)
+        self._small_n = 0  # their samples
+        self._small_t0: float | None = None
         self._buf: list[Frame] = []  # not yet committed
         self._dirty_alerts: dict[int, Alert] = {}
         self._stacks: list[StackDump] = []  # not yet committed
@@ -178,14 +179,19 @@ class RecordingWriter:
         """Commit new samples and changed alerts. Raises RecordingError (disk full, ...)."""
         if self.closed:
             return
-        pending = len(self._small_frames) + len(self._buf)
-        merge = pending >= self.chunk_frames or (final and len(self._small_ids) + bool(self._buf) > 1)
+        pending = self._small_n + len(self._buf)
+        merging = pending >= self.chunk_frames or (final and len(self._small_ids) + bool(self._buf) > 1)
         try:
             with self._tx():
-                if merge:
-                    frames = self._small_frames + self._buf
+                if merging:
+                    blobs = [bytes(self._db.execute("SELECT data FROM chunks WHERE id=?", (i,)).fetchone()[0])
+                             for i in self._small_ids]
+                    if self._buf:
+                        blobs.append(encode(self._buf))
+                    t0 = self._small_t0 if self._small_ids else self._buf[0].t
+                    t1 = self._buf[-1].t if self._buf else self._small_t1
                     self._db.execute("INSERT INTO chunks(t0, t1, n, codec, data) VALUES (?,?,?,?,?)",
-                                     self._row(frames))
+                                     (t0, t1, pending, CODEC, merge(blobs)))
                     self._db.executemany("DELETE FROM chunks WHERE id=?", [(i,) for i in self._small_ids])
                 elif self._buf:
                     cur = self._db.execute("INSERT INTO chunks(t0, t1, n, codec, data) VALUES (?,?,?,?,?)",
@@ -202,11 +208,14 @@ class RecordingWriter:
                       json.dumps([[th.name, th.main, th.stack] for th in d.threads])) for d in self._stacks])
         except sqlite3.Error as e:
             raise RecordingError(f"writing {self.path} failed: {e}") from None
-        if merge:
-            self._small_ids, self._small_frames = [], []
+        if merging:
+            self._small_ids, self._small_n, self._small_t0 = [], 0, None
         elif self._buf:
+            if not self._small_ids:
+                self._small_t0 = self._buf[0].t
             self._small_ids.append(new_id)
-            self._small_frames.extend(self._buf)
+            self._small_n += len(self._buf)
+            self._small_t1 = self._buf[-1].t
         self._buf = []
         self._dirty_alerts.clear()
         self._stacks = []
