@@ -473,6 +473,8 @@ def _dq_col(col: list | None, scale, as_int: bool, n: int, bounds=None) -> list:
     if scale == _BYTES:
         return [None if v is None else int(v) * MiB for v in col]
     if as_int:
+        if scale == 1:
+            return col  # integers already (checked above)
         return [None if v is None else int(round(v / scale)) for v in col]
     return [None if v is None else v / scale for v in col]
 
@@ -574,10 +576,11 @@ def _frames(times: list[float], columns: dict[str, list], scheme) -> list[Frame]
         rcols = {name: _dq_col(columns.get(p + name), scale, name in RANK_INT_FIELDS, n, plausible.RANK[name])
                  for name, scale in rank_fields.items()}
         cuda = columns.get(p + "cuda") or [None] * n
-        for j in range(n):
-            if rcols["pid"][j] is None:
+        names = tuple(rcols)
+        for j, values in enumerate(zip(*rcols.values())):
+            if values[0] is None:  # no pid: this rank was not in this sample
                 continue
-            ranks_by_row[j].append(RankSample(cuda=bool(cuda[j]), **{name: c[j] for name, c in rcols.items()}))
+            ranks_by_row[j].append(RankSample(cuda=bool(cuda[j]), **dict(zip(names, values))))
     return [Frame(t=times[j], gpus=tuple(gpus_by_row[j]), host=host_rows[j], process=proc_rows[j],
                   ranks=tuple(ranks_by_row[j])) for j in range(n)]
 
