@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import difflib
 import os
-import tomllib
 from dataclasses import fields
 
 from traintop.errors import TraintopError
@@ -66,6 +65,8 @@ def _read_toml(file: str) -> dict:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise TraintopError(f"{file}: not UTF-8 text (byte {e.start}); save it as UTF-8") from None
+    import tomllib  # only where a config file exists: `traintop record` should not load a parser it never uses
+
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:

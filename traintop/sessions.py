@@ -52,7 +52,6 @@ def live_session(interval: float = 0.5, pid: int | None = None, record: str | No
     ended; ``probe_dir`` is where its probe listens."""
     from traintop.collectors.host import HostCollector
     from traintop.collectors.nvml import NvmlCollector
-    from traintop.collectors.probe_client import ProbeClient
     from traintop.collectors.process import ProcessCollector
 
     check_interval(interval)
@@ -71,7 +70,11 @@ def live_session(interval: float = 0.5, pid: int | None = None, record: str | No
         import socket
         info = SessionInfo(kind="live", hostname=socket.gethostname(), interval=interval, label="no GPU",
                            extra={"no_gpu": no_gpu})
-    probes = ProbeClient(probe_dir) if proc is not None else None
+    probes = None
+    if proc is not None:  # the probe's reader only for an attached job
+        from traintop.collectors.probe_client import ProbeClient
+
+        probes = ProbeClient(probe_dir)
     sampler = LiveSampler(gpu=gpu, host=HostCollector(), process=proc, probes=probes,
                           gpu_timeout=max(1.0, 2 * interval))
     engine = default_engine(config) if config else None
