@@ -166,3 +166,10 @@ def test_merge_of_chunks_is_encode_of_their_samples():
     frames = _members_frames()[:90]
     parts = [frames[0:1], frames[1:30], frames[30:31], frames[31:90]]
     assert merge([encode(p) for p in parts]) == encode(frames)
+
+
+def test_members_that_seldom_repeat_stay_plain_lists():
+    frames = list(RecordingReader(str(FIX / "training-phases-probe-10hz.ttrec")).frames())[::5][:600]
+    doc = json.loads(zlib.decompress(encode(frames)))
+    assert isinstance(doc["c"]["p.members"], list)  # a table and indices would take more bytes
+    assert decode(encode(frames)) == decode(encode(decode(encode(frames))))

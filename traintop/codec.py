@@ -163,9 +163,11 @@ def _encode_columns(columns: dict[str, list], times: list[int]) -> bytes:
             continue
         if k.endswith(".procs"):  # a GPU's process list rarely changes: null repeats the previous row
             col = [v if j == 0 or v != col[j - 1] else None for j, v in enumerate(col)]
-        elif k == "p.members":  # a member's row repeats from sample to sample: store each once
-            cols[k] = _members_table(col)
-            continue
+        elif k == "p.members":  # where members' rows repeat from sample to sample: each stored once
+            table = _members_table(col)
+            if table is not None:
+                cols[k] = table
+                continue
         if all(isinstance(v, int) for v in col):  # delta-code numeric columns that change slowly
             cols[k] = ["d", col[0]] + [b - a for a, b in zip(col, col[1:])]
         else:
@@ -182,18 +184,21 @@ def _encode_one(row: dict[str, Any], t: float) -> bytes:
         if v is None:
             continue
         if k == "p.members":
-            cols[k] = _members_table([v])
+            cols[k] = _members_table([v]) or [v]
         else:
             cols[k] = ["d", v] if isinstance(v, int) else [v]
     doc = {"n": 1, "t": [int(round(t * 1000))], "c": cols}
     return zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 6)
 
 
-def _members_table(col: list) -> dict:
-    """``cols3``: the distinct member rows once (``u``), each sample a list of their indices (``i``)."""
+def _members_table(col: list) -> dict | None:
+    """``cols3``: the distinct member rows once (``u``), each sample a list of their indices
+    (``i``); None unless the rows repeat (at most a quarter distinct): zlib already packs a few
+    repeats in the plain lists into fewer bytes than a table and its indices."""
     table: list = []
     index: dict[tuple, int] = {}
     rows = []
+    total = 0
     for cell in col:
         if cell is None:
             rows.append(None)
@@ -207,6 +212,9 @@ def _members_table(col: list) -> dict:
                 table.append(m)
             row.append(k)
         rows.append(row)
+        total += len(row)
+    if 4 * len(table) > total:
+        return None
     return {"u": table, "i": rows}
 
 
@@ -362,7 +370,7 @@ def _parse(blob: bytes, codec: str, t_from: float | None = None,
         if _key_index(k, "g", MAX_GPUS) is None and _key_index(k, "r", MAX_RANKS) is None \
                 and not k.startswith(("h.", "p.")):
             continue  # a field this version does not know
-        if k == "p.members" and codec == "cols3+zlib":
+        if k == "p.members" and codec == "cols3+zlib" and isinstance(col, dict):
             columns[k] = _members_rows(col, n, j0, j1)
             continue
         col = _column(col, n, numeric=k not in _NOT_NUMERIC, end=j1 if window else None)
