@@ -67,7 +67,12 @@ def in_process(args, out: dict) -> None:
                                                 if m == h or m.startswith(h + ".")})
         clock = [0.0]
         if args.nvml:
-            monitor, feed = sessions.live_session(1.0, require_gpu=True)
+            from traintop.errors import NoGpuError
+
+            try:
+                monitor, feed = sessions.live_session(1.0, require_gpu=True)
+            except NoGpuError as e:
+                sys.exit(f"--nvml: {e}")
             source = feed.source
         else:
             from traintop.collectors.simulated import Simulator
