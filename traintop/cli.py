@@ -1,9 +1,9 @@
 """The one entry point: live (default) and one subcommand per way of using traintop.
 
 Adding a command: write ``cmd_NAME(args)`` and ``add_NAME(sub)`` (which registers its parser,
-its own options through the option groups below, and ``handler=cmd_NAME``), and list
-``add_NAME`` in ``COMMANDS``. A command gets only the options it registers; an option it does
-not have is refused with one line.
+its own options through the option groups below, and ``handler=cmd_NAME``), list
+``add_NAME`` in ``COMMANDS`` and its one-line help in ``SUMMARIES``. A command gets only the
+options it registers; an option it does not have is refused with one line.
 """
 
 from __future__ import annotations
