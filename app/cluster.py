@@ -60,6 +60,10 @@ class ClusterStatus(TextLines):
 
 
 class ClusterApp(App):
+    # Textual's text selection is off: a mouse drag across the panels while they redraw crashed it
+    # inside Textual (AttributeError on a selection end), found by the monkey test; the terminal's
+    # own selection (Shift+drag in most terminals) still copies text.
+    ALLOW_SELECT = False
     CSS_PATH = str(Path(__file__).with_name("traintop.tcss"))  # one stylesheet with the local dashboard
     TITLE = "traintop cluster"
     ENABLE_COMMAND_PALETTE = False

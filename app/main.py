@@ -73,6 +73,10 @@ class FrameReady(Message):
 
 
 class TraintopApp(App):
+    # Textual's text selection is off: a mouse drag across the panels while they redraw crashed it
+    # inside Textual (AttributeError on a selection end), found by the monkey test; the terminal's
+    # own selection (Shift+drag in most terminals) still copies text.
+    ALLOW_SELECT = False
     CSS_PATH = "traintop.tcss"
     TITLE = "traintop"
     ENABLE_COMMAND_PALETTE = False

@@ -186,7 +186,7 @@ class ProbeClient:
         if msg is None:
             self.bad_messages += 1
             return
-        c.step_times.extend(msg.get("step_times") or ())
+        c.step_times.extend(float(x) for x in msg.get("step_times") or ())  # JSON's 0 is an int
         if len(c.step_times) > MAX_STEP_TIMES:
             del c.step_times[:-MAX_STEP_TIMES]
         c.wait += msg.get("input_wait") or 0.0

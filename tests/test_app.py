@@ -752,3 +752,21 @@ def test_thread_stacks_screen_closes_once_however_fast_keys_arrive(demo_app):
                 await pilot.pause()
                 assert not isinstance(app.screen, StacksScreen) and app.is_running
     run(go())
+
+
+def test_a_mouse_drag_starts_no_text_selection_while_panels_redraw(demo_app):
+    """Textual's selection crashed inside Textual when a drag crossed panels that were redrawn
+    (found by the monkey test in replay): the dashboard leaves selecting to the terminal."""
+    async def go():
+        app, monitor, feed = demo_app(100, mode="replay")
+        async with app.run_test(size=(160, 48)) as pilot:
+            await pilot.pause()
+            await pilot.mouse_down(offset=(10, 3))
+            await pilot.hover(offset=(120, 30))
+            feed.step()
+            app.refresh_view()
+            await pilot.pause()
+            await pilot.mouse_up(offset=(120, 30))
+            await pilot.pause()
+            assert not app.screen._selecting and app.screen.get_selected_text() is None
+    run(go())

@@ -6,7 +6,7 @@ import pathlib
 import sqlite3
 import tempfile
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from traintop import importers
@@ -386,6 +386,7 @@ PROBE_FIELDS = ["v", "pid", "rank", "local_rank", "world_size", "cuda", "memory"
 @SMALL
 @given(st.lists(st.one_of(st.dictionaries(st.sampled_from(PROBE_FIELDS), probe_values, max_size=8).map(
     lambda d: {"v": 1, **d}), json_values), min_size=1, max_size=6), st.binary(max_size=30))
+@example(messages=[{"v": 1, "step_times": [0]}], junk=b"")  # JSON's 0 is an int: a step time is a float
 def test_probe_protocol(messages, junk):
     """Any sequence of messages (and junk) on a probe channel: the client never raises, keeps
     reading, and every rank it reports holds typed, plausible values."""
