@@ -45,7 +45,8 @@ def test_answers_from_this_machine_are_asked_for_uncompressed():
     import http.server
     import threading
 
-    from traintop.cluster.promapi import Prometheus, _is_loopback
+    from traintop.cluster.addresses import is_loopback as _is_loopback
+    from traintop.cluster.promapi import Prometheus
 
     seen = []
 

@@ -9,7 +9,6 @@ one thread per scrape) and the textfile writer read that state and nothing else.
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import os
 import socket
 import sys
@@ -19,6 +18,7 @@ import time
 from prometheus_client import CollectorRegistry, start_http_server, write_to_textfile
 
 from traintop.analyze import WASTE_FROM_CLOCK, WASTE_FROM_UTIL
+from traintop.cluster.addresses import is_loopback
 from traintop.cluster.exporter import HostCollector, HostState, RankLabels
 from traintop.errors import TraintopError
 from traintop.hooks import FindingEvents, FindingHook, finding_hook
@@ -51,15 +51,6 @@ def parse_listen(text: str) -> tuple[str, int]:
     if not 0 <= p <= 65535:
         raise TraintopError(f"--listen: port {p} is out of range")
     return host, p
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class SimulatedRanks:

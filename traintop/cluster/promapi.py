@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import ipaddress
 import json
 import math
 import threading
@@ -19,6 +18,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from traintop.cluster.addresses import is_loopback
 from traintop.errors import TraintopError
 from traintop.text import one_line
 
@@ -102,7 +102,7 @@ class Prometheus:
         self.bytes_read = 0
         self._count = threading.Lock()  # queries may run on several threads (one client: httpx's pool is thread-safe)
         headers = {"Accept": "application/json"}
-        if _is_loopback(httpx.URL(self.url).host):
+        if is_loopback(httpx.URL(self.url).host):
             # compressing answers only pays across a network: on this machine it costs
             # Prometheus more CPU than the copy it saves (a 50 MB read: 3.3 s with gzip, 1.3 s without)
             headers["Accept-Encoding"] = "identity"
@@ -261,15 +261,6 @@ def _on_grid(raw, grid: Grid, times: list[float]) -> dict:
             if 0 <= k < n:
                 out[times[k]] = v
     return out
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 @contextlib.contextmanager

@@ -62,37 +62,39 @@ def _trim(d: dict, start: float, again: list[float]) -> dict:
     return d
 
 
+def _roll_into(out: dict, old: dict, new: dict, series, start, again, refresh) -> None:
+    """GPUs or ranks: the kept ones trimmed to the window, the new reads laid over them."""
+    for key, x in old.items():
+        for attr in series:
+            _trim(getattr(x, attr), start, again)
+        out[key] = x
+    for key, n in new.items():
+        x = out.get(key)
+        if x is None:
+            out[key] = n
+            continue
+        for attr in series:
+            getattr(x, attr).update(getattr(n, attr))
+        refresh(x, n)
+
+
+def _refresh_gpu(g, new) -> None:
+    g.power_limit = new.power_limit if new.power_limit is not None else g.power_limit
+    g.mem_total = new.mem_total if new.mem_total is not None else g.mem_total
+    g.model = g.model or new.model
+
+
+def _refresh_rank(r, new) -> None:
+    r.host, r.local_rank, r.world_size = new.host, new.local_rank, new.world_size
+
+
 def roll(old: ClusterData, part: ClusterData, grid: Grid) -> ClusterData:
     """``old`` moved to ``grid``: its points before the window dropped, its points from
     ``part``'s first instant on replaced by ``part``'s."""
     start, cut, again = grid.start, part.grid[0], part.grid
     data = ClusterData(part.url, grid.start, part.end, grid.step, grid.times, mode=part.mode)
-    for key, g in old.gpus.items():
-        for attr in _GPU_SERIES:
-            _trim(getattr(g, attr), start, again)
-        data.gpus[key] = g
-    for key, new in part.gpus.items():
-        g = data.gpus.get(key)
-        if g is None:
-            data.gpus[key] = new
-            continue
-        for attr in _GPU_SERIES:
-            getattr(g, attr).update(getattr(new, attr))
-        g.power_limit = new.power_limit if new.power_limit is not None else g.power_limit
-        g.mem_total = new.mem_total if new.mem_total is not None else g.mem_total
-        g.model = g.model or new.model
-    for key, r in old.ranks.items():
-        for attr in _RANK_SERIES:
-            _trim(getattr(r, attr), start, again)
-        data.ranks[key] = r
-    for key, new in part.ranks.items():
-        r = data.ranks.get(key)
-        if r is None:
-            data.ranks[key] = new
-            continue
-        for attr in _RANK_SERIES:
-            getattr(r, attr).update(getattr(new, attr))
-        r.host, r.local_rank, r.world_size = new.host, new.local_rank, new.world_size
+    _roll_into(data.gpus, old.gpus, part.gpus, _GPU_SERIES, start, again, _refresh_gpu)
+    _roll_into(data.ranks, old.ranks, part.ranks, _RANK_SERIES, start, again, _refresh_rank)
     data.gpus = {k: g for k, g in data.gpus.items() if any(getattr(g, a) for a in _GPU_SERIES)}
     data.ranks = {k: r for k, r in data.ranks.items() if any(getattr(r, a) for a in _RANK_SERIES)}
     findings: dict[tuple, list] = {}
