@@ -96,3 +96,13 @@ def _footer_text(app) -> str:
 def footer_text():
     """What the footer shows now: ``footer_text(app)``."""
     return _footer_text
+
+
+def _screen_lines(app) -> list[str]:
+    return [line.text for line in app.screen._compositor.render_strips()]
+
+
+@pytest.fixture
+def screen_lines():
+    """The screen as it is drawn now, one string a row: ``screen_lines(app)``."""
+    return _screen_lines
