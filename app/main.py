@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import threading
 import time
 from collections import deque
@@ -47,6 +48,20 @@ REPLAY_ACTIONS = {"seek", "seek_fraction", "step", "speed"}
 GC_THRESHOLD = (10_000, 10, 10)
 ALERTS_KEYS = Binding.Group("alerts", compact=True)
 SEEK_KEYS = Binding.Group("seek", compact=True)
+
+
+def short_path(path: str) -> str:
+    """A file name for one status line: the name whole, its directory shortened to where it
+    starts and its last folder ("~/…/recordings/NAME"); a narrow pane cuts from the right."""
+    home = os.path.expanduser("~")
+    if home not in ("", "/") and path.startswith(home + os.sep):
+        path = "~" + path[len(home):]
+    folder, name = os.path.split(path)
+    parts = [p for p in folder.split(os.sep) if p]
+    if len(parts) > 2:
+        head = "~" if parts[0] == "~" else ("" if folder.startswith(os.sep) else parts[0])
+        folder = f"{head}{os.sep}…{os.sep}{parts[-1]}"
+    return os.path.join(folder, name) if folder else name
 
 
 def gpu_layout(n: int, width: int, height: int, replay_bar: bool, focused: bool) -> tuple[str, int]:
@@ -337,7 +352,7 @@ class TraintopApp(App):
         text = " · ".join(dict.fromkeys(b for b in bits if b))  # a GPU-less recording's label is "no GPU" too
         self._status.show(
             mode=self.mode, text=text, t=view.t, paused=self.paused,
-            recording=one_line(rec.path) if rec is not None and not view.recording_error else None,
+            recording=one_line(short_path(rec.path)) if rec is not None and not view.recording_error else None,
             problem=problem, replay=replay)
 
     def _show_replay_bar(self) -> None:
@@ -491,7 +506,8 @@ class TraintopApp(App):
         # Closing checkpoints and vacuums the file: seconds for a long session, so off the UI loop.
         try:
             rec.close()
-            self.call_from_thread(self.say, f"Recording saved: {rec.path}")
+            name, folder = os.path.basename(rec.path), os.path.dirname(rec.path)
+            self.call_from_thread(self.say, f"Recording saved: {name} (in {folder})")
         except RecordingError as e:
             self.call_from_thread(self.say, str(e), "error")
 
@@ -506,5 +522,5 @@ class TraintopApp(App):
         except TraintopError as e:
             self.say(f"Cannot record: {e}", "error")
             return
-        self.say(f"Recording to {path}")
+        self.say(f"Recording to {short_path(path)}")
         self.refresh_view()

@@ -786,3 +786,24 @@ def test_the_footer_separates_every_item_with_one_space(sim_app, screen_lines):
                 await pilot.pause()
                 assert screen_lines(app)[-1].rstrip() == want
     run(go())
+
+
+def test_recording_names_the_file_whole_at_80_columns(tmp_path, sim_app, screen_lines):
+    from traintop.app.main import short_path
+
+    deep = tmp_path / "a-long-folder-name" / "another-long-folder-name" / "recordings"
+    assert short_path(str(deep / "x.ttrec")).endswith("…/recordings/x.ttrec")
+
+    async def go():
+        app, monitor, _ = sim_app(record_dir=str(deep))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.press("r")
+            await pilot.pause()
+            name = monitor.recorder.path.rsplit("/", 1)[1]
+            top = screen_lines(app)[0]
+            assert f"Recording to /…/recordings/{name}" in top
+            await pilot.press("r")
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            assert f"Recording saved: {name} (in " in screen_lines(app)[0]
+    run(go())
