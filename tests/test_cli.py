@@ -93,6 +93,7 @@ def test_no_gpu_says_so_in_the_app_and_plays_the_demo(monkeypatch, capsys):
     assert cli.main([]) == 0
     # A line printed before the UI starts is seen only after quitting: the app shows it.
     assert "NVML Shared Library Not Found" in ran["banner"] and "playing the embedded demo" in ran["banner"]
+    assert ran["banner"].startswith("No GPU here: playing the embedded demo")  # the consequence first: 80 columns cut the rest
     assert ran["mode"] == "demo" and ran["feed"].loop
 
 
