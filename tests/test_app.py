@@ -807,3 +807,25 @@ def test_recording_names_the_file_whole_at_80_columns(tmp_path, sim_app, screen_
             await pilot.pause()
             assert f"Recording saved: {name} (in " in screen_lines(app)[0]
     run(go())
+
+
+def test_gpu_lines_cut_alert_titles_only_between_words_the_history_gives_way_first(sim_app, screen_lines):
+    async def go():
+        for size in [(60, 20), (80, 24), (120, 36)]:
+            app, _, _ = sim_app("starved,memory_creep", gpus=8)
+            async with app.run_test(size=size) as pilot:
+                await pilot.pause()
+                assert app.gpu_mode == "table"
+                titles = {a.title for a in app.last_view.active}
+                rows = [line for line in screen_lines(app) if re.search(r"GPU \d .*[▲✖]", line)]
+                assert len(rows) == 8
+                whole = 0
+                for row in rows:
+                    mark = re.search(r"[▲✖] ([^│]*?)\s*(│|$)", row).group(1)
+                    if mark.endswith("…"):
+                        assert any(t.startswith(mark[:-1] + " ") for t in titles), (size, row)
+                    else:
+                        assert mark in titles, (size, row)
+                        whole += 1
+                assert whole >= 4, (size, rows)  # "Data starvation" fits everywhere
+    run(go())

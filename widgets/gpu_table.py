@@ -9,6 +9,7 @@ from traintop.units import GiB
 from traintop.view import GpuView
 from traintop.widgets.lines import TextLines
 from traintop.widgets.render import SEVERITY_ICON, SEVERITY_STYLE, level_style, spark
+from traintop.widgets.wrap import cut_words
 
 
 def _n(v, fmt: str = "{:.0f}") -> str:
@@ -23,12 +24,25 @@ def alert_mark(level: int, title: str | None) -> Text:
                 style=SEVERITY_STYLE.get(level, ""))
 
 
-def spark_width(width: int, wide: bool, sm: bool, label_w: int) -> int:
-    fixed = (5 + (8 if sm else 0) + 13 + 6 + 6) if wide else (4 + (7 if sm else 0) + 10 + 5 + 5)
-    return max(6, min(60 if wide else 20, width - label_w - 1 - fixed - (24 if wide else 16)))
+SPARK_MIN = 3  # narrower than this, the history says nothing: none at all
 
 
-def gpu_row(v: GpuView, sw: int, sm: bool, wide: bool, idx_w: int = 1) -> Text:
+def spark_width(width: int, wide: bool, numbers_w: int, mark_w: int = 0) -> int:
+    """The history's width: what the label and numbers (``numbers_w`` cells) and the widest
+    alert mark (``mark_w``, its gap included) leave, up to a cap. The alert's title comes
+    first: the history shrinks, down to none, before a title is cut."""
+    reserve = 24 if wide else 16  # room kept for a mark even with none, so one appearing moves nothing
+    room = width - numbers_w - 1 - max(mark_w, reserve)
+    if room >= 6:
+        return min(60 if wide else 20, room)
+    room = width - numbers_w - 1 - mark_w
+    if room >= 6 or not mark_w:
+        return 6
+    return room if room >= SPARK_MIN else 0
+
+
+def gpu_row(v: GpuView, sw: int, sm: bool, wide: bool, idx_w: int = 1, width: int | None = None,
+            marks: bool = True) -> Text:
     s = v.sample
     total = s.mem_total or v.info.mem_total
     limit = s.power_limit_w or v.info.power_limit_w
@@ -51,22 +65,29 @@ def gpu_row(v: GpuView, sw: int, sm: bool, wide: bool, idx_w: int = 1) -> Text:
               "bold cyan" if pfrac is not None and pfrac >= 0.95 else "cyan", level_style(tfrac, 0.9, 0.97)]
     out = Text(no_wrap=True, overflow="ellipsis")
     out.append(f"GPU {s.index:<{idx_w}} ", style="bold")
-    out.append_text(spark(v.util, 0, 100, sw, "green"))
-    out.append(" ")
+    if sw:
+        out.append_text(spark(v.util, 0, 100, sw, "green"))
+        out.append(" ")
     for text, k in cols:
         out.append(text, style=styles[k])
-    mark = alert_mark(v.alert_level, v.alert_title)
+    mark = alert_mark(v.alert_level, v.alert_title) if marks else None
+    badges = Text()
+    for b in v.badges if marks else ():
+        badges.append(f" [{b}]", style="bold yellow" if b != "PWR CAP" else "dim cyan")
     if mark:
         out.append("  ")
+        room = None if width is None else width - out.cell_len
+        if room is not None and mark.cell_len + badges.cell_len > room:
+            badges = Text()  # the title first: the badges say it again, the full panel shows them
+            mark = cut_words(mark, room)
         out.append_text(mark)
-    for b in v.badges:
-        out.append(f" [{b}]", style="bold yellow" if b != "PWR CAP" else "dim cyan")
+    out.append_text(badges)
     return out
 
 
 def header(sw: int, sm: bool, label_w: int) -> Text:
     label = " " * label_w + "utilization" if sw >= 12 else ""
-    return Text(f"{label:<{label_w + sw + 1}}{'util':>5}" + (" " * 8 if sm else "")
+    return Text(f"{label:<{label_w + sw + (1 if sw else 0)}}{'util':>5}" + (" " * 8 if sm else "")
                 + f"{'memory':>13}{'power':>6}{'temp':>6}  alert", style="bold dim")
 
 
@@ -94,8 +115,12 @@ class GpuTable(TextLines):
         sm = any(v.sample.sm_active is not None for v in self.rows)
         idx_w = max((len(str(v.sample.index)) for v in self.rows), default=1)
         label_w = 4 + idx_w + 1  # "GPU 12 "
-        sw = spark_width(width, self.wide, sm, label_w)
-        lines = [gpu_row(v, sw, sm, self.wide, idx_w) for v in self.rows]
+        # warnings and worse make room for their titles; information takes what is left
+        mark_w = max((2 + alert_mark(v.alert_level, v.alert_title).cell_len for v in self.rows
+                      if v.alert_level >= 2), default=0)
+        numbers_w = max((gpu_row(v, 0, sm, self.wide, idx_w, marks=False).cell_len for v in self.rows), default=0)
+        sw = spark_width(width, self.wide, numbers_w, mark_w)
+        lines = [gpu_row(v, sw, sm, self.wide, idx_w, width) for v in self.rows]
         if self.wide and lines:
             lines.insert(0, header(sw, sm, label_w))
         if self.more:

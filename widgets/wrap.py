@@ -69,3 +69,21 @@ def hang_wrap(text: Text, width: int, hang: int = 0) -> list[Text]:
             out.append(piece)
             first = False
     return out
+
+
+def cut_words(text: Text, width: int) -> Text:
+    """``text`` in at most ``width`` cells, cut after a whole word with "…" (mid-word only when
+    its first word alone does not fit)."""
+    if text.cell_len <= width:
+        return text
+    if width <= 1:
+        return Text("…"[:max(0, width)])
+    plain = text.plain
+    end = _fit(plain, 0, width - 1)
+    space = plain.rfind(" ", 0, end + 1)
+    if space > 0 and plain[:space].strip(" ") and plain[:space].rstrip(" ")[-1:] not in "▲✖ℹ•":
+        end = space
+    out = text[:end]
+    out.rstrip()
+    out.append("…", style=text.style)
+    return out
