@@ -829,3 +829,27 @@ def test_gpu_lines_cut_alert_titles_only_between_words_the_history_gives_way_fir
                         whole += 1
                 assert whole >= 4, (size, rows)  # "Data starvation" fits everywhere
     run(go())
+
+
+def test_help_wraps_with_hanging_indents_and_lists_every_rule(demo_app):
+    from traintop.rules import default_rules
+    from traintop.widgets.help_screen import HelpText
+
+    async def go():
+        app, _, _ = demo_app(45)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.press("question_mark")
+            await pilot.pause()
+            help_text = app.screen.query_one(HelpText)
+            width = help_text.content_size.width
+            assert width < 80
+            source = help_text._text.plain.split("\n")
+            lines = [t.plain for t in help_text.lines(width)]
+            assert len(lines) > len(source)  # some lines did wrap
+            # only a line of the text itself starts at column 0, never a wrapped continuation
+            starts = [line for line in lines if line[:1] not in ("", " ")]
+            assert all(any(s.startswith(line.rstrip()) for s in source if s[:1] not in ("", " ")) for line in starts)
+            text = "\n".join(lines)
+            for rule in default_rules():
+                assert rule.title in " ".join(text.split()), rule.title
+    run(go())

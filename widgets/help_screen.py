@@ -2,12 +2,28 @@
 
 from __future__ import annotations
 
+import re
+
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Static
-from rich.text import Text
+from textual.widget import Widget
+
+from traintop.rules import default_rules
+from traintop.widgets.render import SEVERITY_ICON
+from traintop.widgets.wrap import hang_wrap
+
+# What a few patterns look like before the alert explains them; every rule is listed by its title.
+PATTERN_SIGNS = {
+    "starvation": "utilization swinging between idle and busy, loader CPUs busy",
+    "underuse": "power far below the limit, or util 100 % with few SMs active",
+    "thermal": "clock-event reasons or temperature at the slowdown threshold",
+    "memory_creep": "used memory rising steadily; time until it is full",
+    "pcie": "copies near the link's limit, the GPU waiting for them",
+    "gpu_errors": "XID events, uncorrectable or fast-rising ECC errors",
+}
 
 HELP = """\
 [b]traintop[/b] watches the GPUs, the host and the training process together,
@@ -39,16 +55,61 @@ and says what is wrong and what to try.
            with the probe, allocated vs reserved, steps/s and input wait.
   Alerts   evidence in numbers, then remedies (→) to try in order.
 
-[b]Patterns[/b]
-  Data starvation  utilization swinging between idle and busy, loader CPUs busy
-  Underuse         power far below the limit, or util 100 % with few SMs active
-  Thermal          clock-event reasons or temperature at the slowdown threshold
-  Creeping memory  used memory rising steadily; time until it is full
-  PCIe bottleneck  host-to-device copies near the link's limit, the GPU waiting
-  GPU errors       XID events, uncorrectable or fast-rising ECC errors
+[b]Patterns[/b] (every rule; the alert says what it saw and what to try)
+{patterns}
 
 ↑ ↓ PgUp PgDn Home End scroll this help; Esc, q or ? close it.
 """
+
+
+def patterns() -> str:
+    """One line per rule, named by its own title, so the list cannot drift from the rules."""
+    lines = []
+    for rule in default_rules():
+        line = f"  {SEVERITY_ICON.get(int(rule.severity), '•')} {rule.title}"
+        if rule.id in PATTERN_SIGNS:
+            line += f": {PATTERN_SIGNS[rule.id]}"
+        lines.append(line.replace("[", "\\["))
+    return "\n".join(lines)
+
+
+def hang_of(line: str) -> int:
+    """Where a help line's wrapped continuation starts: under its description column (the
+    text after the first run of two spaces), else under its own indent."""
+    m = re.match(r"( *)\S.*?  +(?=\S)", line)
+    if m:
+        return m.end()
+    m = re.match(r"( *)[^ ]*? ?[▲✖ℹ•] ", line)
+    return m.end() if m else len(line) - len(line.lstrip(" "))
+
+
+class HelpText(Widget):
+    """The help, wrapped to the box with hanging indents (Rich would start each continuation
+    line at column 0)."""
+
+    DEFAULT_CSS = "HelpText { height: auto; }"
+
+    def __init__(self, text: Text, **kw) -> None:
+        super().__init__(**kw)
+        self._text = text
+        self._cache: tuple[int, list[Text]] | None = None
+
+    def lines(self, width: int) -> list[Text]:
+        width = max(1, width)
+        if self._cache is None or self._cache[0] != width:
+            out: list[Text] = []
+            for line in self._text.split("\n", allow_blank=True):
+                out.extend(hang_wrap(line, width, hang_of(line.plain)))
+            self._cache = (width, out)
+        return self._cache[1]
+
+    def get_content_height(self, container, viewport, width: int) -> int:
+        return len(self.lines(width))
+
+    def render(self) -> Text:
+        out = Text("\n").join(self.lines(self.content_size.width or self.size.width or 80))
+        out.no_wrap, out.overflow = True, "crop"
+        return out
 
 
 class HelpBox(VerticalScroll):
@@ -69,7 +130,7 @@ class HelpScreen(ModalScreen):
         box.border_subtitle = "↑↓ PgUp PgDn scroll · Esc q ? close"
         with box:
             # rich Text keeps each line's indentation (markup in a Static loses it)
-            yield Static(Text.from_markup(HELP), id="help-text")
+            yield HelpText(Text.from_markup(HELP.format(patterns=patterns())), id="help-text")
 
     def on_mount(self) -> None:
         self.query_one(HelpBox).focus()
