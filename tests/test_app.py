@@ -853,3 +853,22 @@ def test_help_wraps_with_hanging_indents_and_lists_every_rule(demo_app):
             for rule in default_rules():
                 assert rule.title in " ".join(text.split()), rule.title
     run(go())
+
+
+def test_the_alerts_scrollbar_is_one_cell_on_a_visible_track(sim_app):
+    async def go():
+        for size in [(80, 24), (60, 20), (120, 36)]:
+            app, _, _ = sim_app("starved,memory_creep", gpus=8)
+            async with app.run_test(size=size) as pilot:
+                await pilot.pause()
+                alerts = app.query_one(AlertsPanel)
+                assert alerts.max_scroll_y > 0 and alerts.show_vertical_scrollbar
+                assert alerts.vertical_scrollbar.region.width == 1
+                bar = alerts.vertical_scrollbar.region
+                inside = app.screen._compositor.get_style_at(bar.x - 1, bar.bottom - 1).bgcolor
+                track = app.screen._compositor.get_style_at(bar.x, bar.bottom - 1).bgcolor
+                # the track stands apart from the panel: not a dark thumb floating in the text
+                assert track is not None and inside is not None
+                contrast = abs(sum(track.triplet) - sum(inside.triplet))
+                assert contrast >= 60, (size, track, inside)
+    run(go())
