@@ -872,3 +872,17 @@ def test_the_alerts_scrollbar_is_one_cell_on_a_visible_track(sim_app):
                 contrast = abs(sum(track.triplet) - sum(inside.triplet))
                 assert contrast >= 60, (size, track, inside)
     run(go())
+
+
+def test_loader_workers_line_says_how_many_it_leaves_out(sim_app, screen_lines):
+    async def go():
+        app, _, _ = sim_app("starved", gpus=8)
+        async with app.run_test(size=(160, 48)) as pilot:
+            await pilot.pause()
+            r = app.query_one("#process").content_region
+            text = " ".join(line[r.x:r.right].strip() for line in screen_lines(app)[r.y:r.bottom])
+            m = re.search(r"loader workers \((\d+)\):((?: \d+%)+)(?: … \+(\d+))?", text)
+            assert m, text
+            n, shown, more = int(m.group(1)), len(m.group(2).split()), int(m.group(3) or 0)
+            assert n > 12 and shown + more == n
+    run(go())

@@ -18,6 +18,7 @@ from traintop.widgets.memory_chart import memory_chart
 CHART_EVERY_S = 10.0
 CHART_IDLE_S = 30.0
 CHART_STEP_BYTES = 64 * 2**20  # a move smaller than this does not redraw the chart
+WORKERS_SHOWN = 12  # loader workers' CPU figures on the line; "… +N" says how many more
 from traintop.widgets.render import level_style, spark
 
 NO_PROBE = ("No probe in this job: NVML's per-process figure is an upper bound (reserved + CUDA context "
@@ -165,9 +166,11 @@ class ProcessPanel(TextLines):
         out.append(gpu_mem + "\n")
         if workers:
             out.append(f"loader workers ({len(workers)}): ", style="bold")
-            for w in workers[:12]:
+            for w in workers[:WORKERS_SHOWN]:
                 c = w.cpu_percent or 0
                 out.append(f"{c:.0f}% ", style=level_style(c / 100, 0.85, 0.95))
+            if len(workers) > WORKERS_SHOWN:  # the count and the list agree
+                out.append(f"… +{len(workers) - WORKERS_SHOWN}", style="dim")
         else:
             out.append("no data-loader workers seen", style="dim")
         if not v.ranks:
