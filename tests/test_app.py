@@ -886,3 +886,17 @@ def test_loader_workers_line_says_how_many_it_leaves_out(sim_app, screen_lines):
             n, shown, more = int(m.group(1)), len(m.group(2).split()), int(m.group(3) or 0)
             assert n > 12 and shown + more == n
     run(go())
+
+
+def test_memory_chart_names_its_unit_and_keeps_the_legend_off_the_data():
+    from traintop.widgets.memory_chart import memory_chart
+
+    gib = 2**30
+    alloc = [(10 + i * 0.1) * gib for i in range(100)]
+    res = [(20 + i * 0.1) * gib for i in range(100)]
+    nvml = [(25 + i * 0.1) * gib for i in range(100)]
+    lines = memory_chart(alloc, res, nvml, 56, 8).plain.split("\n")
+    assert len(lines) <= 8 and all(len(line) <= 56 for line in lines)
+    assert lines[0].startswith("GiB") and all(n in lines[0] for n in ("GPU used (NVML)", "reserved", "allocated"))
+    plot = "\n".join(lines[1:])
+    assert not any(n in plot for n in ("NVML", "reserved", "allocated"))

@@ -6,6 +6,8 @@ from rich.text import Text
 
 from traintop.units import GiB
 
+LEGEND_STYLE = {"orange": "dark_orange"}  # plotext's colour names, in rich's
+
 
 def _thin(values: list, n: int) -> list:
     """At most ``n`` points: every k-th sample, always keeping the newest."""
@@ -16,29 +18,35 @@ def _thin(values: list, n: int) -> list:
 
 
 def memory_chart(allocated: list, reserved: list, nvml: list, width: int, height: int) -> Text:
-    """A plotext line chart as rich Text (GiB on the y axis, samples on the x axis)."""
+    """A plotext line chart as rich Text (GiB on the y axis, samples on the x axis), under
+    a line naming the unit and the series: plotext draws its legend over the data."""
     import plotext as plt  # here, not at start-up: ~3 MiB of RSS that a dashboard without a probed job never needs
     plt.clf()
-    plt.plotsize(max(20, width - 1), max(5, height))
+    plt.plotsize(max(20, width - 1), max(5, height - 1))  # the legend line takes one
     plt.theme("clear")
     plt.xticks([])
     cols = 2 * max(20, width - 8)  # braille: two dots a column; more points only cost time
     series = [("GPU used (NVML)", _thin(nvml, cols), "red"), ("reserved", _thin(reserved, cols), "orange"),
               ("allocated", _thin(allocated, cols), "green")]
     drawn = False
+    legend: list[tuple[str, str]] = []
     for label, values, color in series:
         pts = [(i, v / GiB) for i, v in enumerate(values) if v is not None]
         if len(pts) >= 2:
             xs, ys = zip(*pts)
-            plt.plot(xs, ys, label=label, color=color, marker="braille")
+            plt.plot(xs, ys, color=color, marker="braille")
             drawn = True
+            legend.append((label, color))
     if not drawn:
         return Text("collecting memory figures…", style="dim")
-    out = Text(no_wrap=True, overflow="crop")
-    for k, line in enumerate(plt.build().splitlines()):
+    out = Text("GiB", style="bold", no_wrap=True, overflow="crop")
+    for label, color in legend:
+        out.append("  ━ ", style=LEGEND_STYLE.get(color, color))
+        out.append(label, style="dim")
+    out.truncate(width)
+    for line in plt.build().splitlines():
         row = Text.from_ansi(line)
         row.truncate(width)  # never wider than the panel
-        if k:
-            out.append("\n")
+        out.append("\n")
         out.append_text(row)
     return out
