@@ -114,6 +114,9 @@ class TraintopApp(App):
         Binding("escape", "all_gpus", "all GPUs"),
         Binding("n", "next_page", "more GPUs"),
         Binding("r", "record", "record"),
+        # the same keys where they cannot act: a line says why, never silence (hidden from the footer)
+        Binding("g,G", "unavailable('focus_gpu')", show=False),
+        Binding("r", "unavailable('record')", show=False),
         Binding("comma", "step(-1)", "step back", show=False),
         Binding("full_stop", "step(1)", "step", show=False),
         Binding("home", "seek_fraction(0)", "start", show=False),
@@ -367,6 +370,8 @@ class TraintopApp(App):
         return (not self.replay.playing) if self.replay is not None else self.paused
 
     def check_action(self, action: str, parameters: tuple) -> bool | None:
+        if action == "unavailable":  # only where the key's own action cannot run
+            return bool(parameters) and not self.check_action(parameters[0], ())
         if action in REPLAY_ACTIONS:
             return self.replay is not None
         if action == "record":
@@ -431,6 +436,14 @@ class TraintopApp(App):
             k = gpus.index(self.focused_gpu) + int(direction)
         self.focused_gpu = gpus[k] if 0 <= k < len(gpus) else None  # past the last: all GPUs again
         self.refresh_view()
+
+    def action_unavailable(self, action: str) -> None:
+        if action == "record":
+            self.say("Recording is for live data: a replay and the demo are recordings already.")
+        elif action == "focus_gpu":
+            n = len(self.last_view.gpus) if self.last_view else 0
+            self.say("One GPU only: nothing to focus (g shows one GPU of several)." if n == 1
+                     else "No GPU in view: nothing to focus.")
 
     def action_all_gpus(self) -> None:
         self.focused_gpu = None

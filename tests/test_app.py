@@ -645,7 +645,9 @@ def test_one_gpu_has_no_focus_key(sim_app, footer_text):
             await pilot.pause()
             assert "one GPU" not in footer_text(app)
             await pilot.press("g")
+            await pilot.pause()
             assert app.focused_gpu is None
+            assert "One GPU only: nothing to focus" in app.query_one(StatusBar).notice  # never silence
     run(go())
 
 
@@ -690,9 +692,12 @@ def test_replay_keys_exist_only_in_replay_and_record_only_live(sim_app, demo_app
             await pilot.pause()
             keys = app.screen.active_bindings
             assert {"left", "right", "comma", "full_stop", "home", "end", "5"} <= set(keys)
-            assert "r" not in keys and "record" not in footer_text(app) and "seek" in footer_text(app)
+            assert keys["r"].binding.action != "record" and "record" not in footer_text(app)
+            assert "seek" in footer_text(app)
             await pilot.press("r")
+            await pilot.pause()
             assert monitor.recorder is None
+            assert "Recording is for live data" in app.query_one(StatusBar).notice
     run(go())
 
 
