@@ -100,7 +100,6 @@ class TraintopApp(App):
         Binding("question_mark", "help", "help"),
         Binding("p,space", "pause", "pause"),
         Binding("p,space", "resume", "resume"),
-        Binding("s", "stacks", "stacks", show=False),
         Binding("left", "seek(-10)", "seek", group=SEEK_KEYS),
         Binding("right", "seek(10)", "seek", group=SEEK_KEYS),
         Binding("left_square_bracket", "speed(-1)", "slower", show=False),
@@ -114,6 +113,8 @@ class TraintopApp(App):
         Binding("escape", "all_gpus", "all GPUs"),
         Binding("n", "next_page", "more GPUs"),
         Binding("r", "record", "record"),
+        Binding("s", "stacks", "stacks"),  # in the footer where the job has a probe
+        Binding("s", "stacks(True)", show=False),  # elsewhere the popup says where stacks come from
         # the same keys where they cannot act: a line says why, never silence (hidden from the footer)
         Binding("g,G", "unavailable('focus_gpu')", show=False),
         Binding("r", "unavailable('record')", show=False),
@@ -382,15 +383,22 @@ class TraintopApp(App):
             return self._is_paused()
         if action == "focus_gpu":
             return self.last_view is not None and len(self.last_view.gpus) > 1
+        if action == "stacks":
+            return bool(parameters) or self._has_probe()
         if action == "all_gpus":
             return self.focused_gpu is not None
         if action == "next_page":
             return self.gpu_mode == "table" and self._pages > 1
         return True
 
+    def _has_probe(self) -> bool:
+        """A live job carries the probe (or a recording holds its stacks): s shows thread stacks."""
+        live_probe = self.mode == "live" and self.last_view is not None and bool(self.last_view.process.ranks)
+        return live_probe or bool(self.monitor.stacks)
+
     def _refresh_bindings_if_changed(self) -> None:
         state = (self._is_paused(), self.focused_gpu, self.gpu_mode, self._pages,
-                 len(self.last_view.gpus) if self.last_view else 0)
+                 len(self.last_view.gpus) if self.last_view else 0, self._has_probe())
         if state != self._bindings_state:
             self._bindings_state = state
             self.refresh_bindings()
@@ -405,7 +413,7 @@ class TraintopApp(App):
         if not self._overlay_open():
             self.push_screen(HelpScreen())
 
-    def action_stacks(self) -> None:
+    def action_stacks(self, _anyway: bool = False) -> None:
         """Every thread's Python stack in the job (from the probe): where a stalled job hangs."""
         if self._overlay_open():
             return

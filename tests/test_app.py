@@ -905,3 +905,27 @@ def test_memory_chart_names_its_unit_and_keeps_the_legend_off_the_data():
     assert lines[0].startswith("GiB") and all(n in lines[0] for n in ("GPU used (NVML)", "reserved", "allocated"))
     plot = "\n".join(lines[1:])
     assert not any(n in plot for n in ("NVML", "reserved", "allocated"))
+
+
+def test_s_is_in_the_footer_of_a_live_job_with_the_probe_and_stacks_name_a_pid_once(footer_text):
+    from traintop import sessions
+    from traintop.app.factory import build_app
+    from traintop.samples import StackDump
+    from traintop.stacks import headline
+    from traintop.widgets.stacks_screen import StacksScreen
+
+    assert headline(StackDump(t=1.0, pid=26210)) == "PID 26210, on request"
+    assert headline(StackDump(t=1.0, pid=26210, rank=1)) == "rank 1 (PID 26210), on request"
+
+    async def go():
+        for mode, shown in (("live", True), ("simulated", False)):
+            monitor, feed = sessions.simulated_session("starved", gpus=1, seed=7, interval=0.5, history_s=60.0,
+                                                       realtime=False)
+            app = build_app(monitor, feed, mode=mode, start_feed=False)
+            async with app.run_test(size=(80, 24)) as pilot:
+                await pilot.pause()
+                assert app.last_view.process.ranks  # the simulated job carries the probe
+                assert ("s stacks" in footer_text(app)) == shown, mode
+                await pilot.press("s")  # works either way; the popup says what it has
+                assert isinstance(app.screen, StacksScreen)
+    run(go())

@@ -36,7 +36,8 @@ def where(thread: ThreadStack) -> str:
 def headline(dump: StackDump) -> str:
     why = "stalled" if dump.reason == "stalled" else "on request"
     since = f", {fmt_duration(dump.since_step)} after its last step" if dump.since_step is not None else ""
-    return f"{dump.label} (PID {dump.pid}), {why}{since}"
+    who = dump.label if dump.rank is None else f"{dump.label} (PID {dump.pid})"  # never "PID 7 (PID 7)"
+    return f"{who}, {why}{since}"
 
 
 def render(dump: StackDump, calls: int = 3) -> list[str]:
