@@ -299,7 +299,7 @@ class TraintopApp(App):
             self._show_gpus(view, compact)
             self._host.show(view.host, compact)
             self._process.show(view.process, compact)
-            self._alerts.show(view, compact)
+            self._alerts.show(view, compact, self.focused_gpu if self.gpu_mode == "focus" else None)
             if self._replay_bar is not None:
                 self._show_replay_bar()
         self._refresh_bindings_if_changed()

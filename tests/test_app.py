@@ -929,3 +929,28 @@ def test_s_is_in_the_footer_of_a_live_job_with_the_probe_and_stacks_name_a_pid_o
                 await pilot.press("s")  # works either way; the popup says what it has
                 assert isinstance(app.screen, StacksScreen)
     run(go())
+
+
+def test_one_gpus_view_shows_its_alerts_and_counts_the_others(sim_app):
+    async def go():
+        app, _, _ = sim_app("starved,memory_creep", gpus=8)
+        async with app.run_test(size=(160, 48)) as pilot:
+            await pilot.pause()
+            everyone = list(app.last_view.active)
+            alerts = app.query_one(AlertsPanel)
+            assert str(alerts.border_title) == f"Alerts ({len(everyone)} active)"
+            await pilot.press("g", "g")  # GPU 1
+            await pilot.pause()
+            assert app.focused_gpu == 1
+            mine = [a for a in everyone if a.subject in ("gpu1",) or not a.subject[3:].isdigit()]
+            others = len(everyone) - len(mine)
+            assert mine and others > 0
+            assert str(alerts.border_title) == f"Alerts: GPU 1, job and host ({len(mine)} active)"
+            text = alerts_text(app).replace("\u00a0", " ")
+            assert f"+{others} on other GPUs" in text
+            assert "GPU 1 ·" in text and "GPU 0 ·" not in text and "GPU 2 ·" not in text
+            await pilot.press("escape")
+            await pilot.pause()
+            assert str(alerts.border_title) == f"Alerts ({len(everyone)} active)"
+            assert "on other GPUs" not in alerts_text(app)
+    run(go())

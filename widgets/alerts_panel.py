@@ -28,6 +28,12 @@ def subject_label(subject: str) -> str:
     return "GPU " + subject[3:] if subject[:3] == "gpu" and subject[3:].isdigit() else one_line(subject, 40)
 
 
+def concerns(alert: AlertView, gpu: int) -> bool:
+    """Whether an alert is about ``gpu`` or about no single GPU (the job, the host, all GPUs)."""
+    subject = alert.subject
+    return not (subject[:3] == "gpu" and subject[3:].isdigit()) or subject == f"gpu{gpu}"
+
+
 def watched(view: View | None) -> str:
     """What "no problems" vouches for: only what is actually watched."""
     if view is None:
@@ -134,15 +140,26 @@ class AlertsPanel(VerticalScroll, can_focus=False):
     _shown: tuple | None = None
     _title = "Alerts"
 
-    def show(self, view: View, compact: bool) -> None:
-        paras = alert_paragraphs(view.active, view.recent, view.t, compact, watched(view))
+    def show(self, view: View, compact: bool, focus: int | None = None) -> None:
+        """``focus``: the GPU shown alone (key g): its alerts and those of the job and host;
+        a line counts the others."""
+        active, recent = view.active, view.recent
+        if focus is not None:
+            active = [a for a in active if concerns(a, focus)]
+            recent = [a for a in recent if concerns(a, focus)]
+        others = len(view.active) - len(active)
+        paras = alert_paragraphs(active, recent, view.t, compact, watched(view))
+        if others:
+            paras = [(Text(f"+{others} on other GPUs (Esc: all GPUs)", style="bold yellow"), 2), (Text(), 0)] + paras
         key = (tuple((t.plain, h) for t, h in paras), compact)
         if key == self._shown:
             return
         self._shown = key
         self.query_one("#alerts-body", AlertsBody).set_paragraphs(paras)
-        n = len(view.active)
+        n = len(active)
         title = f"Alerts ({n} active)" if n else "Alerts"
+        if focus is not None:
+            title = f"Alerts: GPU {focus}, job and host ({n} active)"
         if title != self._title:  # setting it, even unchanged, repaints the whole panel
             self._title = self.border_title = title
         self.set_class(any(a.severity >= 2 for a in view.active), "-firing")
