@@ -33,7 +33,7 @@ and says what is wrong and what to try.
   q            quit                       ?       this help
   p, space     pause/resume the display (live: sampling and recording go on)
   ↑ ↓ PgUp PgDn  scroll the alerts
-  g / G        one GPU's full panel: next / previous; Esc: all GPUs again
+  g / G        one GPU's full panel and its alerts: next / previous; Esc: all GPUs again
   n            next page of GPUs (where even one line each does not fit)
   r            start/stop recording to a file (live)
   s            the job's thread stacks (with the probe): where it hangs
