@@ -447,10 +447,10 @@ class TraintopApp(App):
 
     def action_unavailable(self, action: str) -> None:
         if action == "record":
-            self.say("Recording is for live data: a replay and the demo are recordings already.")
+            self.say("r records live data: this is a recording already.")  # whole at 80 columns
         elif action == "focus_gpu":
             n = len(self.last_view.gpus) if self.last_view else 0
-            self.say("One GPU only: nothing to focus (g shows one GPU of several)." if n == 1
+            self.say("One GPU only: nothing to focus." if n == 1
                      else "No GPU in view: nothing to focus.")
 
     def action_all_gpus(self) -> None:

@@ -638,7 +638,7 @@ def test_g_focuses_one_gpus_full_panel_and_esc_goes_back(sim_app, footer_text):
     run(go())
 
 
-def test_one_gpu_has_no_focus_key(sim_app, footer_text):
+def test_one_gpu_has_no_focus_key(sim_app, footer_text, screen_lines):
     async def go():
         app, _, _ = sim_app("starved")
         async with app.run_test(size=(80, 24)) as pilot:
@@ -647,7 +647,7 @@ def test_one_gpu_has_no_focus_key(sim_app, footer_text):
             await pilot.press("g")
             await pilot.pause()
             assert app.focused_gpu is None
-            assert "One GPU only: nothing to focus" in app.query_one(StatusBar).notice  # never silence
+            assert "One GPU only: nothing to focus." in screen_lines(app)[0]  # never silence
     run(go())
 
 
@@ -676,7 +676,7 @@ def test_views_hold_frozen_alerts_the_engine_cannot_change(sim_app):
         raise AssertionError("an alert view can be changed")
 
 
-def test_replay_keys_exist_only_in_replay_and_record_only_live(sim_app, demo_app, footer_text):
+def test_replay_keys_exist_only_in_replay_and_record_only_live(sim_app, demo_app, footer_text, screen_lines):
     async def go():
         app, monitor, feed = sim_app()
         async with app.run_test(size=(80, 24)) as pilot:
@@ -697,7 +697,7 @@ def test_replay_keys_exist_only_in_replay_and_record_only_live(sim_app, demo_app
             await pilot.press("r")
             await pilot.pause()
             assert monitor.recorder is None
-            assert "Recording is for live data" in app.query_one(StatusBar).notice
+            assert "r records live data: this is a recording already." in screen_lines(app)[0]  # whole at 80 columns
     run(go())
 
 
