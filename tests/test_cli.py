@@ -26,6 +26,8 @@ def test_version_and_help():
     (["--interval", "0"], "positive number of seconds"),
     (["--interval", "abc"], "expected seconds"),
     (["--interval", "1000"], "between"),
+    (["--fps", "0"], "expected a number above 0 and below 1000, got '0'"),
+    (["simulate", "--fps", "1000"], "above 0 and below 1000"),
     (["--pid", "-3"], "positive"),
     (["--only-gpus", "a,b"], "GPU indices like 0,1"),
     (["--only-gpus", ","], "names no GPU"),

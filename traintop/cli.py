@@ -43,7 +43,7 @@ def _positive_float(text: str) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
     if not 0 < v < 1000:
-        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1000, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a number above 0 and below 1000, got {text!r}")
     return v
 
 
