@@ -6,6 +6,7 @@ import os
 import pathlib
 import pty
 import select
+import shlex
 import signal
 import struct
 import subprocess
@@ -75,6 +76,13 @@ def test_the_job_reads_a_piped_stdin(env):
     r = subprocess.run([PY, "-m", "traintop", "run", "--no-ui", "--", PY, "-c", "print(input()[::-1])"],
                        input="olleh\n", capture_output=True, text=True, timeout=60, env=env)
     assert r.returncode == 0 and r.stdout == "hello\n"
+
+
+def test_the_started_line_quotes_the_command_as_a_shell_would(env):
+    r = run("--no-ui", "--", PY, "-c", "print(1)", env=env)
+    assert r.returncode == 0 and r.stdout == "1\n"
+    started = next(line for line in r.stderr.splitlines() if "started PID" in line)
+    assert f"{shlex.quote(PY)} -c 'print(1)';" in started
 
 
 @pytest.mark.parametrize("cmd,status", [

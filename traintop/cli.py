@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -255,7 +256,7 @@ def cmd_run(args) -> int:
     restore = forward_signals(job, args.grace, then=None)
     try:
         where = f"its output goes to {job.log_path}" if ui else f"its output is also in {job.log_path}"
-        echo(f"started PID {job.pid} with the probe: {one_line(' '.join(cmd), 200)}; {where}")
+        echo(f"started PID {job.pid} with the probe: {one_line(shlex.join(cmd), 200)}; {where}")
         if not ui and not args.no_ui:
             echo("no terminal here: running without the dashboard (as with --no-ui)")
         try:
