@@ -103,6 +103,7 @@ def test_an_uncaught_exception_gives_a_non_zero_exit(monkeypatch, sim_app):
         await pilot.press("question_mark")
 
     monkeypatch.setattr(TraintopApp, "action_help", broken)
+    monkeypatch.setattr(cli, "has_terminal", lambda: True)  # pytest's captured output is no terminal
     monkeypatch.setattr(TraintopApp, "run", lambda self: original_run(self, headless=True, size=(80, 24),
                                                                          auto_pilot=press_help))
     _, monitor, feed = sim_app()

@@ -207,3 +207,48 @@ def test_real_nvml_absent_here_is_a_clear_error():
     with pytest.raises(NoGpuError) as e:
         NvmlCollector()
     assert "\n" not in str(e.value)
+
+
+# -- the dashboard needs a terminal -----------------------------------------------------------
+
+FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "h200", "ddp-2rank.ttrec")
+
+
+@pytest.mark.parametrize("args", [
+    [],  # live (here: no GPU, the demo fallback)
+    ["--only-gpus", "0"],
+    ["--pid", str(os.getpid())],
+    ["simulate"],
+    ["demo"],
+    ["replay", FIXTURE],
+])
+def test_without_a_terminal_the_dashboard_refuses_in_one_line(args, tmp_path):
+    r = subprocess.run([sys.executable, "-m", "traintop", *args], stdin=subprocess.DEVNULL, capture_output=True,
+                       text=True, timeout=60, cwd=tmp_path)
+    assert r.returncode == 2
+    assert r.stdout == "" and "\x1b" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("traintop: no terminal here") and "traintop record FILE" in lines[0]
+
+
+def test_without_a_terminal_no_recording_is_left_behind(tmp_path):
+    for args in (["simulate", "--record", "s.ttrec"], ["--record", "l.ttrec"]):
+        r = traintop(*args, cwd=tmp_path, stdin=subprocess.DEVNULL)
+        assert r.returncode == 2 and "no terminal here" in r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_stdout_to_a_file_is_no_terminal_either(tmp_path):
+    """A terminal on stdin only (`traintop simulate > out`): still refused."""
+    master, slave = os.openpty()
+    try:
+        with open(tmp_path / "out", "w") as out:
+            r = subprocess.run([sys.executable, "-m", "traintop", "simulate"], stdin=slave, stdout=out,
+                               stderr=subprocess.PIPE, text=True, timeout=60)
+    finally:
+        os.close(slave)
+        os.close(master)
+    assert r.returncode == 2 and "no terminal here" in r.stderr
+    assert (tmp_path / "out").read_text() == ""
+

@@ -153,9 +153,38 @@ def _hook_summary(monitor) -> None:
         echo(problem)
 
 
+NO_TERMINAL = ("no terminal here: the dashboard needs one; to record headless use `traintop record FILE`, "
+               "for a report `traintop analyze FILE`, on a node `traintop agent`")
+
+
+def has_terminal() -> bool:
+    """stdin, stdout and stderr all terminals: the dashboard reads keys on stdin and draws on stderr
+    (Textual's choice); started from a script, cron or with output to a file it would draw escape
+    codes into the file and never end."""
+    for f in (sys.stdin, sys.stdout, sys.stderr):
+        try:
+            if f is None or not f.isatty():
+                return False
+        except (ValueError, OSError):  # closed
+            return False
+    return True
+
+
+def require_terminal() -> None:
+    if not has_terminal():
+        raise TraintopError(NO_TERMINAL)
+
+
+def _refuse_without_terminal(monitor) -> None:
+    if not has_terminal():
+        monitor.close()
+        raise TraintopError(NO_TERMINAL)
+
+
 def _run_app(args, monitor, feed, mode: str, banner: str | None = None, prepare=None) -> int:
     from traintop.app.factory import build_app
 
+    _refuse_without_terminal(monitor)
     app = build_app(monitor, feed, mode=mode, banner=banner, max_fps=args.fps)
     if prepare is not None:
         prepare(app)
@@ -171,6 +200,8 @@ def _run_app(args, monitor, feed, mode: str, banner: str | None = None, prepare=
 def cmd_live(args) -> int:
     from traintop import sessions
 
+    if args.record is not None:
+        require_terminal()  # before the recording is created: nothing left behind to remove
     explicit = args.pid is not None or args.record is not None
     try:
         monitor, feed = sessions.live_session(args.interval, pid=args.pid, record=args.record,
@@ -181,6 +212,7 @@ def cmd_live(args) -> int:
         monitor, feed = sessions.demo_session(config=args.thresholds)
         return _run_app(args, monitor, feed, "demo",
                         banner=f"No GPU here: playing the embedded demo (a recorded H200 session). {e}")
+    _refuse_without_terminal(monitor)  # before the notes below: one line, not three
     _attach_finding_hook(args, monitor, headless=False)
     banner = None if monitor.info.gpus else "No NVIDIA GPU visible: showing the host and the process only."
     if args.pid is not None and (note := _probe_dir_note()):
@@ -234,6 +266,8 @@ def cmd_demo(args) -> int:
 def cmd_simulate(args) -> int:
     from traintop import sessions
 
+    if args.record is not None:
+        require_terminal()  # before the recording is created: nothing left behind to remove
     monitor, feed = sessions.simulated_session(args.scenario, gpus=args.gpus, seed=args.seed,
                                                interval=args.interval, record=args.record, config=args.thresholds)
     _attach_finding_hook(args, monitor, headless=False)
@@ -247,7 +281,7 @@ def cmd_run(args) -> int:
     from traintop.text import one_line
 
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
-    ui = not args.no_ui and sys.stdin.isatty() and sys.stdout.isatty()
+    ui = not args.no_ui and has_terminal()
     base, note = private_base()
     if note:
         echo(one_line(note))
@@ -571,8 +605,9 @@ def cmd_cluster(args) -> int:
     from traintop.app.cluster import ClusterApp
     from traintop.cluster.commands import cluster_source
 
-    source = cluster_source(args)
+    source = cluster_source(args)  # a wrong URL or an empty Prometheus is said first
     try:
+        require_terminal()
         ClusterApp(source, url=source.prom.shown, job=args.job, refresh=args.refresh).run()
     finally:
         source.close()
