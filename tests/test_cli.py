@@ -252,3 +252,15 @@ def test_stdout_to_a_file_is_no_terminal_either(tmp_path):
     assert r.returncode == 2 and "no terminal here" in r.stderr
     assert (tmp_path / "out").read_text() == ""
 
+
+# -- a reader that goes away -------------------------------------------------------------------
+
+@pytest.mark.parametrize("args", [["config"], ["analyze", FIXTURE]])
+def test_a_closed_pipe_ends_quietly(args):
+    p = subprocess.Popen([sys.executable, "-m", "traintop", *args], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    p.stdout.close()  # the reader is gone before the first write: every write fails with EPIPE
+    err = p.stderr.read().decode()
+    assert p.wait(60) == 141
+    assert err == ""
+

@@ -714,6 +714,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # a reader that went away is found here, not in the interpreter's last flush
+        return code
+    except BrokenPipeError:
+        # `traintop config | head -2`: the reader has what it wanted. No traceback; exit as a
+        # command killed by SIGPIPE would (128 + 13), as `yes | head` does.
+        _stdout_to_devnull()
+        return 141
+
+
+def _stdout_to_devnull() -> None:
+    """What is still buffered for a closed pipe goes nowhere (Python would otherwise say so at exit)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
+
+def _main(argv: list[str] | None) -> int:
     args = parse_args(argv)
     try:
         if hasattr(args, "config"):
