@@ -48,6 +48,38 @@ def test_step_failure_and_missing_torch():
     assert s == {"PyTorch": "fail"}
 
 
+def test_missing_torch_in_traintops_own_python_is_only_info():
+    missing = {"error": "ModuleNotFoundError: No module named 'torch'", "missing": True}
+    (c,) = doctor.interpret_torch(missing, None, own=True)
+    assert c.status == "info" and "--python" in c.detail and "never needs it" in c.detail
+    # named with --python, the training environment must have it
+    assert statuses(doctor.interpret_torch(missing, None, own=False)) == {"PyTorch": "fail"}
+    # there but broken: a failure wherever it is
+    broken = {"error": "ImportError: libcudart.so.13: cannot open shared object file", "missing": False}
+    assert statuses(doctor.interpret_torch(broken, None, own=True)) == {"PyTorch": "fail"}
+
+
+@pytest.fixture
+def python_without_torch(tmp_path):
+    """A Python where `import torch` fails as it does where torch is not installed."""
+    path = tmp_path / "python"
+    path.write_text(f"#!/bin/sh\nexec {sys.executable} -c \"import sys; sys.modules['torch'] = None; "
+                    f"exec(sys.argv[1])\" \"$2\"\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_doctor_without_python_passes_where_its_own_python_has_no_torch(fake_nvml, monkeypatch,
+                                                                       python_without_torch):
+    nv, _ = fake_nvml(n=1)
+    monkeypatch.setattr(doctor.sys, "executable", python_without_torch)
+    checks = doctor.run(None, nvml=nv)
+    assert statuses(checks)["PyTorch"] == "info"
+    assert not [c for c in checks if c.status == "fail"]
+    checks = doctor.run(python_without_torch, nvml=nv)  # --python: the training environment's
+    assert statuses(checks)["PyTorch"] == "fail"
+
+
 def test_real_torch_probe_in_a_subprocess():
     pytest.importorskip("torch")
     checks = doctor.torch_checks(sys.executable, None)

@@ -29,7 +29,8 @@ out = {}
 try:
     import torch
 except Exception as e:
-    print(json.dumps({"error": f"{type(e).__name__}: {e}"})); raise SystemExit
+    missing = isinstance(e, ModuleNotFoundError) and e.name == "torch"
+    print(json.dumps({"error": f"{type(e).__name__}: {e}", "missing": missing})); raise SystemExit
 out["torch"] = torch.__version__
 out["cuda_runtime"] = torch.version.cuda
 out["available"] = bool(torch.cuda.is_available())
@@ -156,7 +157,12 @@ def nvml_checks(nvml=None) -> tuple[list[Check], str | None]:
         col.close()
 
 
-def torch_checks(python: str, driver_cuda: str | None, timeout: float = 180.0) -> list[Check]:
+OWN_PYTHON_HAS_NO_TORCH = ("no PyTorch in traintop's own Python (it never needs it): `traintop doctor --python "
+                           "/path/to/your/env/bin/python` checks your training environment")
+
+
+def torch_checks(python: str, driver_cuda: str | None, timeout: float = 180.0, own: bool = False) -> list[Check]:
+    """``own``: ``python`` is traintop's own interpreter (no --python given), where torch may well be absent."""
     try:
         r = subprocess.run([python, "-c", TORCH_PROBE], capture_output=True, text=True, timeout=timeout,
                            env=dict(os.environ, TRAINTOP_PROBE_DISABLE="1"))
@@ -171,10 +177,14 @@ def torch_checks(python: str, driver_cuda: str | None, timeout: float = 180.0) -
     except json.JSONDecodeError:
         err = (r.stderr.strip().splitlines() or ["no output"])[-1]
         return [Check("PyTorch", FAIL, f"the probe crashed: {err}", "Reinstall torch in that environment.")]
-    return interpret_torch(info, driver_cuda, python)
+    return interpret_torch(info, driver_cuda, python, own=own)
 
 
-def interpret_torch(info: dict, driver_cuda: str | None, python: str = "python") -> list[Check]:
+def interpret_torch(info: dict, driver_cuda: str | None, python: str = "python", own: bool = False) -> list[Check]:
+    if "error" in info and own and info.get("missing"):
+        # traintop is often installed apart from the training environment (scripts/traintop's
+        # venv never has torch): that is no failure; a torch that is there and broken is.
+        return [Check("PyTorch", INFO, OWN_PYTHON_HAS_NO_TORCH)]
     if "error" in info:
         return [Check("PyTorch", FAIL, f"{python}: {info['error']}",
                       "Install torch in the training environment, or point --python at it.")]
@@ -216,7 +226,7 @@ def interpret_torch(info: dict, driver_cuda: str | None, python: str = "python")
 
 def run(python: str | None = None, nvml=None, config_error: str | None = None) -> list[Check]:
     checks, driver_cuda = nvml_checks(nvml)
-    checks += torch_checks(python or sys.executable, driver_cuda)
+    checks += torch_checks(python or sys.executable, driver_cuda, own=python is None)
     if config_error:  # every other command refuses to start with it; doctor says what to fix
         checks.append(Check("config", FAIL, config_error,
                             "fix the file, or move it away to use the default thresholds"))
