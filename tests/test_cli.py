@@ -172,7 +172,11 @@ def test_an_unknown_threshold_name_points_to_the_list():
 
     assert r.returncode == 0
     assert all(f.name in r.stdout for f in fields(Thresholds))
-    assert any(ln.split()[:2] == ["idle_window_s", "7"] and "default 30" in ln for ln in r.stdout.splitlines())
+    lines = r.stdout.splitlines()
+    assert lines[1].split() == ["name", "in", "effect", "default", "range"]
+    assert any(ln.split() == ["idle_window_s", "7", "30", "1-600", "changed"] for ln in lines), r.stdout
+    # the others show their default too, and are not marked
+    assert any(ln.split()[:3] == ["starvation_window_s", "20", "20"] and not ln.endswith("changed") for ln in lines)
 
 
 def test_recording_to_a_directory_says_it_is_one(tmp_path):

@@ -102,5 +102,7 @@ def test_traintop_config_shows_each_range(tmp_path):
 
     r = subprocess.run([sys.executable, "-m", "traintop", "config"], capture_output=True, text=True, timeout=60,
                        env=dict(os.environ, XDG_CONFIG_HOME=str(tmp_path)))
-    rows = {ln.split()[0]: ln.split()[2] for ln in r.stdout.splitlines()[2:]}
-    assert rows == {name: f"{lo:g}-{hi:g}" for name, (lo, hi) in RANGES.items()}
+    rows = {ln.split()[0]: ln.split()[1:] for ln in r.stdout.splitlines()[2:]}
+    assert {k: v[2] for k, v in rows.items()} == {name: f"{lo:g}-{hi:g}" for name, (lo, hi) in RANGES.items()}
+    # every line: the value in effect, then the default (the same here: nothing is changed)
+    assert all(len(v) == 3 and v[0] == v[1] for v in rows.values()), r.stdout

@@ -44,15 +44,16 @@ def _unknown(key: str, names: set[str]) -> str:
 
 
 def describe_thresholds(values: Thresholds, path: str) -> str:
-    """Every threshold with its default and, where it differs, the value in effect."""
+    """Every threshold: the value in effect, its default and its range; "changed" marks a value
+    the config file or --set moved from its default."""
     rows = []
     for f in fields(Thresholds):
         now, default = getattr(values, f.name), getattr(DEFAULT, f.name)
         lo, hi = RANGES[f.name]
-        rows.append((f"  {f.name:<28} {now:>8g}  {f'{lo:g}-{hi:g}':<12}"
-                     + ("" if now == default else f" (default {default:g})")).rstrip())
+        rows.append(f"  {f.name:<28} {now:>9g} {default:>9g}  {f'{lo:g}-{hi:g}':<12}"
+                    f"{'' if now == default else ' changed'}".rstrip())
     head = (f"Rule thresholds: set them in {one_line(path)} under [thresholds], or with --set NAME=NUMBER.\n"
-            f"  {'name':<28} {'value':>8}  range")
+            f"  {'name':<28} {'in effect':>9} {'default':>9}  range")
     return "\n".join([head, *rows])
 
 
