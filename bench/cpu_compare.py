@@ -157,29 +157,53 @@ class Run:
         except psutil.Error:
             return None
 
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        for sig, wait in ((signal.SIGINT, 3), (signal.SIGTERM, 3), (signal.SIGKILL, 3)):
-            if self.proc.poll() is not None:
-                break
+    def signal_group(self, sig: int) -> None:
+        """Each command runs in a session of its own: its whole group, not only the process."""
+        if self.proc is not None and self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
-                break
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def close(self) -> None:
+        if self.proc is not None:
             try:
-                self.proc.wait(wait)
+                os.close(self.master)
+            except OSError:
+                pass
+
+
+def stop_all(runs: list[Run]) -> None:
+    """SIGINT, then SIGTERM, then SIGKILL to every command's group, all at once (3 s each step)."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
+        live = [r for r in runs if r.proc is not None and r.proc.poll() is None]
+        if not live:
+            break
+        for r in live:
+            r.signal_group(sig)
+        deadline = time.monotonic() + 3
+        for r in live:
+            try:
+                r.proc.wait(max(0.01, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                continue
-        try:
-            os.close(self.master)
-        except OSError:
-            pass
+                pass
+    for r in runs:
+        r.close()
+
+
+def _exit_on_signal(signum, _frame):
+    # SIGTERM or SIGHUP (a test run stopped, a closed terminal) would end this process at once
+    # and leave the commands it started, each in a session of its own, running: unwind instead,
+    # so that measure()'s finally stops them.
+    raise SystemExit(128 + signum)
 
 
 def measure(specs, seconds: float, warmup: float) -> list[dict]:
-    runs = [Run(sp[0], sp[1], *(sp[2] if len(sp) > 2 else ())) for sp in specs]
+    runs: list[Run] = []
+    old = {s: signal.signal(s, _exit_on_signal) for s in (signal.SIGTERM, signal.SIGHUP)}
     try:
+        for sp in specs:
+            runs.append(Run(sp[0], sp[1], *(sp[2] if len(sp) > 2 else ())))
         launched = time.monotonic()
         time.sleep(warmup)
         c0 = [r.cpu() for r in runs]
@@ -205,8 +229,13 @@ def measure(specs, seconds: float, warmup: float) -> list[dict]:
             out.append(row)
         return out
     finally:
-        for r in runs:
-            r.stop()
+        # a second signal (Ctrl-C pressed again) must not cut the stop short
+        held = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
+        try:
+            stop_all(runs)
+        finally:
+            for s, h in {**held, **old}.items():
+                signal.signal(s, h)
 
 
 def main() -> int:
