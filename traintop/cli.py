@@ -716,7 +716,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     try:
         code = _main(argv)
-        sys.stdout.flush()  # a reader that went away is found here, not in the interpreter's last flush
+        if sys.stdout is not None:  # a reader that went away is found here, not in the interpreter's last flush
+            sys.stdout.flush()
         return code
     except BrokenPipeError:
         # `traintop config | head -2`: the reader has what it wanted. No traceback; exit as a
