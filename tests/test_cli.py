@@ -268,3 +268,23 @@ def test_a_closed_pipe_ends_quietly(args):
     assert p.wait(60) == 141
     assert err == ""
 
+
+
+def test_cluster_without_a_terminal_refuses_after_checking_prometheus(monkeypatch, capsys):
+    from traintop.app.cluster import ClusterApp
+    from traintop.cluster import commands
+
+    closed = []
+
+    class Source:
+        class prom:
+            shown = "http://prometheus:9090"
+
+        def close(self):
+            closed.append(True)
+
+    monkeypatch.setattr(commands, "cluster_source", lambda args: Source())
+    monkeypatch.setattr(ClusterApp, "run", lambda self: pytest.fail("the dashboard started"))
+    assert cli.main(["cluster", "--prometheus", "http://prometheus:9090"]) == 2  # pytest's output: no terminal
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("traintop: no terminal here") and closed
