@@ -20,7 +20,7 @@ def test_seek_clamps_and_rebuilds_history(tmp_rec):
     feed = ReplayFeed(mon, RecordingReader(tmp_rec))
     feed.seek(sim.t0 + 150)
     assert mon.store.t_last == sim.t0 + 150
-    assert len(mon.store) == 151  # everything up to the point (within the warm window)
+    assert len(mon.store) == 121  # the 120 s the rules' windows look at (judged once in full, then taken up)
     feed.seek(sim.t0 - 99)
     assert feed.position == sim.t0 and len(mon.store) == 1
     feed.seek(sim.t0 + 10_000)
@@ -89,3 +89,46 @@ def test_simulate_starts_its_clock_at_launch():
     assert len(monitor.store) == 0
     feed.step()
     assert monitor.store.t_first >= launched - 0.01
+
+
+def _record_closed(path, scenario="starved", seconds=60):
+    """A recording as `traintop record` makes it: the alerts still up are closed at the last sample."""
+    sim = Simulator(scenario, interval=0.5, seed=4)
+    mon = Monitor(sim.info(), recorder=RecordingWriter(str(path), sim.info()))
+    for f in sim.frames(int(seconds / 0.5)):
+        mon.ingest(f)
+    mon.close()
+    return RecordingReader(str(path))
+
+
+def _shown(mon):
+    return [(a.rule, a.subject, a.start, a.end) for a in mon.engine.alerts]
+
+
+def test_a_seek_to_the_end_keeps_an_alert_the_session_ended_with(tmp_rec):
+    reader = _record_closed(tmp_rec)
+    (recorded,) = [a for a in reader.alerts() if a.rule == "starvation"]
+    assert recorded.end == reader.t_end  # closed because the recording stopped
+    # playing to the end shows it active
+    played = Monitor(reader.info)
+    ReplayFeed(played, RecordingReader(tmp_rec))._emit_until(reader.t_end)
+    assert ("starvation", "gpu0", recorded.start, None) in _shown(played)
+    for target in (reader.t_end, reader.t_end - 0.5, reader.t_end + 30):  # End, the last sample, past it
+        mon = Monitor(reader.info)
+        feed = ReplayFeed(mon, RecordingReader(tmp_rec))
+        feed.seek(feed.t_start + 5)
+        feed.seek(target)
+        assert [(a.rule, a.start) for a in mon.engine.active] == [("starvation", recorded.start)], target
+
+
+def test_a_seek_shows_an_alert_with_the_start_and_end_playing_gives(tmp_rec):
+    # the embedded demo carries no alerts of these rules: a seek must not start them at its window
+    path = sessions.demo_path()
+    played = Monitor(RecordingReader(path).info)
+    full = ReplayFeed(played, RecordingReader(path))
+    for frac in (0.5, 0.8, 1.0):
+        mon = Monitor(RecordingReader(path).info)
+        feed = ReplayFeed(mon, RecordingReader(path))
+        feed.seek_fraction(frac)
+        full._emit_until(feed.position)
+        assert _shown(mon) and _shown(mon) == _shown(played), frac

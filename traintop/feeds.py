@@ -17,6 +17,7 @@ from typing import Callable, Protocol
 from traintop.errors import RecordingError
 from traintop.monitor import Monitor
 from traintop.samples import Frame
+from traintop.store import Store
 
 Notify = Callable[[], None]
 
@@ -142,6 +143,10 @@ class ReplayFeed(Feed):
     # up to the target: the store needs only what the rules' windows and the sparklines
     # (240 samples) look at.
     TRUSTED_WARM_S = 120.0
+    # A recording without alerts these rules made (the demo, an nvidia-smi log, an older file,
+    # other thresholds) is judged once in full on its first seek when it is this short, so an
+    # alert seen after a seek has the start and end it has when the file plays from its start.
+    JUDGE_ALL_MAX_FRAMES = 5000
 
     def __init__(self, monitor: Monitor, reader, *, loop: bool = False, tick: float = 0.1) -> None:
         super().__init__(monitor, tick)
@@ -170,6 +175,7 @@ class ReplayFeed(Feed):
         self._stacks = stacks() if stacks is not None else []  # the probes' thread stacks, by time
         self._stack_times = [d.t for d in self._stacks]
         self._emitted_t: float | None = None
+        self._judged = self._recorded_alerts is not None
         if self.t_start is not None:
             self._open_at(self.t_start)
             self._emit_until(self.t_start)  # something to show before the clock starts
@@ -265,13 +271,16 @@ class ReplayFeed(Feed):
             return
         with self._lock:
             t = min(max(t, self.t_start), self.t_end)
+            if not self._judged:
+                self._judged = True
+                self._recorded_alerts = self._judge_all()
             self.monitor.reset()
             if self._recorded_alerts is not None:
                 # exactly the samples the view needs, decoded once (not the chunks around them)
                 self.monitor.ingest_many(list(self.reader.frames(t_from=max(self.t_start, t - self.TRUSTED_WARM_S),
                                                                  t_to=t)))
                 with self.monitor.lock:
-                    self.monitor.engine.restore(self._recorded_alerts, t)
+                    self.monitor.engine.restore(self._recorded_alerts, t, session_end=self.t_end)
                     self.monitor.engine.evaluate(self.monitor.store, t, force=True)  # evidence as of t
                 self._open_at(t, after=True)
             else:
@@ -281,6 +290,26 @@ class ReplayFeed(Feed):
             self.at_end = t >= self.t_end
             self._wall = None
         self._notify()
+
+    def _judge_all(self):
+        """Every alert these rules raise over the whole recording (closed at its last sample, as a
+        recording's are), or None when it is too long to judge at a seek."""
+        count = getattr(self.reader, "frame_count", None)
+        if count is not None and count > self.JUDGE_ALL_MAX_FRAMES:
+            return None
+        live = self.monitor.engine
+        engine = type(live)(rules=live.rules, config=live.config, eval_every_s=live.eval_every_s,
+                            max_history=live.max_history)
+        judge = Monitor(self.monitor.info, store=Store(self.monitor.store.capacity), engine=engine)
+        last = None
+        for n, f in enumerate(self.reader.frames(), 1):
+            if n > self.JUDGE_ALL_MAX_FRAMES:
+                return None
+            judge.ingest(f)
+            last = f.t
+        if last is not None:
+            engine.close_all(last)
+        return list(engine.alerts)
 
     def seek_relative(self, seconds: float) -> None:
         self.seek((self.position or 0.0) + seconds)

@@ -228,16 +228,21 @@ class RulesEngine:
         self._tracks.clear()
         self._last_eval = None
 
-    def restore(self, alerts: list[Alert], now: float) -> None:
+    def restore(self, alerts: list[Alert], now: float, session_end: float | None = None) -> None:
         """Take up the alerts a recording says were raised by ``now`` (a replay's seek): those
-        active then carry on, with their hysteresis, as if the rules had run up to ``now``."""
+        active then carry on, with their hysteresis, as if the rules had run up to ``now``.
+
+        An alert that ends at ``session_end`` (the recording's last sample) was closed because
+        the session stopped, not because its condition cleared: up to that sample it is active,
+        as it was when the recording played to its end."""
         import dataclasses
 
         self.reset()
         for a in sorted(alerts, key=lambda a: a.start):
             if a.start > now:
                 continue
-            a = dataclasses.replace(a, end=a.end if a.end is not None and a.end <= now else None)
+            ended = a.end is not None and a.end <= now and not (session_end is not None and a.end >= session_end)
+            a = dataclasses.replace(a, end=a.end if ended else None)
             self.alerts.append(a)
             if a.end is None:
                 self._tracks[(a.rule, a.subject)] = _Track(first_true=a.start, last_true=now, alert=a,
