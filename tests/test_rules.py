@@ -209,3 +209,27 @@ def test_a_changed_threshold_changes_the_verdict():
     for f in _frames(120, **busy):
         mon.ingest(f)
     assert "underuse" not in {a.rule for a in mon.engine.alerts}
+
+
+def test_underuse_does_not_advise_a_larger_batch_while_memory_creeps():
+    GiB = 1024 ** 3
+    low = dict(util=8.0, power_w=120.0, power_limit_w=700.0, mem_total=140 * GiB)
+    flat = next(a for a in _alerts(_frames(200, mem_used=10 * GiB, **low)) if a.rule == "underuse")
+    assert "free for larger batches" in flat.evidence
+    assert any("batch size" in r for r in flat.remedies)
+    # the same GPU with its memory rising 0.25 GiB/s: the creep comes first, a bigger batch would hasten the OOM
+    alerts = _alerts(_frames(200, mem_used=lambda k: 10 * GiB + k * 0.125 * GiB, **low))
+    assert "memory_creep" in {a.rule for a in alerts if a.active}
+    under = next(a for a in alerts if a.rule == "underuse")
+    assert "free for larger batches" not in under.evidence and "memory is creeping" in under.evidence
+    assert not any("batch size" in r for r in under.remedies)
+    # the evidence an alert keeps when it ends goes with its advice (not the sentence from before the creep)
+    mon = Monitor(Simulator("healthy").info())
+    frames = _frames(80, mem_used=10 * GiB, **low) + _frames(200, mem_used=lambda k: 10 * GiB + k * 0.125 * GiB, **low)[80:]
+    for f in frames:
+        mon.ingest(f)
+    (ended,) = [a for a in mon.engine.close_all(frames[-1].t) if a.rule == "underuse"]
+    assert "memory is creeping" in ended.evidence and not any("batch size" in r for r in ended.remedies)
+    # nearly full memory: no larger batch either
+    full = next(a for a in _alerts(_frames(200, mem_used=135 * GiB, **low)) if a.rule == "underuse")
+    assert "nearly full" in full.evidence and not any("batch size" in r for r in full.remedies)

@@ -23,14 +23,15 @@ from traintop.rules.underuse import Underuse
 
 # Bump when a rule's logic or default thresholds change: recordings made with another
 # version get their rules re-run by `traintop analyze` instead of trusting their alerts.
-RULES_VERSION = 5
+RULES_VERSION = 6
 
 
 def default_rules() -> list:
-    # Order matters: starvation defers to a saturated PCIe link, underuse to starvation; the straggler
-    # to a stall; imbalance to the straggler.
-    return [PcieBottleneck(), Stall(), Straggler(), Starvation(), Underuse(), ThermalThrottle(), PowerCapAtFullLoad(), MemoryCreep(),
-            Fragmentation(), TrainingOnCpu(), StepTimeRegression(), IdleWhileAlive(), OtherProcess(),
+    # Order matters: starvation defers to a saturated PCIe link, underuse to starvation (and does not
+    # advise a larger batch while memory creeps or fragments); the straggler to a stall; imbalance
+    # to the straggler.
+    return [PcieBottleneck(), Stall(), Straggler(), Starvation(), ThermalThrottle(), PowerCapAtFullLoad(), MemoryCreep(),
+            Fragmentation(), Underuse(), TrainingOnCpu(), StepTimeRegression(), IdleWhileAlive(), OtherProcess(),
             HostMemoryPressure(), Imbalance(), ClocksBelowMax(), GpuErrors()]
 
 

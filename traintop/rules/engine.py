@@ -10,8 +10,9 @@ numbers (``LAPSED``: the evidence follows them while the alert waits to clear).
 
 While an alert is up its evidence is the latest sentence (the numbers now); when it ends,
 it keeps the most informative sentence seen while its condition fully held: the one
-quoting the most measured figures, the latest of those on a tie. That is what a
-recording and ``analyze`` keep.
+quoting the most measured figures, the latest of those on a tie, with the advice that came
+with it (a finding may drop a remedy that does not fit now; a change of advice makes the
+older sentences stale). That is what a recording and ``analyze`` keep.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ class Finding:
     evidence: str
     severity: Severity | None = None  # None: the rule's default
     state: str = "holds"  # HOLDS, WEAK, LAPSED or REVERSED
+    remedies: tuple[str, ...] | None = None  # None: the rule's; a rule may drop advice that does not fit now
 
     @property
     def holding(self) -> bool:
@@ -199,16 +201,21 @@ class _Track:
     last_true: float | None = None
     alert: Alert | None = None
     best: str = ""  # the most informative evidence while the condition fully held
+    best_remedies: tuple[str, ...] | None = None  # the advice that came with it
 
-    def keep_if_better(self, evidence: str) -> None:
-        if informative(evidence) >= informative(self.best):
+    def keep_if_better(self, evidence: str, remedies: tuple[str, ...]) -> None:
+        # advice that changed (underuse once memory creeps) makes the older sentence stale
+        if remedies != self.best_remedies or informative(evidence) >= informative(self.best):
             self.best = evidence
+            self.best_remedies = remedies
 
     def end(self, now: float) -> Alert:
         a = self.alert
         a.end = now
         if self.best:
             a.evidence = self.best
+            if self.best_remedies is not None:
+                a.remedies = self.best_remedies
         return a
 
 
@@ -246,7 +253,7 @@ class RulesEngine:
             self.alerts.append(a)
             if a.end is None:
                 self._tracks[(a.rule, a.subject)] = _Track(first_true=a.start, last_true=now, alert=a,
-                                                           best=a.evidence)
+                                                           best=a.evidence, best_remedies=a.remedies)
         self.alerts = self.alerts[-self.max_history:]
         self._next_id = max((a.id for a in alerts), default=0) + 1
         self._last_eval = None
@@ -283,19 +290,23 @@ class RulesEngine:
                 tr.last_true = now
                 severity = finding.severity or rule.severity
                 if tr.alert is not None and tr.alert.active:
+                    remedies = rule.remedies if finding.remedies is None else finding.remedies
                     if finding.state == HOLDS:
-                        tr.keep_if_better(finding.evidence)
+                        tr.keep_if_better(finding.evidence, remedies)
                         severity = max(tr.alert.severity, severity)
                     else:
                         severity = tr.alert.severity
-                    if tr.alert.evidence != finding.evidence or tr.alert.severity != severity:
+                    if tr.alert.evidence != finding.evidence or tr.alert.severity != severity \
+                            or tr.alert.remedies != remedies:
                         tr.alert.evidence = finding.evidence
                         tr.alert.severity = severity
+                        tr.alert.remedies = remedies
                         changed.append(tr.alert)
                 elif finding.state == HOLDS and now - tr.first_true >= rule.raise_after:
                     tr.alert = Alert(rule.id, rule.title, subject, severity, now, finding.evidence,
-                                     rule.remedies, id=self._next_id)
-                    tr.best = finding.evidence
+                                     rule.remedies if finding.remedies is None else finding.remedies,
+                                     id=self._next_id)
+                    tr.best, tr.best_remedies = finding.evidence, tr.alert.remedies
                     self._next_id += 1
                     self.alerts.append(tr.alert)
                     changed.append(tr.alert)

@@ -20,8 +20,9 @@ class Underuse:
     severity = Severity.WARNING
     raise_after = 15.0
     clear_after = 20.0
+    RAISE_BATCH = "Raise the batch size while memory allows (scale the learning rate with it)."
     remedies = (
-        "Raise the batch size while memory allows (scale the learning rate with it).",
+        RAISE_BATCH,
         "Give each step more work: a larger model per GPU, longer sequences, or several jobs on one GPU (MPS/MIG).",
         "If the step is launch-bound (many tiny kernels), try torch.compile or CUDA graphs.",
         "Check that the input pipeline is not the limit (see data starvation).",
@@ -67,7 +68,10 @@ class Underuse:
                 continue
             text = (f"GPU {i} draws {p_mean:.0f} W of its {limit:.0f} W limit ({frac * 100:.0f} %) "
                     f"over the last {w:.0f} s at {u_mean:.0f} % utilization")
-            if g.mem_total and g.mem_used is not None:
+            memory_risk = self._memory_risk(ctx, g)
+            if memory_risk:
+                text += f"; {memory_risk}: fix that before raising the batch size"
+            elif g.mem_total and g.mem_used is not None:
                 text += f"; {fmt_bytes(g.mem_total - g.mem_used)} of memory is free for larger batches"
             main = max((m.cpu_percent or 0 for m in ctx.feed(i).main), default=0)  # this GPU's rank
             if main >= 85:
@@ -76,7 +80,20 @@ class Underuse:
             sm_active = ctx.gpu_mean(i, "sm_active", w)
             if sm_active is not None:
                 text += f"; SMs active {sm_active:.0f} % of the time (GPM)"
-            yield Finding(subject, text)
+            yield Finding(subject, text, remedies=tuple(r for r in self.remedies if r != self.RAISE_BATCH) if memory_risk else None)
+
+    MEMORY_RISKS = (("memory_creep", "its memory is creeping"), ("fragmentation", "its memory is fragmented"))
+
+    def _memory_risk(self, ctx: RuleContext, g) -> str:
+        """Why a larger batch is not the advice now: memory growing or fragmented on this GPU (those
+        rules run before this one), or nearly full."""
+        subject = gpu_subject(g.index)
+        for rule, why in self.MEMORY_RISKS:
+            if ctx.is_holding(rule, subject) or ctx.is_active(rule, subject):
+                return why
+        if g.mem_total and g.mem_used is not None and g.mem_used >= 0.9 * g.mem_total:
+            return "its memory is nearly full"
+        return ""
 
     def _util_only(self, ctx: RuleContext, g) -> Finding | None:
         """No power limit known (a dmon log): low utilization for a minute, with work going on."""
