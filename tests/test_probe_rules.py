@@ -164,3 +164,22 @@ def test_another_jobs_gpu_is_neither_other_process_nor_imbalance():
     info = SessionInfo(kind="live", gpus=(GpuInfo(index=0, name="H200"), GpuInfo(index=1, name="H200")))
     ids = {a.rule for a in run([frame(t) for t in range(90)], info).engine.alerts}
     assert "other_process" not in ids and "imbalance" not in ids
+
+
+def test_a_starvation_alert_ends_within_seconds_once_the_measured_wait_drops():
+    # 2 Hz; starved until t=60 s (the probe measures 60 % input wait), then fed (0 %): the 20 s
+    # mean stays above the threshold for ~10 s more, but the job is fed now
+    def frame(k):
+        t = k / 2
+        return Frame(t=t, gpus=gpu(util=50.0), process=job(t),
+                     ranks=(RankSample(pid=10, rank=0, cuda=True, allocated=30 * GiB, reserved=35 * GiB,
+                                       input_wait=0.6 if t < 60 else 0.0, steps=k, step_time=0.1),))
+    mon = Monitor(Simulator().info())
+    for k in range(2 * 90):
+        mon.ingest(frame(k))
+        a = next((a for a in mon.engine.alerts if a.rule == "starvation"), None)
+        if a is not None and a.active and k / 2 >= 61:
+            assert "60 %" not in a.evidence  # never the starved figure quoted as the wait now
+    (a,) = [a for a in mon.engine.alerts if a.rule == "starvation"]
+    assert a.start < 60 and a.end is not None and a.end <= 60 + 5
+    assert "% of the time over the last 20 s" in a.evidence  # the kept sentence names its window

@@ -61,6 +61,10 @@ class Starvation:
         "Log, print and checkpoint less often inside the training loop.",
     )
 
+    # The measured input wait over the last seconds: a job that is fed now ends the finding at once,
+    # not when the 20 s mean has worn off (a starved loader makes the step wait every second or two).
+    RECENT_WAIT_S = 5.0
+
     def evaluate(self, ctx: RuleContext):
         c = ctx.config
         w = c.starvation_window_s
@@ -96,18 +100,20 @@ class Starvation:
             cpu_note = load.sentence() if load.saturated else (
                 self._host_evidence(ctx) if gpus_in_job <= 1 else None)
             wait = ctx.input_wait(i, w)
+            recent_wait = ctx.input_wait(i, self.RECENT_WAIT_S)
+            fed_now = recent_wait is not None and recent_wait < c.starvation_fed_input_wait
             low_util_cpu_bound = mu < 60.0 and cpu_note is not None and mu >= 1.0
             holds = mu <= 90.0 and (is_spiky(1.0) or low_util_cpu_bound)
             weak = mu <= 90.0 and spiky
-            if wait is not None and wait >= c.starvation_input_wait:
-                holds = True  # the probe measured it: the job waits for its input
-            elif wait is not None and wait < c.starvation_fed_input_wait:
+            if fed_now or (wait is not None and wait < c.starvation_fed_input_wait):
                 # The probe says the loader keeps up: whatever the utilization and CPU say, this
                 # GPU is not starved by it (underuse, PCIe or a straggler explain it better).
                 holds = weak = False
+            elif wait is not None and wait >= c.starvation_input_wait:
+                holds = True  # the probe measured it: the job waits for its input
             if not (holds or weak):
                 if active:
-                    yield self._since(ctx, i, mu, wait)
+                    yield self._since(ctx, i, mu, recent_wait, wait)
                 continue
             if spiky:
                 gaps = _idle_gaps(pairs, c.starvation_idle_util)
@@ -128,19 +134,21 @@ class Starvation:
             if wait is not None:
                 ranks = [r for _, r in ctx.feed(i).ranks]
                 who = " and ".join(r.label for r in ranks) if any(r.rank is not None for r in ranks) else "the job"
-                text += f"; {who} waits for its next batch {wait * 100:.0f} % of the time (measured in the job)"
+                text += (f"; {who} waits for its next batch {wait * 100:.0f} % of the time over the last {w:.0f} s"
+                         " (measured in the job)")
             yield Finding(subject, text, state=HOLDS if holds else WEAK)
 
-    def _since(self, ctx: RuleContext, i: int, mu: float, wait: float | None) -> Finding:
+    def _since(self, ctx: RuleContext, i: int, mu: float, recent_wait: float | None, wait: float | None) -> Finding:
         """A raised alert whose condition no longer holds: plainly fed now (the measured wait far
         below the threshold, or the GPU busy without a gap for seconds) ends it at once."""
         c = ctx.config
         recent = ctx.gpu_window(i, "util", 5.0)
-        fed = (wait is not None and wait < c.starvation_fed_input_wait) or (
+        fed = any(x is not None and x < c.starvation_fed_input_wait for x in (recent_wait, wait)) or (
             len(recent) >= 3 and min(recent) >= c.starvation_busy_util and sum(recent) / len(recent) >= 90.0)
         text = f"GPU {i} no longer starved: mean utilization {mu:.0f} % over the last {c.starvation_window_s:.0f} s"
-        if wait is not None:
-            text += f"; the job waits for its next batch {wait * 100:.0f} % of the time (measured in the job)"
+        if recent_wait is not None or wait is not None:
+            x, span = (recent_wait, self.RECENT_WAIT_S) if recent_wait is not None else (wait, c.starvation_window_s)
+            text += f"; the job waits for its next batch {x * 100:.0f} % of the time over the last {span:.0f} s (measured in the job)"
         return Finding(gpu_subject(i), text, state=REVERSED if fed else LAPSED)
 
     @staticmethod
