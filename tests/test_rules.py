@@ -233,3 +233,15 @@ def test_underuse_does_not_advise_a_larger_batch_while_memory_creeps():
     # nearly full memory: no larger batch either
     full = next(a for a in _alerts(_frames(200, mem_used=135 * GiB, **low)) if a.rule == "underuse")
     assert "nearly full" in full.evidence and not any("batch size" in r for r in full.remedies)
+
+
+def test_a_remedy_names_the_real_pid_where_it_is_known():
+    from traintop.samples import GpuProcess, ProcessSample
+
+    proc = ProcessSample(pid=431, alive=True, name="python", cpu_percent=1.0)
+    frames = [Frame(t=1000 + k * 0.5, gpus=(GpuSample(index=0, util=0.0, power_w=80.0, power_limit_w=700.0,
+                                                     processes=(GpuProcess(431, 8 * 1024 ** 3),)),), process=proc)
+              for k in range(120)]
+    (a,) = [a for a in _alerts(frames) if a.rule == "idle_gpu"]
+    assert any("py-spy dump --pid 431 " in r for r in a.remedies)
+    assert not any("PID" in r for r in a.remedies)

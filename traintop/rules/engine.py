@@ -69,6 +69,24 @@ REVERSED = "reversed"  # it has plainly reversed (not noise): a raised alert end
 _FIGURE = re.compile(r"\d+(?:\.\d+)?")
 
 
+def _pid_for(ctx: "RuleContext", subject: str) -> int | None:
+    """The process a remedy's ``--pid PID`` means: the attached job, else the one process on that GPU."""
+    if ctx.process is not None:
+        return ctx.process.pid
+    if subject.startswith("gpu"):
+        procs = [p for g in ctx.gpus() if f"gpu{g.index}" == subject for p in g.processes]
+        if len(procs) == 1:
+            return procs[0].pid
+    return None
+
+
+def fill_pid(remedies: tuple[str, ...], pid: int | None) -> tuple[str, ...]:
+    """``py-spy dump --pid PID`` with the real PID where it is known."""
+    if pid is None:
+        return remedies
+    return tuple(r.replace("--pid PID", f"--pid {pid}") for r in remedies)
+
+
 def informative(evidence: str) -> int:
     """How many measured figures a sentence quotes."""
     return len(_FIGURE.findall(evidence))
@@ -289,8 +307,9 @@ class RulesEngine:
                     tr.first_true = now
                 tr.last_true = now
                 severity = finding.severity or rule.severity
+                remedies = fill_pid(rule.remedies if finding.remedies is None else finding.remedies,
+                                    _pid_for(ctx, subject))
                 if tr.alert is not None and tr.alert.active:
-                    remedies = rule.remedies if finding.remedies is None else finding.remedies
                     if finding.state == HOLDS:
                         tr.keep_if_better(finding.evidence, remedies)
                         severity = max(tr.alert.severity, severity)
@@ -304,8 +323,7 @@ class RulesEngine:
                         changed.append(tr.alert)
                 elif finding.state == HOLDS and now - tr.first_true >= rule.raise_after:
                     tr.alert = Alert(rule.id, rule.title, subject, severity, now, finding.evidence,
-                                     rule.remedies if finding.remedies is None else finding.remedies,
-                                     id=self._next_id)
+                                     remedies, id=self._next_id)
                     tr.best, tr.best_remedies = finding.evidence, tr.alert.remedies
                     self._next_id += 1
                     self.alerts.append(tr.alert)
