@@ -23,3 +23,27 @@ def test_loader_workers_have_one_figure_in_the_panel_and_the_alert():
     panel.view, panel.compact = view.process, True
     body, _ = panel._body(60)  # the panel's text, without an app to wrap it for
     assert f"({len(load.busy)} at {load.busy_mean:.0f} %)" in body.plain
+
+
+def test_a_job_that_had_the_probe_is_not_said_to_have_none_when_its_data_stops():
+    import dataclasses
+
+    from traintop.collectors.simulated import Simulator
+
+    sim = Simulator("healthy", seed=2, interval=0.5)
+    mon = Monitor(sim.info())
+    frames = sim.frames(40)
+    for f in frames:
+        mon.ingest(f)
+    assert build_view(mon).process.ranks and build_view(mon).process.probe_silent_s is None
+    last = frames[-1]
+    for k in range(1, 7):  # the job goes on, its probe sends nothing (idle, between phases, ending)
+        mon.ingest(dataclasses.replace(last, t=last.t + k * 0.5, ranks=()))
+    view = build_view(mon)
+    assert not view.process.ranks and view.process.probe_silent_s == 3.0
+    # a job never probed: nothing to say about a probe that went quiet
+    plain = Simulator("healthy", seed=2, interval=0.5, probe=False)
+    mon2 = Monitor(plain.info())
+    for f in plain.frames(10):
+        mon2.ingest(f)
+    assert build_view(mon2).process.probe_silent_s is None

@@ -30,6 +30,7 @@ class Monitor:
         self.source_error: str | None = None
         self.collector_errors: dict[str, str] = {}  # collector -> why it fails now (live sampling)
         self.ended_at: float | None = None
+        self.probe_seen_at: float | None = None  # the latest sample with the job's probe data (ranks)
         self.launched = False  # the attached process was started by `traintop run` (with the probe)
         self.job_end = None  # traintop.job.JobEnd of a launched job, as soon as it is reaped
         self.stacks: dict[int, StackDump] = {}  # the latest thread stacks of each probed process
@@ -89,6 +90,8 @@ class Monitor:
             if p is not None and not p.alive and self.ended_at is None:
                 self.ended_at = frame.t  # the history stays; the panel says when it ended
             self.store.add(frame)
+            if frame.ranks:
+                self.probe_seen_at = frame.t
             for dump in frame.stacks:
                 self.stacks[dump.pid] = dump
             changed = self.engine.evaluate(self.store, frame.t) if evaluate else []
@@ -110,6 +113,8 @@ class Monitor:
                 p = f.process
                 if p is not None and not p.alive and self.ended_at is None:
                     self.ended_at = f.t
+                if f.ranks:
+                    self.probe_seen_at = f.t
                 for dump in f.stacks:
                     self.stacks[dump.pid] = dump
             self.store.extend(frames)
@@ -145,6 +150,7 @@ class Monitor:
             self.store = Store(self.store.capacity)
             self.engine.reset()
             self.ended_at = None
+            self.probe_seen_at = None
             self.stacks = {}
 
     def close(self) -> None:

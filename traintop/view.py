@@ -69,6 +69,9 @@ class ProcessView:
     launched: bool = False  # started by `traintop run`: the probe was injected
     job_end: object | None = None  # traintop.job.JobEnd once a launched job has ended
     workers: WorkerLoad | None = None  # the tree's loader workers, by the rules' own definition
+    # No probe data in the latest sample although the job had the probe (idle, ended, stopped
+    # reporting): for how long. None: it has probe data now, or never had (then: no probe).
+    probe_silent_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -181,7 +184,9 @@ def build_view(monitor: Monitor, points: int = SERIES_POINTS) -> View:
         config = monitor.engine.config
         pview = ProcessView(proc, store.last(proc_key("cpu_percent"), points), monitor.ended_at, gpu_mem, ranks,
                             config, launched=monitor.launched, job_end=monitor.job_end,
-                            workers=WorkerLoad(proc.loader_workers, config.starvation_busy_worker_cpu) if proc else None)
+                            workers=WorkerLoad(proc.loader_workers, config.starvation_busy_worker_cpu) if proc else None,
+                            probe_silent_s=(frame.t - monitor.probe_seen_at) if frame is not None and not ranks
+                            and monitor.probe_seen_at is not None else None)
         if frame is not None and frame.stale_gpus and not monitor.source_error:
             stale = f"GPU {', '.join(map(str, frame.stale_gpus))}: the driver did not answer in time (data stale)"
         else:
