@@ -282,7 +282,12 @@ class ReplayFeed(Feed):
                 with self.monitor.lock:
                     self.monitor.engine.restore(self._recorded_alerts, t, session_end=self.t_end)
                     self.monitor.engine.evaluate(self.monitor.store, t, force=True)  # evidence as of t
+                    # the thread stacks that came with the frames up to t (the frames read here do not carry them)
+                    last = self.monitor.store.t_last
+                    for dump in self._stacks[:bisect.bisect_right(self._stack_times, last)] if last is not None else ():
+                        self.monitor.stacks[dump.pid] = dump
                 self._open_at(t, after=True)
+                self._emitted_t = self.monitor.store.t_last
             else:
                 self._open_at(max(self.t_start, t - self.WARM_S))
                 self._emit_until(t, rules_from=t - self.RULES_WARM_S)
