@@ -2,7 +2,10 @@
 
 Every value is a pure function of (seed, scenario, GPU, time), so a frame at a given
 time is the same however it is reached. Several GPUs play a DDP job: one process per rank
-(its GPU's process in NVML, its probe's device), each with its own loader workers. Shapes follow what an H200 shows (BRIEF.md):
+(its GPU's process in NVML, its probe's device), each with its own loader workers; the ranks
+step together, at the slowest rank's pace, as synchronous DDP ranks do. The host is sized
+for its GPUs (16 cores and 128 GiB per 2 GPUs) and its CPU and memory include the job's.
+Shapes follow what an H200 shows (BRIEF.md):
 healthy training pins utilization at 100 % with the power cap active; starvation
 alternates idle and busy every second or two with loader workers at 100 % CPU;
 underuse sits near 5 % utilization and ~120 W.
@@ -48,7 +51,10 @@ SCENARIO_HELP = {
 H200 = dict(name="NVIDIA H200", mem_total=143771 * MiB, power_limit_w=700.0,
             temp_slowdown_c=87.0, sm_clock_max=1980, mem_clock_max=3201)
 TRAIN_PID = 4242
-N_CORES = 16
+N_CORES = 16  # per 2 GPUs (at least 16)
+HOST_MEM = 128 * GiB  # per 2 GPUs (at least 128 GiB)
+STEP_S = {"healthy": 0.081, "starved": 0.80, "underused": 0.004, "thermal": 0.11, "memory_creep": 0.125,
+          "small_kernels": 0.012, "pcie_bound": 0.21, "slow_loader": 0.055, "collective_wait": 0.055}
 
 
 def _rng(*key) -> random.Random:
@@ -101,13 +107,17 @@ class Simulator:
 
     def frame_at(self, t: float) -> Frame:
         gpus = tuple(self._gpu(i, s, t) for i, s in enumerate(self.scenarios))
-        return Frame(t=t, gpus=gpus, host=self._host(t), process=self._process(t), ranks=self._ranks(t, gpus))
+        process = self._process(t)
+        return Frame(t=t, gpus=gpus, host=self._host(t, process), process=process, ranks=self._ranks(t, gpus))
 
     def _ranks(self, t: float, gpus) -> tuple[RankSample, ...]:
         """What a probe in each rank (one per GPU with a job) would report."""
         if not self.probe:
             return ()
         out = []
+        # synchronous DDP: every rank takes the slowest rank's step (the others wait in the all-reduce)
+        job_step = max((STEP_S[s] for s in self.scenarios if s != "idle"), default=0.1)
+        job_step *= 0.95 + 0.1 * _rng(self.seed, "step", round(t * 1000)).random()
         for g, scenario in zip(gpus, self.scenarios):
             if scenario == "idle" or not g.processes:
                 continue
@@ -117,10 +127,7 @@ class Simulator:
             allocated = int(reserved * (0.62 + 0.05 * r.random()))
             if scenario == "memory_creep":
                 allocated = int(reserved - 300 * MiB * r.random())
-            # slow_loader and collective_wait are the two ranks of one synchronous job: equal step times
-            step = {"healthy": 0.081, "starved": 0.80, "underused": 0.004, "thermal": 0.11,
-                    "memory_creep": 0.125, "small_kernels": 0.012, "pcie_bound": 0.21, "slow_loader": 0.055,
-                    "collective_wait": 0.055}[scenario] * (0.95 + 0.1 * r.random())
+            step = job_step
             wait = {"starved": 0.62, "underused": 0.01, "pcie_bound": 0.05, "slow_loader": 0.87,
                     "collective_wait": 0.36}.get(scenario, 0.02) * (0.9 + 0.2 * r.random())
             steps = int((t - self.t0) / step)
@@ -257,21 +264,30 @@ class Simulator:
             ecc_corrected=0, ecc_uncorrected=0,
         )
 
-    def _host(self, t: float) -> HostSample:
+    def _host(self, t: float, process: ProcessSample | None = None) -> HostSample:
+        """The host: the job's CPU (its busiest processes each on a core of their own) over a light
+        background, and the job's memory within what the host uses."""
         r = _rng(self.seed, "host", round(t * 1000))
         starved = "starved" in self.scenarios
-        cores = []
-        for c in range(N_CORES):
-            base = 6 + 8 * r.random()
-            if starved and c < 2 * self.scenarios.count("starved"):
-                base = 97 + 3 * r.random()
-            elif c == 2 * len(self.scenarios):
-                base = 35 + 10 * r.random()
-            cores.append(round(min(base, 100.0), 1))
-        total_mem = 128 * GiB
+        size = max(1, math.ceil(len(self.scenarios) / 2))
+        n_cores, total_mem = N_CORES * size, HOST_MEM * size
+        cores = [4 + 6 * r.random() for _ in range(n_cores)]
+        demand = sorted((m.cpu_percent or 0.0 for m in process.members), reverse=True) if process else []
+        c = 0
+        for d in demand:  # each process on the least loaded core it fits, the rest spread over the others
+            while d > 0.05 and c < n_cores:
+                take = min(d, 100.0 - cores[c])
+                cores[c] += take
+                d -= take
+                if cores[c] >= 99.95:
+                    c += 1
+                else:
+                    break
+        cores = [round(min(v, 100.0), 1) for v in cores]
+        others = int(total_mem * (0.08 + 0.01 * r.random()))
         return HostSample(
             cpu_percent=round(sum(cores) / len(cores), 1), per_core=tuple(cores),
-            iowait=round(0.5 + r.random(), 1), mem_used=int(total_mem * (0.22 + 0.01 * r.random())),
+            iowait=round(0.5 + r.random(), 1), mem_used=min(total_mem, others + (process.rss if process else 0)),
             mem_total=total_mem, swap_used=0, swap_total=0,
             disk_read=(180 if starved else 40) * MiB * (0.8 + 0.4 * r.random()), disk_write=2 * MiB * r.random(),
             net_rx=1 * MiB * r.random(), net_tx=0.5 * MiB * r.random(),

@@ -245,3 +245,18 @@ def test_a_remedy_names_the_real_pid_where_it_is_known():
     (a,) = [a for a in _alerts(frames) if a.rule == "idle_gpu"]
     assert any("py-spy dump --pid 431 " in r for r in a.remedies)
     assert not any("PID" in r for r in a.remedies)
+
+
+def test_gpus_busy_unequally_is_not_raised_when_the_lagging_gpus_own_finding_explains_it():
+    mon = run("starved,healthy", 0.5, gpus=2)
+    rules = {a.rule for a in mon.engine.alerts}
+    assert "starvation" in rules and "imbalance" not in rules  # GPU 0 lags because it is starved: said once
+
+
+def test_simulated_ddp_ranks_step_together_within_the_hosts_cpu_and_memory():
+    for mix, gpus in (("starved,healthy", 2), ("starved", 8), ("healthy,starved,underused,thermal,memory_creep,idle", 6)):
+        f = Simulator(mix, gpus=gpus, interval=1.0).frames(5)[-1]
+        assert len({r.steps_per_s for r in f.ranks}) == 1 and len({r.steps for r in f.ranks}) == 1, mix
+        h, p = f.host, f.process
+        assert p.cpu_percent <= sum(h.per_core) + 0.5 * len(h.per_core), mix  # 100 % = one core
+        assert p.cpu_percent <= 100 * len(h.per_core) and p.rss <= h.mem_used <= h.mem_total, mix

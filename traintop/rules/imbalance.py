@@ -7,6 +7,10 @@ from traintop.rules.collective import job_gpus
 from traintop.rules.engine import Finding, RuleContext, Severity
 
 
+# findings on the lagging GPU that explain its lower utilization (rules that run before this one)
+EXPLAINED_BY = ("starvation", "pcie", "underuse", "thermal")
+
+
 class Imbalance:
     id = "imbalance"
     title = "GPUs busy unequally"
@@ -36,6 +40,9 @@ class Imbalance:
             return
         hi = max(means, key=means.get)
         lo = min(means, key=means.get)
+        lagging = gpu_subject(lo)
+        if any(ctx.is_holding(r, lagging) or ctx.is_active(r, lagging) for r in EXPLAINED_BY):
+            return  # the lagging GPU's own finding says why it lags: "busy unequally" adds nothing
         if means[hi] >= 50 and means[hi] - means[lo] >= ctx.config.imbalance_gap:
             yield Finding("gpus", f"GPU {lo} averages {means[lo]:.0f} % utilization over the last {ctx.config.imbalance_window_s:.0f} s while "
                                   f"GPU {hi} averages {means[hi]:.0f} %")
