@@ -132,3 +132,14 @@ def test_a_seek_shows_an_alert_with_the_start_and_end_playing_gives(tmp_rec):
         feed.seek_fraction(frac)
         full._emit_until(feed.position)
         assert _shown(mon) and _shown(mon) == _shown(played), frac
+
+
+def test_a_long_recording_without_alerts_is_not_judged_in_full_at_a_seek(tmp_rec, monkeypatch):
+    make_recording(tmp_rec, n=200)  # no alerts table of these rules: a seek would judge it in full
+    monkeypatch.setattr(ReplayFeed, "JUDGE_ALL_MAX_GPU_SAMPLES", 100)
+    reader = RecordingReader(tmp_rec)
+    mon = Monitor(reader.info)
+    feed = ReplayFeed(mon, reader)
+    feed.seek(feed.t_start + 150)
+    assert feed._recorded_alerts is None  # too long: the rules re-run over the window before the target
+    assert mon.store.t_last == feed.t_start + 150

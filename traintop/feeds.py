@@ -144,9 +144,10 @@ class ReplayFeed(Feed):
     # (240 samples) look at.
     TRUSTED_WARM_S = 120.0
     # A recording without alerts these rules made (the demo, an nvidia-smi log, an older file,
-    # other thresholds) is judged once in full on its first seek when it is this short, so an
-    # alert seen after a seek has the start and end it has when the file plays from its start.
-    JUDGE_ALL_MAX_FRAMES = 5000
+    # other thresholds) is judged once in full on its first seek when it is this short (samples
+    # times GPUs: the rules cost ~0.5 ms a GPU-sample on 2 slow cores), so an alert seen after a
+    # seek has the start and end it has when the file plays from its start.
+    JUDGE_ALL_MAX_GPU_SAMPLES = 4000
 
     def __init__(self, monitor: Monitor, reader, *, loop: bool = False, tick: float = 0.1) -> None:
         super().__init__(monitor, tick)
@@ -299,8 +300,9 @@ class ReplayFeed(Feed):
     def _judge_all(self):
         """Every alert these rules raise over the whole recording (closed at its last sample, as a
         recording's are), or None when it is too long to judge at a seek."""
+        most = self.JUDGE_ALL_MAX_GPU_SAMPLES // max(1, len(self.monitor.info.gpus))
         count = getattr(self.reader, "frame_count", None)
-        if count is not None and count > self.JUDGE_ALL_MAX_FRAMES:
+        if count is not None and count > most:
             return None
         live = self.monitor.engine
         engine = type(live)(rules=live.rules, config=live.config, eval_every_s=live.eval_every_s,
@@ -308,7 +310,7 @@ class ReplayFeed(Feed):
         judge = Monitor(self.monitor.info, store=Store(self.monitor.store.capacity), engine=engine)
         last = None
         for n, f in enumerate(self.reader.frames(), 1):
-            if n > self.JUDGE_ALL_MAX_FRAMES:
+            if n > most:
                 return None
             judge.ingest(f)
             last = f.t
