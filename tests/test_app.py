@@ -6,6 +6,7 @@ import re
 from traintop.widgets.alerts_panel import AlertsPanel
 from traintop.widgets.gpu_panel import GpuPanel
 from traintop.widgets.help_screen import HelpScreen
+from traintop.widgets.process_panel import ProcessPanel
 from traintop.widgets.replay_bar import ReplayBar
 from traintop.widgets.status_bar import StatusBar
 
@@ -955,3 +956,33 @@ def test_one_gpus_view_shows_its_alerts_and_counts_the_others(sim_app):
             assert str(alerts.border_title) == f"Alerts ({len(everyone)} active)"
             assert "on other GPUs" not in alerts_text(app)
     run(go())
+
+
+def test_a_job_whose_probe_went_quiet_is_not_said_to_have_no_probe(demo_app):
+    """The demo job had the probe; its last sample carries no rank data. Alive (the demo's job
+    ends there: the view is made alive to show the panel's probe line, not the end line)."""
+    import dataclasses
+
+    async def go():
+        app, monitor, feed = demo_app(0)
+        feed.seek(feed.t_end)
+        async with app.run_test(size=(160, 48)) as pilot:
+            await pilot.pause()
+            app.refresh_view()
+            await pilot.pause()
+            pv = app.last_view.process
+            assert pv.probe_silent_s is not None and not pv.ranks
+            panel = app.query_one(ProcessPanel)
+            alive = dataclasses.replace(pv.sample, alive=True)
+            panel.show(dataclasses.replace(pv, ended_at=None, sample=alive), False)
+            await pilot.pause()
+            text = str(panel.render())
+            assert "Probe: no message for" in text and "No probe in this job" not in text
+    run(go())
+
+
+def test_the_all_gpus_subject_reads_as_words():
+    from traintop.widgets.alerts_panel import subject_label
+
+    assert subject_label("gpus") == "all GPUs" and subject_label("gpu3") == "GPU 3"
+    assert subject_label("host") == "host"

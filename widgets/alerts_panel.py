@@ -22,10 +22,15 @@ def _clock(t: float) -> str:
     return time.strftime("%H:%M:%S", time.localtime(t))
 
 
+SUBJECT_NAMES = {"gpus": "all GPUs"}  # the rules' own subjects that are not a GPU, said as a user reads them
+
+
 def subject_label(subject: str) -> str:
-    """"gpu3" -> "GPU 3"; "gpus", "host", "process" as they are. Alerts come from recordings
-    too: every text in them is outside text."""
-    return "GPU " + subject[3:] if subject[:3] == "gpu" and subject[3:].isdigit() else one_line(subject, 40)
+    """"gpu3" -> "GPU 3"; "gpus" -> "all GPUs"; "host", "process" as they are. Alerts come from
+    recordings too: every text in them is outside text."""
+    if subject[:3] == "gpu" and subject[3:].isdigit():
+        return "GPU " + subject[3:]
+    return SUBJECT_NAMES.get(subject) or one_line(subject, 40)
 
 
 def concerns(alert: AlertView, gpu: int) -> bool:

@@ -9,7 +9,7 @@ from traintop.widgets.lines import TextLines, fit_lines
 
 from traintop.rules.config import DEFAULT, Thresholds
 from traintop.text import one_line
-from traintop.units import fmt_bytes, fmt_rate
+from traintop.units import fmt_bytes, fmt_duration, fmt_rate
 from traintop.view import ProcessView, RankView
 from traintop.widgets.memory_chart import memory_chart
 
@@ -175,7 +175,11 @@ class ProcessPanel(TextLines):
             out.append("no data-loader workers seen", style="dim")
         if not v.ranks:
             out.append("\n")
-            out.append(NO_PROBE_YET if v.launched else NO_PROBE, style="dim")
+            if v.probe_silent_s is not None:  # it had the probe: not "no probe"
+                out.append(f"Probe: no message for {fmt_duration(v.probe_silent_s)} (the job had the probe; "
+                           "idle, or it stopped reporting)", style="dim")
+            else:
+                out.append(NO_PROBE_YET if v.launched else NO_PROBE, style="dim")
             return out, None
         for rv in v.ranks[:8]:
             out.append("\n")
