@@ -78,7 +78,7 @@ async def default_set(out_dir: str) -> None:
     # Every GPU on screen: the simulator playing eight ranks with one pathology each.
     for name, gpus, size in (("gpus8-80x24.svg", 8, (80, 24)), ("gpus8-160x48.svg", 8, (160, 48)),
                              ("gpus16-120x36.svg", 16, (120, 36))):
-        monitor, feed = sessions.simulated_session(EIGHT_RANKS, gpus=gpus, seed=7, realtime=False)
+        monitor, feed = sessions.simulated_session(EIGHT_RANKS, gpus=gpus, seed=7, realtime=False, history_s=120)
         await _shot(monitor, feed, "simulated", size, os.path.join(out_dir, name))
     # The attached view: real H200 recordings of probed jobs (attach by PID; two-rank DDP).
     fixtures = os.path.join(os.path.dirname(HERE), "tests", "fixtures", "h200")
