@@ -543,5 +543,5 @@ class TraintopApp(App):
         except TraintopError as e:
             self.say(f"Cannot record: {e}", "error")
             return
-        self.say(f"Recording to {short_path(path)}")
+        self.say(f"Recording: {short_path(path)}")
         self.refresh_view()

@@ -808,7 +808,7 @@ def test_recording_names_the_file_whole_at_80_columns(tmp_path, sim_app, screen_
             await pilot.pause()
             name = monitor.recorder.path.rsplit("/", 1)[1]
             top = screen_lines(app)[0]
-            assert f"Recording to /…/recordings/{name}" in top
+            assert f"Recording: /…/recordings/{name}" in top
             await pilot.press("r")
             await app.workers.wait_for_complete()
             await pilot.pause()
