@@ -137,3 +137,26 @@ def test_engine_states_reversed_ends_now_lapsed_waits_and_best_evidence_is_kept(
     eng.evaluate(store, 21.0)
     assert a.end == 21.0 and a.evidence == "GPU 0 at 10 % for 20 s, 3 gaps"  # most figures
     assert informative(a.evidence) == 4
+
+
+def test_alert_changes_count_starts_and_ends_not_evidence_that_moves():
+    """The dashboard draws at once when alert_changes moves, past its redraw cap: a finding's
+    evidence quotes live figures and changes nearly every second, which must not count."""
+    sim = Simulator("starved", gpus=1, interval=0.5, seed=3)
+    mon = Monitor(sim.info())
+    for _ in range(400):
+        mon.ingest(sim.next_frame())
+        if mon.engine.active:
+            break
+    assert mon.engine.active, "the simulated loader never raised a finding"
+    counted, evidence_only = mon.alert_changes, 0
+    shown = {(a.id, a.severity) for a in mon.engine.active}
+    for _ in range(60):
+        changed = mon.ingest(sim.next_frame())
+        now = {(a.id, a.severity) for a in mon.engine.active}
+        if now != shown:
+            counted, shown = counted + 1, now
+        elif changed:
+            evidence_only += 1
+        assert mon.alert_changes == counted
+    assert evidence_only > 0  # the moving evidence really happened, and did not count

@@ -25,7 +25,10 @@ class Monitor:
         self.engine = engine if engine is not None else default_engine()
         self.recorder = None
         self.lock = threading.RLock()
-        self.alert_changes = 0  # bumped when an alert starts, changes or ends: the dashboard draws it at once
+        # Bumped when an alert starts, ends or changes severity (not when only its evidence's
+        # figures move, as they do every second): the dashboard draws such a frame at once.
+        self.alert_changes = 0
+        self._alerts_shown: frozenset = frozenset()
         self.recording_error: str | None = None
         self.source_error: str | None = None
         self.collector_errors: dict[str, str] = {}  # collector -> why it fails now (live sampling)
@@ -82,6 +85,7 @@ class Monitor:
         with self.lock:
             self.hook = hook
             self._finding_events = FindingEvents(host or self.info.hostname or "localhost")
+            self._alerts_shown = frozenset(("hook attached",))  # the next evaluation tells it what is up
 
     def ingest(self, frame: Frame, evaluate: bool = True) -> list[Alert]:
         events = ()
@@ -95,11 +99,15 @@ class Monitor:
             for dump in frame.stacks:
                 self.stacks[dump.pid] = dump
             changed = self.engine.evaluate(self.store, frame.t) if evaluate else []
-            if changed:
-                self.alert_changes += 1
-            if self.hook is not None and evaluate:
-                events = self._finding_events.update(
-                    ((a.rule, a.severity, a.subject, a.title, a.evidence, a.start) for a in self.engine.active), frame.t)
+            if changed:  # something started, ended, or only its evidence moved: which?
+                active = self.engine.active
+                shown = frozenset((a.id, a.severity) for a in active)
+                if shown != self._alerts_shown:
+                    self._alerts_shown = shown
+                    self.alert_changes += 1
+                    if self.hook is not None:
+                        events = self._finding_events.update(
+                            ((a.rule, a.severity, a.subject, a.title, a.evidence, a.start) for a in active), frame.t)
         for event in events:
             self.hook.submit(event)  # a queue: the command runs on the hook's own thread
         self._record(frame, changed)
