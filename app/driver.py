@@ -52,12 +52,14 @@ class QuietLinuxDriver(LinuxDriver):
         parser = XTermParser(self._debug)
         decode = getincrementaldecoder("utf-8")().decode
 
+        knows_timeout = hasattr(parser, "_timeout_time")
+
         def wait_s() -> float | None:
-            due = getattr(parser, "_timeout_time", POLL_S)
+            if not knows_timeout:
+                return POLL_S
+            due = parser._timeout_time
             if due is None:
                 return None  # nothing pending: sleep until a key or the exit event
-            if due is POLL_S:
-                return POLL_S
             return max(0.0, due - get_time())
 
         def dispatch(ready, final: bool = False) -> None:

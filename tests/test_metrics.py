@@ -118,3 +118,10 @@ def test_every_series_the_rules_and_the_view_ask_for_exists():
                                                       "allocated", "cpu_percent"}
     for key in store.asked:
         check_key(key)
+
+
+def test_a_gpu_subject_and_its_index_go_both_ways():
+    from traintop.metrics import gpu_index, gpu_subject
+
+    assert all(gpu_index(gpu_subject(i)) == i for i in (0, 7, 15))
+    assert [gpu_index(s) for s in ("gpus", "host", "gpu", "gpux", "rank3", "gpu-1")] == [None] * 6

@@ -21,6 +21,7 @@ from traintop.monitor import Monitor
 from traintop.rules import Severity, Thresholds, default_engine
 from traintop.text import plain
 from traintop.units import GiB, fmt_duration
+from traintop.metrics import gpu_index
 
 # What a finding costs, in GPU time: the GPU's idle share (or its clock's shortfall) while it
 # lasted. A finding about the job's GPUs together ("gpus": imbalance) costs every GPU's idle
@@ -265,8 +266,9 @@ def _report(source, name, alerts, accs, first, last, n, notes=()) -> Report:
 
 def _gpus_of(subject: str, accs: dict) -> list:
     """The GPUs a finding is about: one ("gpu3"), all of them ("gpus"), or none (host, process, a rank)."""
-    if subject.startswith("gpu") and subject[3:].isdigit():
-        return [accs[int(subject[3:])]] if int(subject[3:]) in accs else []
+    i = gpu_index(subject)
+    if i is not None:
+        return [accs[i]] if i in accs else []
     return list(accs.values()) if subject == "gpus" else []
 
 

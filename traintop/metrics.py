@@ -103,6 +103,11 @@ def gpu_subject(index: int) -> str:
     return f"gpu{index}"
 
 
+def gpu_index(subject: str) -> int | None:
+    """The GPU a finding's subject names ("gpu3" -> 3); None for any other subject."""
+    return int(subject[3:]) if subject[:3] == "gpu" and subject[3:].isdigit() else None
+
+
 def _group(prefix: str, sample, names: tuple[str, ...], derived: dict) -> Iterator[tuple[str, float | None]]:
     for name in names:
         yield prefix + name, getattr(sample, name)

@@ -14,6 +14,7 @@ from traintop.view import AlertView, View
 from traintop.widgets.render import SEVERITY_ICON, SEVERITY_STYLE
 from traintop.widgets.lines import TextLines, line_signature
 from traintop.widgets.wrap import hang_wrap, keep_units
+from traintop.metrics import gpu_index
 
 Paragraph = tuple[Text, int]  # a logical line and the indent of its wrapped continuation lines
 
@@ -28,15 +29,15 @@ SUBJECT_NAMES = {"gpus": "all GPUs"}  # the rules' own subjects that are not a G
 def subject_label(subject: str) -> str:
     """"gpu3" -> "GPU 3"; "gpus" -> "all GPUs"; "host", "process" as they are. Alerts come from
     recordings too: every text in them is outside text."""
-    if subject[:3] == "gpu" and subject[3:].isdigit():
-        return "GPU " + subject[3:]
+    if (i := gpu_index(subject)) is not None:
+        return f"GPU {i}"
     return SUBJECT_NAMES.get(subject) or one_line(subject, 40)
 
 
 def concerns(alert: AlertView, gpu: int) -> bool:
     """Whether an alert is about ``gpu`` or about no single GPU (the job, the host, all GPUs)."""
     subject = alert.subject
-    return not (subject[:3] == "gpu" and subject[3:].isdigit()) or subject == f"gpu{gpu}"
+    return gpu_index(subject) in (None, gpu)
 
 
 def watched(view: View | None) -> str:

@@ -10,6 +10,7 @@ from traintop.cluster.fetch import ClusterData, GpuData, _int, choose_step
 from traintop.cluster.promapi import Grid, Prometheus, Series
 from traintop.samples import Frame, GpuInfo, GpuSample, SessionInfo
 from traintop.units import MiB
+from traintop.metrics import gpu_index
 
 # field -> (DCGM series, scale to traintop's sample unit)
 FIELDS = {
@@ -116,8 +117,8 @@ def dcgm_findings(prom: Prometheus, start: float, end: float, step: float | None
         monitor.close()
         for a in monitor.engine.alerts:
             lost = 0.0
-            if a.subject.startswith("gpu") and a.subject[3:].isdigit() and (host, int(a.subject[3:])) in data.gpus:
-                g = data.gpus[(host, int(a.subject[3:]))]
+            g = data.gpus.get((host, gpu_index(a.subject)))
+            if g is not None:
                 if a.rule in R.WASTE_FROM_UTIL:
                     lost = R._lost_hours(g.util, a.start, a.end, step, lambda v: 1 - v)
                 elif a.rule in R.WASTE_FROM_CLOCK:

@@ -18,6 +18,7 @@ from traintop.cluster.fetch import ClusterData, GpuData
 from traintop.rules import Severity, default_rules
 from traintop.text import one_line
 from traintop.units import GiB, fmt_duration
+from traintop.metrics import gpu_index
 
 
 @dataclass
@@ -120,8 +121,8 @@ def agent_findings(data: ClusterData) -> list[ClusterFinding]:
             b_end = min(b + data.step, data.end)
             evidence = f"{host}'s agent judged it over {fmt_duration(b_end - a)}"
             lost = 0.0
-            if subject.startswith("gpu") and subject[3:].isdigit():
-                g = data.gpus.get((host, int(subject[3:])))
+            if (i := gpu_index(subject)) is not None:
+                g = data.gpus.get((host, i))
                 if g is not None:
                     detail = _gpu_evidence(g, a, b_end)
                     evidence += f"; GPU {g.index} meanwhile: {detail}" if detail else ""
@@ -182,9 +183,10 @@ def findings_of(data: ClusterData) -> tuple[list[ClusterFinding], list[ClusterFi
 
 
 def _explaining(f: ClusterFinding, lagging: list):
-    if f.rule not in EXPLAINED_BY_STRAGGLER or not (f.subject.startswith("gpu") and f.subject[3:].isdigit()):
+    i = gpu_index(f.subject)
+    if f.rule not in EXPLAINED_BY_STRAGGLER or i is None:
         return None
-    gpu = (f.host, int(f.subject[3:]))
+    gpu = (f.host, i)
     for c, cf, slow, job_gpus in lagging:
         if gpu not in job_gpus:
             continue
@@ -296,8 +298,8 @@ def render_text(r: ClusterReport) -> str:
 
 
 def _subject(s: str) -> str:
-    if s.startswith("gpu") and s[3:].isdigit():
-        return f"GPU {s[3:]}"
+    if (i := gpu_index(s)) is not None:
+        return f"GPU {i}"
     if s.startswith("rank") and s[4:].isdigit():
         return f"rank {s[4:]}"
     return s

@@ -73,8 +73,9 @@ def _pid_for(ctx: "RuleContext", subject: str) -> int | None:
     """The process a remedy's ``--pid PID`` means: the attached job, else the one process on that GPU."""
     if ctx.process is not None:
         return ctx.process.pid
-    if subject.startswith("gpu"):
-        procs = [p for g in ctx.gpus() if f"gpu{g.index}" == subject for p in g.processes]
+    i = metrics.gpu_index(subject)
+    if i is not None:
+        procs = [p for g in ctx.gpus() if g.index == i for p in g.processes]
         if len(procs) == 1:
             return procs[0].pid
     return None
