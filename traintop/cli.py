@@ -170,21 +170,18 @@ def has_terminal() -> bool:
     return True
 
 
-def require_terminal() -> None:
+def require_terminal(monitor=None) -> None:
+    """One line and exit 2 where the dashboard cannot draw; a session already built is closed."""
     if not has_terminal():
-        raise TraintopError(NO_TERMINAL)
-
-
-def _refuse_without_terminal(monitor) -> None:
-    if not has_terminal():
-        monitor.close()
+        if monitor is not None:
+            monitor.close()
         raise TraintopError(NO_TERMINAL)
 
 
 def _run_app(args, monitor, feed, mode: str, banner: str | None = None, prepare=None) -> int:
     from traintop.app.factory import build_app
 
-    _refuse_without_terminal(monitor)
+    require_terminal(monitor)
     app = build_app(monitor, feed, mode=mode, banner=banner, max_fps=args.fps)
     if prepare is not None:
         prepare(app)
@@ -212,7 +209,7 @@ def cmd_live(args) -> int:
         monitor, feed = sessions.demo_session(config=args.thresholds)
         return _run_app(args, monitor, feed, "demo",
                         banner=f"No GPU here: playing the embedded demo (a recorded H200 session). {e}")
-    _refuse_without_terminal(monitor)  # before the notes below: one line, not three
+    require_terminal(monitor)  # before the notes below: one line, not three
     _attach_finding_hook(args, monitor, headless=False)
     banner = None if monitor.info.gpus else "No NVIDIA GPU visible: showing the host and the process only."
     if args.pid is not None and (note := _probe_dir_note()):
