@@ -101,11 +101,11 @@ class Starvation:
                 self._host_evidence(ctx) if gpus_in_job <= 1 else None)
             wait = ctx.input_wait(i, w)
             recent_wait = ctx.input_wait(i, self.RECENT_WAIT_S)
-            fed_now = recent_wait is not None and recent_wait < c.starvation_fed_input_wait
+            probe_says_fed = any(x is not None and x < c.starvation_fed_input_wait for x in (recent_wait, wait))
             low_util_cpu_bound = mu < 60.0 and cpu_note is not None and mu >= 1.0
             holds = mu <= 90.0 and (is_spiky(1.0) or low_util_cpu_bound)
             weak = mu <= 90.0 and spiky
-            if fed_now or (wait is not None and wait < c.starvation_fed_input_wait):
+            if probe_says_fed:
                 # The probe says the loader keeps up: whatever the utilization and CPU say, this
                 # GPU is not starved by it (underuse, PCIe or a straggler explain it better).
                 holds = weak = False
@@ -113,7 +113,7 @@ class Starvation:
                 holds = True  # the probe measured it: the job waits for its input
             if not (holds or weak):
                 if active:
-                    yield self._since(ctx, i, mu, recent_wait, wait)
+                    yield self._since(ctx, i, mu, recent_wait, wait, probe_says_fed)
                 continue
             if spiky:
                 gaps = _idle_gaps(pairs, c.starvation_idle_util)
@@ -138,12 +138,13 @@ class Starvation:
                          " (measured in the job)")
             yield Finding(subject, text, state=HOLDS if holds else WEAK)
 
-    def _since(self, ctx: RuleContext, i: int, mu: float, recent_wait: float | None, wait: float | None) -> Finding:
+    def _since(self, ctx: RuleContext, i: int, mu: float, recent_wait: float | None, wait: float | None,
+               probe_says_fed: bool) -> Finding:
         """A raised alert whose condition no longer holds: plainly fed now (the measured wait far
         below the threshold, or the GPU busy without a gap for seconds) ends it at once."""
         c = ctx.config
         recent = ctx.gpu_window(i, "util", 5.0)
-        fed = any(x is not None and x < c.starvation_fed_input_wait for x in (recent_wait, wait)) or (
+        fed = probe_says_fed or (
             len(recent) >= 3 and min(recent) >= c.starvation_busy_util and sum(recent) / len(recent) >= 90.0)
         text = f"GPU {i} no longer starved: mean utilization {mu:.0f} % over the last {c.starvation_window_s:.0f} s"
         if recent_wait is not None or wait is not None:
