@@ -480,7 +480,7 @@ def cmd_config(args) -> int:
 # -- commands: one add_NAME (its parser) and one cmd_NAME (what it does) each ------------------
 
 def add_demo(sub) -> None:
-    p = sub.add_parser("demo", help="play the embedded demo (a recorded H200 session)",
+    p = sub.add_parser("demo", help=SUMMARIES["demo"],
                        description="Play the embedded demo: a real H200 training run, replayed in a loop.")
     add_display(p)
     add_thresholds(p)
@@ -491,7 +491,7 @@ def add_simulate(sub) -> None:
     from traintop.collectors.simulated import SCENARIO_HELP
 
     scen = "; ".join(f"{k}: {v}" for k, v in SCENARIO_HELP.items())
-    p = sub.add_parser("simulate", help="watch a simulated GPU play a pathology",
+    p = sub.add_parser("simulate", help=SUMMARIES["simulate"],
                        description="Watch a seeded simulator play a pathology in the dashboard.")
     g = p.add_argument_group("simulator")
     g.add_argument("--scenario", default="starved", metavar="NAME",
@@ -507,7 +507,7 @@ def add_simulate(sub) -> None:
 
 
 def add_record(sub) -> None:
-    p = sub.add_parser("record", help="record headless (no UI) until Ctrl-C, SIGTERM or --duration",
+    p = sub.add_parser("record", help=SUMMARIES["record"],
                        description="Record headless (no UI) until Ctrl-C, SIGTERM or --duration.")
     p.add_argument("file", metavar="FILE", help="the recording to create (never overwritten)")
     g = p.add_argument_group("recording")
@@ -527,7 +527,7 @@ def add_record(sub) -> None:
 def add_run(sub) -> None:
     from traintop.job import DEFAULT_GRACE_S
 
-    p = sub.add_parser("run", help="start a training command with the probe and attach to it",
+    p = sub.add_parser("run", help=SUMMARIES["run"],
                        description="Start a training command with the probe injected (no code change) and "
                        "watch it. Options of traintop go before `--`; everything after it is the command.")
     g = p.add_argument_group("job")
@@ -550,7 +550,7 @@ def add_run(sub) -> None:
 
 
 def add_doctor(sub) -> None:
-    p = sub.add_parser("doctor", help="preflight: GPU visible, driver vs torch, a step on cuda",
+    p = sub.add_parser("doctor", help=SUMMARIES["doctor"],
                        description="Preflight checks, each pass/warn/fail with the fix.")
     p.add_argument("--python", metavar="PATH", help="the training environment's python (default: this one)")
     p.add_argument("--json", action="store_true", help="JSON instead of text")
@@ -560,8 +560,7 @@ def add_doctor(sub) -> None:
 def add_analyze(sub) -> None:
     from traintop.cluster.commands import add_analyze_options
 
-    p = sub.add_parser("analyze", help="report the findings of a recording, an nvidia-smi log or a cluster "
-                       "in Prometheus (no UI)",
+    p = sub.add_parser("analyze", help=SUMMARIES["analyze"],
                        description="Report the findings of a recording, an nvidia-smi log or a time range of a "
                        "cluster in Prometheus (no UI).")
     p.add_argument("file", metavar="FILE", nargs="?",
@@ -579,7 +578,7 @@ def add_analyze(sub) -> None:
 
 
 def add_replay(sub) -> None:
-    p = sub.add_parser("replay", help="replay a recording or an nvidia-smi log in the dashboard",
+    p = sub.add_parser("replay", help=SUMMARIES["replay"],
                        description="Replay a recording or an nvidia-smi log in the dashboard.")
     p.add_argument("file", metavar="FILE", help="a traintop recording (.ttrec) or an nvidia-smi CSV/dmon log")
     g = p.add_argument_group("replay")
@@ -591,7 +590,7 @@ def add_replay(sub) -> None:
 
 
 def add_config(sub) -> None:
-    p = sub.add_parser("config", help="list every rule threshold: its name, default and the value in effect",
+    p = sub.add_parser("config", help=SUMMARIES["config"],
                        description="List every rule threshold: its name, its default and the value in effect "
                        "(after the config file and --set).")
     add_thresholds(p)

@@ -9,7 +9,7 @@ def add_agent(sub) -> None:
     from traintop import cli
     from traintop.cluster.agent import DEFAULT_LISTEN
 
-    p = sub.add_parser("agent", help="one per node: sample, judge and serve Prometheus metrics (no UI)",
+    p = sub.add_parser("agent", help=cli.SUMMARIES["agent"],
                        description="Sample the GPUs, the host and every probed job here, run the rules, and serve "
                        "the result as Prometheus metrics (or a file for node_exporter). See docs/CLUSTER.md.")
     g = p.add_argument_group("serving")
@@ -74,7 +74,7 @@ def cmd_analyze_prometheus(args) -> int:
 
 
 def add_cluster(sub, handler) -> None:
-    p = sub.add_parser("cluster", help="the dashboard over many hosts, read from Prometheus",
+    p = sub.add_parser("cluster", help=cli.SUMMARIES["cluster"],
                        description="Every host's GPUs, every rank's step time and input wait, and the cluster's "
                        "findings, read from Prometheus (traintop agents, or dcgm-exporter alone).")
     p.add_argument("--prometheus", metavar="URL", required=True, help="Prometheus's address (http://host:9090)")
