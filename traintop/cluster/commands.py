@@ -74,6 +74,8 @@ def cmd_analyze_prometheus(args) -> int:
 
 
 def add_cluster(sub, handler) -> None:
+    from traintop import cli
+
     p = sub.add_parser("cluster", help=cli.SUMMARIES["cluster"],
                        description="Every host's GPUs, every rank's step time and input wait, and the cluster's "
                        "findings, read from Prometheus (traintop agents, or dcgm-exporter alone).")
