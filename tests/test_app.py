@@ -406,7 +406,7 @@ def test_process_panel_reads_the_starvation_thresholds_from_the_view():
     rv = RankView(RankSample(pid=1, rank=0, cuda=True, input_wait=0.5), 0, None, [], [], [], [])
 
     def style_of_wait(thresholds):
-        line = rank_line(rv, thresholds)
+        line = rank_line(rv, thresholds).to_text()
         start = line.plain.index("input wait")
         return {str(s.style) for s in line.spans if s.start <= start < s.end}
 
@@ -902,7 +902,7 @@ def test_memory_chart_names_its_unit_and_keeps_the_legend_off_the_data():
     alloc = [(10 + i * 0.1) * gib for i in range(100)]
     res = [(20 + i * 0.1) * gib for i in range(100)]
     nvml = [(25 + i * 0.1) * gib for i in range(100)]
-    lines = memory_chart(alloc, res, nvml, 56, 8).plain.split("\n")
+    lines = [line.plain for line in memory_chart(alloc, res, nvml, 56, 8)]
     assert len(lines) <= 8 and all(len(line) <= 56 for line in lines)
     assert lines[0].startswith("GiB") and all(n in lines[0] for n in ("GPU used (NVML)", "reserved", "allocated"))
     plot = "\n".join(lines[1:])

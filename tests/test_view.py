@@ -22,7 +22,7 @@ def test_loader_workers_have_one_figure_in_the_panel_and_the_alert():
     panel = ProcessPanel()
     panel.view, panel.compact = view.process, True
     body, _ = panel._body(60)  # the panel's text, without an app to wrap it for
-    assert f"({len(load.busy)} at {load.busy_mean:.0f} %)" in body.plain
+    assert f"({len(load.busy)} at {load.busy_mean:.0f} %)" in "\n".join(line.plain for line in body)
 
 
 def test_a_job_that_had_the_probe_is_not_said_to_have_none_when_its_data_stops():

@@ -12,11 +12,12 @@ from traintop.text import one_line
 from traintop.units import fmt_duration
 from traintop.view import AlertView, View
 from traintop.widgets.render import SEVERITY_ICON, SEVERITY_STYLE
-from traintop.widgets.lines import TextLines, line_signature
+from traintop.widgets.line import Line
+from traintop.widgets.lines import TextLines, join_lines, line_signature
 from traintop.widgets.wrap import hang_wrap, keep_units
 from traintop.metrics import gpu_index
 
-Paragraph = tuple[Text, int]  # a logical line and the indent of its wrapped continuation lines
+Paragraph = tuple[Text | Line, int]  # a logical line and the indent of its wrapped continuation lines
 
 
 def _clock(t: float) -> str:
@@ -61,31 +62,27 @@ def watched(view: View | None) -> str:
 def alert_paragraphs(active, recent, now: float | None, compact: bool, watching: str = "") -> list[Paragraph]:
     out: list[Paragraph] = []
     if not active:
-        line = Text("✔ No problems detected", style="bold green")
+        line = Line("✔ No problems detected", "bold green")
         if now is not None and watching:
-            line.append(f" — {watching}.", style="dim")
+            line.append(f" — {watching}.", "bold green dim")
         out.append((line, 2))
     for k, a in enumerate(active):
         if k:
-            out.append((Text(), 0))
+            out.append((Line(), 0))
         style = SEVERITY_STYLE.get(int(a.severity), "")
-        head = Text(f"{SEVERITY_ICON.get(int(a.severity), '•')} {one_line(a.title, 200)}", style=style)
+        head = Line(f"{SEVERITY_ICON.get(int(a.severity), '•')} {one_line(a.title, 200)}", style)
         since = f" · {subject_label(a.subject)} · since {_clock(a.start)}"
         if now is not None:
             since += f" ({fmt_duration(now - a.start)})"
-        head.append(keep_units(since), style="dim")
-        out.append((head, 2))
-        out.append((Text("  " + keep_units(one_line(a.evidence, 2000))), 2))
+        out.append((head.append(keep_units(since), f"{style} dim".strip()), 2))
+        out.append((Line("  " + keep_units(one_line(a.evidence, 2000))), 2))
         for r in (a.remedies if k == 0 else a.remedies[:1]):
-            line = Text("  → ", style="bold cyan")
-            line.append(keep_units(one_line(r, 2000)))
-            out.append((line, 4))
+            out.append((Line("  → ", "bold cyan").append(keep_units(one_line(r, 2000)), "bold cyan"), 4))
     if recent and not compact:
-        out.append((Text(), 0))
-        line = Text("Ended: ", style="dim bold")
-        line.append("; ".join(f"{one_line(a.title, 200)} ({subject_label(a.subject)}) {_clock(a.start)}–{_clock(a.end)}"
-                              for a in recent[:4]), style="dim")
-        out.append((line, 2))
+        out.append((Line(), 0))
+        ended = "; ".join(f"{one_line(a.title, 200)} ({subject_label(a.subject)}) {_clock(a.start)}–{_clock(a.end)}"
+                          for a in recent[:4])
+        out.append((Line("Ended: ", "dim bold").append(ended, "dim bold dim"), 2))
     return out
 
 
@@ -126,9 +123,7 @@ class AlertsBody(TextLines):
         return self._wrapped(max(1, width))
 
     def render(self) -> Text:
-        width = self.content_size.width or self.size.width or 80
-        out = Text("\n").join(self._wrapped(width))
-        out.no_wrap = True
+        out = join_lines(self._wrapped(self.content_size.width or self.size.width or 80))
         out.overflow = "crop"
         return out
 
@@ -156,7 +151,7 @@ class AlertsPanel(VerticalScroll, can_focus=False):
         others = len(view.active) - len(active)
         paras = alert_paragraphs(active, recent, view.t, compact, watched(view))
         if others:
-            paras = [(Text(f"+{others} on other GPUs (Esc: all GPUs)", style="bold yellow"), 2), (Text(), 0)] + paras
+            paras = [(Line(f"+{others} on other GPUs (Esc: all GPUs)", "bold yellow"), 2), (Line(), 0)] + paras
         key = (tuple((t.plain, h) for t, h in paras), compact)
         if key == self._shown:
             return
@@ -174,4 +169,4 @@ class AlertsPanel(VerticalScroll, can_focus=False):
     def render_alerts(active: list[AlertView], recent: list[AlertView], now: float | None, compact: bool,
                       watching: str = "") -> Text:
         """The alerts as one unwrapped Text (tests and tools)."""
-        return Text("\n").join(t for t, _ in alert_paragraphs(active, recent, now, compact, watching))
+        return Text("\n").join(t.to_text() for t, _ in alert_paragraphs(active, recent, now, compact, watching))

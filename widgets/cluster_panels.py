@@ -102,7 +102,7 @@ class HostsBody(TextLines):
                 wait_style = "bold yellow" if (r.wait or 0) >= 0.2 else "dim"
                 out.append(f"wait {_pct(r.wait)}% ", style=wait_style)
                 if spark_w:
-                    out.append_text(spark(_vals(r.spark)[-spark_w:], 0.0, top * 1.1, spark_w, style="cyan"))
+                    out.append_text(spark(_vals(r.spark)[-spark_w:], 0.0, top * 1.1, spark_w, style="cyan").to_text())
         return out
 
     @staticmethod
@@ -122,10 +122,10 @@ class HostsBody(TextLines):
                 out.append("\n")
                 style = level_style(g.util, warn=2.0, crit=2.0) if g.util is not None else "bright_black"
                 out.append(f" {g.index:>2} ", style="bold")
-                out.append_text(bar(g.util, 8, style="green" if (g.util or 0) >= 0.5 else "yellow"))
+                out.append_text(bar(g.util, 8, style="green" if (g.util or 0) >= 0.5 else "yellow").to_text())
                 out.append(f" {_pct(g.util)}% ", style=style)
                 if spark_w:
-                    out.append_text(spark(_vals(g.spark)[-spark_w:], 0.0, 1.0, spark_w))
+                    out.append_text(spark(_vals(g.spark)[-spark_w:], 0.0, 1.0, spark_w).to_text())
                     out.append(" ")
                 out.append(f"{g.power:4.0f}W" if g.power is not None else "   –W", style="dim")
                 if g.mem_used is not None:
@@ -143,10 +143,10 @@ class HostsBody(TextLines):
         for h in rows:
             out.append("\n")
             out.append(f"{one_line(h.host, 14):<14} ", style="bold")
-            out.append_text(bar(h.util, 8, style="green" if (h.util or 0) >= 0.5 else "yellow"))
+            out.append_text(bar(h.util, 8, style="green" if (h.util or 0) >= 0.5 else "yellow").to_text())
             out.append(f" {_pct(h.util)}% ")
             if spark_w:
-                out.append_text(spark(_vals(h.spark)[-spark_w:], 0.0, 1.0, spark_w))
+                out.append_text(spark(_vals(h.spark)[-spark_w:], 0.0, 1.0, spark_w).to_text())
                 out.append(" ")
             out.append(f"{h.power / 1000:5.1f}kW" if h.power is not None else "    –kW", style="dim")
             if h.temp is not None:

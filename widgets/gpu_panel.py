@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from rich.text import Text
-from traintop.widgets.lines import TextLines
+from traintop.widgets.line import Line
+from traintop.widgets.lines import TextLines, fit, join_lines
 
 from traintop.text import one_line
 from traintop.units import GiB, fmt_rate
@@ -61,55 +62,59 @@ class GpuPanel(TextLines):
              f"{_num(s.temp_c)}/{slowdown:.0f} °C"),
         ]
 
-    def _footer(self) -> Text:
+    def _footer(self) -> Line:
         s = self.view.sample
-        t = Text()
-        t.append(f"SM {_num(s.sm_clock)}/{_num(s.sm_clock_max)} MHz", style="bold" if s.sm_clock and s.sm_clock_max
+        t = Line()
+        t.append(f"SM {_num(s.sm_clock)}/{_num(s.sm_clock_max)} MHz", "bold" if s.sm_clock and s.sm_clock_max
                  and s.sm_clock < 0.9 * s.sm_clock_max and (s.util or 0) > 50 else "")
-        t.append(f"  mem {_num(s.mem_clock)} MHz", style="dim")
+        t.append(f"  mem {_num(s.mem_clock)} MHz", "dim")
         if s.sm_active is not None:  # GPM: what the SMs did, not just "a kernel ran"
-            t.append(f"  tensor {_num(s.tensor_active)}% DRAM {_num(s.dram_active)}%", style="dim")
+            t.append(f"  tensor {_num(s.tensor_active)}% DRAM {_num(s.dram_active)}%", "dim")
         if s.pcie_tx is not None or s.pcie_rx is not None:
-            t.append(f"  PCIe ↑{fmt_rate(s.pcie_tx)} ↓{fmt_rate(s.pcie_rx)}", style="dim")
+            t.append(f"  PCIe ↑{fmt_rate(s.pcie_tx)} ↓{fmt_rate(s.pcie_rx)}", "dim")
         n = len(s.processes)
-        t.append(f"  {n} proc{'s' if n != 1 else ''}", style="dim")
+        t.append(f"  {n} proc{'s' if n != 1 else ''}", "dim")
         return t
 
-    def render(self) -> Text:
+    def text_lines(self, width: int) -> list[Line]:
         if self.view is None:
-            return Text("waiting for the first sample…", style="dim")
-        width = self.content_size.width or self.size.width
+            return fit(Line("waiting for the first sample…", "dim"), width, self.app.console, wrap=True)
         if self.compact:
-            return self._render_compact(width)
-        out = Text(no_wrap=True, overflow="ellipsis")
+            return [line.truncate(width) for line in self._compact_lines(width)]
         label_w, value_w = 5, 16
         sw = max(4, width - label_w - value_w - 1)
+        out = []
         for label, series, lo, hi, style, value in self._rows():
-            out.append(f"{label:<{label_w}}", style="bold")
-            out.append_text(spark(series, lo, hi, sw, style))
-            out.append(f" {value:>{value_w}}\n")
-        out.append_text(self._footer())
+            line = Line(f"{label:<{label_w}}", "bold").extend(spark(series, lo, hi, sw, style))
+            out.append(line.append(f" {value:>{value_w}}").truncate(width))
+        out.append(self._footer().truncate(width))
         return out
 
-    def _render_compact(self, width: int) -> Text:
+    def render(self) -> Text:
+        """The panel as one Text (tests and tools)."""
+        return join_lines(self.text_lines(self.content_size.width or self.size.width))
+
+    def _compact_lines(self, width: int) -> list[Line]:
         v, s = self.view, self.view.sample
-        out = Text(no_wrap=True, overflow="ellipsis")
-        out.append(f"GPU {self.index} ", style="bold")
-        out.append(one_line(v.info.name.replace("NVIDIA ", ""), 200), style="bold")
+        out = Line()
+        out.append(f"GPU {self.index} ", "bold")
+        out.append(one_line(v.info.name.replace("NVIDIA ", ""), 200), "bold")
         for b in v.badges:
-            out.append(f" [{b}]", style="bold yellow" if b != "PWR CAP" else "cyan")
+            out.append(f" [{b}]", "bold yellow" if b != "PWR CAP" else "cyan")
         if v.alert_level:  # ✖ critical, ▲ warning, ℹ information: only warnings and worse are "alerts"
             out.append("  ")
-            out.append_text(alert_mark(v.alert_level, LEVEL_WORD.get(v.alert_level)))
-        out.append(f"  SM {_num(s.sm_clock)} MHz", style="dim")
+            out.extend(alert_mark(v.alert_level, LEVEL_WORD.get(v.alert_level)))
+        out.append(f"  SM {_num(s.sm_clock)} MHz", "dim")
+        lines = [out]
         rows = self._rows()
         half = max(20, width // 2)
         for pair in (rows[0:2], rows[2:4]):
-            out.append("\n")
+            line = Line()
             for j, (label, series, lo, hi, style, value) in enumerate(pair):
                 col_w = half if j == 0 else width - half
                 sw = max(3, col_w - 5 - len(value) - 2)
-                out.append(f"{label[:4]:<5}", style="bold")
-                out.append_text(spark(series, lo, hi, sw, style))
-                out.append(f" {value}" + (" " if j == 0 else ""))
-        return out
+                line.append(f"{label[:4]:<5}", "bold")
+                line.extend(spark(series, lo, hi, sw, style))
+                line.append(f" {value}" + (" " if j == 0 else ""))
+            lines.append(line)
+        return lines

@@ -7,7 +7,8 @@ from rich.text import Text
 from traintop.text import one_line
 from traintop.units import GiB
 from traintop.view import GpuView
-from traintop.widgets.lines import TextLines
+from traintop.widgets.line import Line
+from traintop.widgets.lines import TextLines, join_lines
 from traintop.widgets.render import SEVERITY_ICON, SEVERITY_STYLE, level_style, spark
 from traintop.widgets.wrap import cut_words
 
@@ -16,12 +17,19 @@ def _n(v, fmt: str = "{:.0f}") -> str:
     return "–" if v is None else fmt.format(v)
 
 
-def alert_mark(level: int, title: str | None) -> Text:
+def alert_mark(level: int, title: str | None) -> Line:
     """The GPU's worst active alert: ✖ critical, ▲ warning, ℹ information."""
     if not level:
-        return Text()
-    return Text(f"{SEVERITY_ICON.get(level, '•')} {one_line(title or '', 200)}".rstrip(),
-                style=SEVERITY_STYLE.get(level, ""))
+        return Line()
+    return Line(f"{SEVERITY_ICON.get(level, '•')} {one_line(title or '', 200)}".rstrip(), SEVERITY_STYLE.get(level, ""))
+
+
+def cut_mark(mark: Line, width: int) -> Line:
+    """An alert mark (one run) in at most ``width`` cells, cut after a whole word."""
+    if mark.cell_len <= width or not mark.runs:
+        return mark
+    text, style = mark.runs[0]
+    return Line(cut_words(Text(text), width).plain, style)
 
 
 SPARK_MIN = 3  # narrower than this, the history says nothing: none at all
@@ -42,7 +50,7 @@ def spark_width(width: int, wide: bool, numbers_w: int, mark_w: int = 0) -> int:
 
 
 def gpu_row(v: GpuView, sw: int, sm: bool, wide: bool, idx_w: int = 1, width: int | None = None,
-            marks: bool = True) -> Text:
+            marks: bool = True) -> Line:
     s = v.sample
     total = s.mem_total or v.info.mem_total
     limit = s.power_limit_w or v.info.power_limit_w
@@ -63,32 +71,30 @@ def gpu_row(v: GpuView, sw: int, sm: bool, wide: bool, idx_w: int = 1, width: in
     styles = ["green" if (s.util or 0) >= 50 else "yellow", "",
               level_style(mem_frac, 0.85, 0.95).replace("green", ""),
               "bold cyan" if pfrac is not None and pfrac >= 0.95 else "cyan", level_style(tfrac, 0.9, 0.97)]
-    out = Text(no_wrap=True, overflow="ellipsis")
-    out.append(f"GPU {s.index:<{idx_w}} ", style="bold")
+    out = Line(f"GPU {s.index:<{idx_w}} ", "bold")
     if sw:
-        out.append_text(spark(v.util, 0, 100, sw, "green"))
+        out.extend(spark(v.util, 0, 100, sw, "green"))
         out.append(" ")
     for text, k in cols:
-        out.append(text, style=styles[k])
+        out.append(text, styles[k])
     mark = alert_mark(v.alert_level, v.alert_title) if marks else None
-    badges = Text()
+    badges = Line()
     for b in v.badges if marks else ():
-        badges.append(f" [{b}]", style="bold yellow" if b != "PWR CAP" else "dim cyan")
+        badges.append(f" [{b}]", "bold yellow" if b != "PWR CAP" else "dim cyan")
     if mark:
         out.append("  ")
         room = None if width is None else width - out.cell_len
         if room is not None and mark.cell_len + badges.cell_len > room:
-            badges = Text()  # the title first: the badges say it again, the full panel shows them
-            mark = cut_words(mark, room)
-        out.append_text(mark)
-    out.append_text(badges)
-    return out
+            badges = Line()  # the title first: the badges say it again, the full panel shows them
+            mark = cut_mark(mark, room)
+        out.extend(mark)
+    return out.extend(badges)
 
 
-def header(sw: int, sm: bool, label_w: int) -> Text:
+def header(sw: int, sm: bool, label_w: int) -> Line:
     label = " " * label_w + "utilization" if sw >= 12 else ""
-    return Text(f"{label:<{label_w + sw + (1 if sw else 0)}}{'util':>5}" + (" " * 8 if sm else "")
-                + f"{'memory':>13}{'power':>6}{'temp':>6}  alert", style="bold dim")
+    return Line(f"{label:<{label_w + sw + (1 if sw else 0)}}{'util':>5}" + (" " * 8 if sm else "")
+                + f"{'memory':>13}{'power':>6}{'temp':>6}  alert", "bold dim")
 
 
 class GpuTable(TextLines):
@@ -110,8 +116,7 @@ class GpuTable(TextLines):
             self._title = self.border_title = title
         self.redraw()
 
-    def render(self) -> Text:
-        width = self.content_size.width or self.size.width or 80
+    def text_lines(self, width: int) -> list[Line]:
         sm = any(v.sample.sm_active is not None for v in self.rows)
         idx_w = max((len(str(v.sample.index)) for v in self.rows), default=1)
         label_w = 4 + idx_w + 1  # "GPU 12 "
@@ -124,7 +129,9 @@ class GpuTable(TextLines):
         if self.wide and lines:
             lines.insert(0, header(sw, sm, label_w))
         if self.more:
-            lines.append(Text(f"+{self.more} more GPUs · {self.page_key}: next page", style="bold yellow"))
-        out = Text("\n").join(lines)
-        out.no_wrap, out.overflow = True, "ellipsis"
-        return out
+            lines.append(Line(f"+{self.more} more GPUs · {self.page_key}: next page", "bold yellow"))
+        return [line.truncate(width) for line in lines]
+
+    def render(self) -> Text:
+        """The table as one Text (tests and tools)."""
+        return join_lines(self.text_lines(self.content_size.width or self.size.width or 80))

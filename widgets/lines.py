@@ -14,14 +14,41 @@ from __future__ import annotations
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
+from textual.filter import ANSIToTruecolor
 from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 
+from traintop.widgets.line import Line, line_strip
 
-def line_signature(line: Text) -> tuple:
+# False once Textual's styles cache turned out to differ inside: every widget then draws
+# through Textual's own path for good (see TextLines.render_lines).
+FAST_FRAME = [True]
+_FRAME_ERRORS = (AttributeError, TypeError, ValueError, KeyError, IndexError)
+
+
+def line_signature(line: Text | Line) -> tuple:
     """Equal for two lines that draw the same (text, styles), cheap next to drawing one."""
+    if isinstance(line, Line):
+        return line.signature()
     return line.plain, str(line.style), tuple(line.spans), line.end
+
+
+def fit(line: Line, width: int, console, wrap: bool = False) -> list[Text | Line]:
+    """``line`` in rows of at most ``width`` cells: cut with "…", or wrapped (rich's wrap) when
+    ``wrap``; a line that fits comes back as it is."""
+    if line.cell_len <= width:
+        return [line]
+    if wrap:  # a word too long for a row is cut with "…", not folded
+        return line.wrap(max(1, width))
+    return [line.truncate(width)]
+
+
+def join_lines(lines: list[Text | Line]) -> Text:
+    """A panel's rows as one Text (tests and tools read ``render()``)."""
+    out = Text("\n").join(line.to_text() if isinstance(line, Line) else line for line in lines)
+    out.no_wrap, out.overflow = True, "ellipsis"
+    return out
 
 
 def fit_lines(text: Text, width: int, console) -> list[Text]:
@@ -60,6 +87,13 @@ def _style(console, style) -> Style:
     return got
 
 
+def paint_strip(strip: Strip, line_filter: ANSIToTruecolor, background) -> Strip:
+    """``strip`` through Textual's ANSI-to-true-colour filter, each style converted once."""
+    convert, bg = line_filter.truecolor_style, background.rich_color
+    return Strip([Segment(text, None if style is None else convert(style, bg), control)
+                  for text, style, control in strip._segments], strip._cell_length)
+
+
 def text_strip(line: Text, console, base: Style) -> Strip:
     """``line`` as a Strip in the widget's ``base`` style: the segments ``Text.render`` makes
     (a span's style over the line's, spans combined in their order), built in one pass with
@@ -87,11 +121,46 @@ def text_strip(line: Text, console, base: Style) -> Strip:
     return Strip(segments, line.cell_len)
 
 
+def _truecolor_filter(widget: Widget):
+    """Textual's only line filter in a colour terminal (ANSI colours as the theme's true
+    colours), when it is the only one: a panel can apply it once, when it builds a line."""
+    filters = widget.get_line_filters()
+    if len(filters) == 1 and type(filters[0]) is ANSIToTruecolor:
+        return filters[0]
+    return None
+
+
+class _Frame:
+    """A content row's border and padding as Textual drew them, until the next full paint."""
+
+    __slots__ = ("size", "left", "right", "top", "bottom", "content_width", "pad_style", "painted")
+
+    def __init__(self, size, left, right, top, bottom, pad_style, painted) -> None:
+        self.size, self.left, self.right, self.top, self.bottom = size, left, right, top, bottom
+        self.content_width = size[0] - sum(seg.cell_length for seg in left) - sum(seg.cell_length for seg in right)
+        self.pad_style = pad_style
+        self.painted = painted  # True: the parts, the padding and the content lines are filtered already
+
+
+def compose_line(frame: _Frame, line: Strip) -> Strip:
+    """A content line inside the frame: border and padding, the line (padded or cut to the
+    content width), padding and border."""
+    short = frame.content_width - line.cell_length
+    if short > 0:
+        segments = [*line._segments, Segment(" " * short, frame.pad_style)]
+    else:
+        segments = line._segments if short == 0 else line.crop(0, frame.content_width)._segments
+    return Strip([*frame.left, *segments, *frame.right], frame.size[0])
+
+
 class TextLines(Widget):
     _strips: list[Strip] | None = None
     _signatures: list[tuple] | None = None
     _strips_key: tuple | None = None
     _base = None  # the widget's rich style when the strips were built
+    _paint = None  # (filter, background) applied to the strips as they were built, or None
+    _frame: _Frame | None = None
+    _framed: dict | None = None  # row -> the line composed here (filtered when the frame is painted)
 
     def render(self) -> Text:  # subclasses draw here
         return Text()
@@ -103,6 +172,7 @@ class TextLines(Widget):
     def refresh(self, *regions, **kw):
         if not regions:  # a full repaint (style, size, or a redraw that changed every line)
             self._strips = None
+            self._frame = None
         return super().refresh(*regions, **kw)
 
     def redraw(self) -> None:
@@ -121,9 +191,9 @@ class TextLines(Widget):
         changed = [y for y, (a, b) in enumerate(zip(signatures, old)) if a != b]
         if not changed:
             return
-        console, base = self.app.console, self._base  # a style change repaints it all (refresh())
+        console, base, paint = self.app.console, self._base, self._paint  # a style change repaints it all
         for y in changed:
-            self._strips[y] = self._strip(lines[y], console, base)
+            self._strips[y] = self._strip(lines[y], console, base, paint)
         self._signatures = signatures
         runs: list[list[int]] = []  # adjacent changed lines: one region each run
         for y in changed:
@@ -133,19 +203,128 @@ class TextLines(Widget):
                 runs[-1][1] = y + 1
             else:
                 runs.append([y, y + 1])
-        if runs:
-            self.refresh(*(Region(0, a, width, b - a) for a, b in runs))
+        if runs:  # whole rows, border and padding too: the terminal gets each row as one piece, uncut
+            left, outer = self.styles.gutter.left, self.outer_size.width
+            self.refresh(*(Region(-left, a, outer, b - a) for a, b in runs))
 
     @staticmethod
-    def _strip(line: Text, console, base) -> Strip:
-        return text_strip(line, console, base)
+    def _strip(line: Text | Line, console, base, paint=None) -> Strip:
+        if isinstance(line, Line):
+            return line_strip(line, console, base, paint)
+        strip = text_strip(line, console, base)
+        return strip if paint is None else paint_strip(strip, *paint)
 
     def _build(self, width: int) -> None:
         lines = self.text_lines(width)
         console, base = self.app.console, self.rich_style
         self._base = base
+        painter = _truecolor_filter(self) if FAST_FRAME[0] else None
+        self._paint = paint = None if painter is None else (painter, self.background_colors[1])
         self._signatures = [line_signature(line) for line in lines]
-        self._strips = [self._strip(line, console, base) for line in lines]
+        self._strips = [self._strip(line, console, base, paint) for line in lines]
+
+    # -- the frame around changed lines -----------------------------------------------
+    # Textual's styles cache composes every repainted line anew: border, padding, content
+    # (lengthened to the width), text opacity, hatch, tint and opacity, ~30 attribute and
+    # style lookups a line, then its line filters make a second copy. Between two full
+    # paints a panel's border and padding do not change, so a changed content line here is
+    # the frame Textual drew for a content row around the new content, stored where Textual
+    # keeps its lines (so Textual's own paths, a full paint and its crops, see the same
+    # lines). In a colour terminal the one filter (ANSI colours to the theme's) is applied
+    # to each style once, when a line is built, instead of to every segment of every frame;
+    # applying it again is a no-op. Anything this does not cover (tint, opacity, text
+    # opacity, hatch, outline, links, other filters, a border or padding row to redraw)
+    # goes through Textual's own path.
+    def render_lines(self, crop: Region) -> list[Strip]:
+        if FAST_FRAME[0]:
+            try:
+                strips = self._render_lines_framed(crop)
+            except _FRAME_ERRORS:
+                FAST_FRAME[0] = False
+                self._frame = None
+                self._styles_cache.clear()  # whatever it stored, Textual draws it all again
+            else:
+                if strips is not None:
+                    return strips
+        strips = super().render_lines(crop)
+        if FAST_FRAME[0]:
+            try:
+                self._capture_frame()
+            except _FRAME_ERRORS:
+                FAST_FRAME[0] = False
+                self._frame = None
+        return strips
+
+    def _plain_frame(self) -> bool:
+        styles = self.styles
+        if styles.tint.a or styles.text_opacity != 1.0 or self.opacity != 1.0:
+            return False
+        if styles.has_rule("hatch") and styles.hatch != "none":
+            return False
+        if any(edge for edge, _ in styles.outline):
+            return False
+        return not (self.auto_links and self.hover_style._link_id)
+
+    def _capture_frame(self) -> None:
+        self._frame = None
+        cache = self._styles_cache
+        width, height = self.region.size  # what Textual's styles cache draws: border and padding included
+        gutter = self.styles.gutter
+        top, bottom = gutter.top, gutter.bottom
+        if top >= height - bottom or width <= gutter.left + gutter.right or cache._width != width:
+            return
+        row = cache._cache.get(top)
+        if row is None or top in cache._dirty_lines or row.cell_length != width or not self._plain_frame():
+            return
+        left, _, right = row.divide([gutter.left, width - gutter.right, width])
+        if left.cell_length != gutter.left or right.cell_length != gutter.right:
+            return
+        base_background, background = self.background_colors
+        pad = cache.get_inner_outer(base_background, background)[0].rich_style
+        paint = self._paint
+        painted = paint is not None and _truecolor_filter(self) is paint[0] and paint[1] == background
+        if painted:
+            left, right = paint_strip(left, *paint), paint_strip(right, *paint)
+            pad = paint[0].truecolor_style(pad, background.rich_color)
+        self._frame = _Frame((width, height), list(left), list(right), top, bottom, pad, painted)
+        self._framed = {}
+
+    def _render_lines_framed(self, crop: Region) -> list[Strip] | None:
+        frame = self._frame
+        if frame is None:
+            return None
+        width, height = size = self.region.size
+        cache = self._styles_cache
+        if frame.size != size or cache._width != width:
+            return None
+        lines, dirty, framed = cache._cache, cache._dirty_lines, self._framed
+        rows = crop.line_range
+        todo = [y for y in rows if y in dirty or y not in lines]
+        if todo:
+            top, bottom = frame.top, height - frame.bottom
+            if any(not top <= y < bottom for y in todo):
+                return None  # a border or padding row: Textual's own path (styles were checked at capture)
+            content_width = frame.content_width
+            if self._strips is None or self._strips_key != (content_width, bottom - top):
+                return None
+            for y in todo:
+                lines[y] = framed[y] = compose_line(frame, self.render_line(y - top))  # the line API, as Textual asks it
+            dirty.difference_update(rows)
+        out = []
+        filters = None
+        painted = frame.painted
+        for y in rows:
+            strip = lines[y]
+            if not (painted and framed.get(y) is strip):  # a line Textual drew: its filters, as Textual does
+                if filters is None:
+                    filters, background = self.get_line_filters(), self.background_colors[1]
+                for line_filter in filters:
+                    strip = strip.apply_filter(line_filter, background)
+            out.append(strip)
+        if crop.column_span != (0, width):
+            x1, x2 = crop.column_span
+            out = [strip.crop(x1, x2) for strip in out]
+        return out
 
     def render_line(self, y: int) -> Strip:
         width, height = self.content_size

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from rich.text import Text
+from rich.ansi import AnsiDecoder
 
 from traintop.units import GiB
+from traintop.widgets.line import Line, from_text
 
 LEGEND_STYLE = {"orange": "dark_orange"}  # plotext's colour names, in rich's
 
@@ -17,9 +18,9 @@ def _thin(values: list, n: int) -> list:
     return values[::-1][::k][::-1]
 
 
-def memory_chart(allocated: list, reserved: list, nvml: list, width: int, height: int) -> Text:
-    """A plotext line chart as rich Text (GiB on the y axis, samples on the x axis), under
-    a line naming the unit and the series: plotext draws its legend over the data."""
+def memory_chart(allocated: list, reserved: list, nvml: list, width: int, height: int) -> list[Line]:
+    """A plotext line chart's rows (GiB on the y axis, samples on the x axis), under a line
+    naming the unit and the series: plotext draws its legend over the data."""
     import plotext as plt  # here, not at start-up: ~3 MiB of RSS that a dashboard without a probed job never needs
     plt.clf()
     plt.plotsize(max(20, width - 1), max(5, height - 1))  # the legend line takes one
@@ -38,15 +39,12 @@ def memory_chart(allocated: list, reserved: list, nvml: list, width: int, height
             drawn = True
             legend.append((label, color))
     if not drawn:
-        return Text("collecting memory figures…", style="dim")
-    out = Text("GiB", style="bold", no_wrap=True, overflow="crop")
+        return [Line("collecting memory figures…", "dim")]
+    head = Line("GiB", "bold")  # the chart is drawn in bold: its braille lines read thicker
     for label, color in legend:
-        out.append("  ━ ", style=LEGEND_STYLE.get(color, color))
-        out.append(label, style="dim")
-    out.truncate(width)
-    for line in plt.build().splitlines():
-        row = Text.from_ansi(line)
-        row.truncate(width)  # never wider than the panel
-        out.append("\n")
-        out.append_text(row)
+        head.append("  ━ ", f"bold {LEGEND_STYLE.get(color, color)}").append(label, "bold dim")
+    out = [head.truncate(width, ellipsis=False)]
+    decoder = AnsiDecoder()  # one row at a time: rich's from_ansi joins and splits them again
+    for row in plt.build().splitlines():  # never wider than the panel
+        out.append(from_text(decoder.decode_line(row), "bold").truncate(width, ellipsis=False))
     return out

@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 
 from rich.text import Text
-from traintop.widgets.lines import TextLines, fit_lines
+from traintop.widgets.line import Line
+from traintop.widgets.lines import TextLines, fit, join_lines
 
 from traintop.rules.config import DEFAULT, Thresholds
 from traintop.text import one_line
@@ -30,64 +31,62 @@ NO_PROBE_YET = ("No probe message yet: the probe runs inside each Python process
                 "program in another language has none).")
 
 
-def rank_line(rv: RankView, thresholds: Thresholds = DEFAULT) -> Text:
+def rank_line(rv: RankView, thresholds: Thresholds = DEFAULT) -> Line:
     r = rv.sample
-    out = Text()
     where = f" · GPU {rv.gpu}" if rv.gpu is not None else ""
-    out.append(f"{one_line(r.label, 40)}{where}: ", style="bold")
+    out = Line(f"{one_line(r.label, 40)}{where}: ", "bold")
     if not r.cuda:
-        out.append("no CUDA in this process", style="yellow")
+        out.append("no CUDA in this process", "yellow")
     else:
         gib = lambda b: "–" if b is None else f"{b / 2**30:.1f}"  # noqa: E731
-        out.append(f"alloc {gib(r.allocated)}", style="green")
-        out.append(f" / res {gib(r.reserved)}", style="yellow")
+        out.append(f"alloc {gib(r.allocated)}", "green")
+        out.append(f" / res {gib(r.reserved)}", "yellow")
         if rv.nvml_used is not None:
-            out.append(f" / NVML {gib(rv.nvml_used)}", style="red")
+            out.append(f" / NVML {gib(rv.nvml_used)}", "red")
         out.append(" GiB")
         if r.reserved and r.allocated is not None:
             frag = (r.reserved - r.allocated) / r.reserved
-            out.append(f" · cached {frag * 100:.0f} %", style="dim")
-        out.append(f" · peak {gib(r.peak)}", style="dim")
+            out.append(f" · cached {frag * 100:.0f} %", "dim")
+        out.append(f" · peak {gib(r.peak)}", "dim")
         if r.alloc_retries:
-            out.append(f"  retries {r.alloc_retries}", style="bold yellow")
+            out.append(f"  retries {r.alloc_retries}", "bold yellow")
         if r.ooms:
-            out.append(f"  OOM {r.ooms}", style="bold red")
-    if r.steps:
-        out.append(f" · {r.steps_per_s or 0:.1f} steps/s", style="")
-        if r.step_time:
-            out.append(f" ({r.step_time * 1000:.0f} ms)", style="dim")
-    wait = rv.input_wait_10s if rv.input_wait_10s is not None else r.input_wait
-    if wait is not None:
-        out.append(f" · input wait {wait * 100:.0f} %", style="bold yellow" if wait >= thresholds.starvation_input_wait else "dim")
-    return out
-
-
-def compact_rank_line(rv: RankView, ranks: int, thresholds: Thresholds = DEFAULT) -> Text:
-    """One line for a narrow pane, most telling first: a narrow pane cuts from the right."""
-    r = rv.sample
-    out = Text(no_wrap=True, overflow="ellipsis")
-    where = f" GPU {rv.gpu}" if rv.gpu is not None else ""
-    out.append(f"{one_line(r.label, 40)}{where}", style="bold")
-    if ranks > 1:
-        out.append(f" (+{ranks - 1})", style="dim")
-    wait = rv.input_wait_10s if rv.input_wait_10s is not None else r.input_wait
-    if wait is not None:
-        out.append(f" · input wait {wait * 100:.0f} %",
-                   style="bold yellow" if wait >= thresholds.starvation_input_wait else "")
+            out.append(f"  OOM {r.ooms}", "bold red")
     if r.steps:
         out.append(f" · {r.steps_per_s or 0:.1f} steps/s")
         if r.step_time:
-            out.append(f" ({r.step_time * 1000:.0f} ms)", style="dim")
+            out.append(f" ({r.step_time * 1000:.0f} ms)", "dim")
+    wait = rv.input_wait_10s if rv.input_wait_10s is not None else r.input_wait
+    if wait is not None:
+        out.append(f" · input wait {wait * 100:.0f} %", "bold yellow" if wait >= thresholds.starvation_input_wait else "dim")
+    return out
+
+
+def compact_rank_line(rv: RankView, ranks: int, thresholds: Thresholds = DEFAULT) -> Line:
+    """One line for a narrow pane, most telling first: a narrow pane cuts from the right."""
+    r = rv.sample
+    where = f" GPU {rv.gpu}" if rv.gpu is not None else ""
+    out = Line(f"{one_line(r.label, 40)}{where}", "bold")
+    if ranks > 1:
+        out.append(f" (+{ranks - 1})", "dim")
+    wait = rv.input_wait_10s if rv.input_wait_10s is not None else r.input_wait
+    if wait is not None:
+        out.append(f" · input wait {wait * 100:.0f} %",
+                   "bold yellow" if wait >= thresholds.starvation_input_wait else "")
+    if r.steps:
+        out.append(f" · {r.steps_per_s or 0:.1f} steps/s")
+        if r.step_time:
+            out.append(f" ({r.step_time * 1000:.0f} ms)", "dim")
     if not r.cuda:
-        out.append(" · no CUDA in this process", style="yellow")
+        out.append(" · no CUDA in this process", "yellow")
     else:
         gib = lambda b: "–" if b is None else f"{b / 2**30:.1f}"  # noqa: E731
-        out.append(f" · alloc {gib(r.allocated)}", style="green")
-        out.append(f" / res {gib(r.reserved)} GiB", style="yellow")
+        out.append(f" · alloc {gib(r.allocated)}", "green")
+        out.append(f" / res {gib(r.reserved)} GiB", "yellow")
         if r.ooms:
-            out.append(f"  OOM {r.ooms}", style="bold red")
+            out.append(f"  OOM {r.ooms}", "bold red")
         elif r.alloc_retries:
-            out.append(f"  retries {r.alloc_retries}", style="bold yellow")
+            out.append(f"  retries {r.alloc_retries}", "bold yellow")
     return out
 
 
@@ -109,9 +108,10 @@ class ProcessPanel(TextLines):
             self.border_title = Text(title)
         self.redraw()
 
-    def text_lines(self, width: int) -> list[Text]:
+    def text_lines(self, width: int) -> list[Text | Line]:
         body, rank = self._body(width)
-        lines = fit_lines(body, width, self.app.console)  # wrapped: count the rows, not the newlines
+        console, wrap = self.app.console, not self.compact
+        lines = [row for line in body for row in fit(line, width, console, wrap)]  # wrapped: count the rows
         room = (self.content_size.height or 0) - len(lines) - 1
         if rank is not None and room >= 6:  # the chart's rows are never wider than the panel
             lines.extend(self._chart(rank, width, room))
@@ -119,89 +119,79 @@ class ProcessPanel(TextLines):
 
     def render(self) -> Text:
         """The whole panel as one Text (tests and tools)."""
-        return Text("\n").join(self.text_lines(self.content_size.width or 60))
+        return join_lines(self.text_lines(self.content_size.width or 60))
 
-    def _body(self, width: int) -> tuple[Text, RankView | None]:
-        """Everything above the memory chart, and the rank whose chart goes below it (or None)."""
+    def _body(self, width: int) -> tuple[list[Line], RankView | None]:
+        """The lines above the memory chart, and the rank whose chart goes below it (or None)."""
         v = self.view
         p = v.sample if v else None
-        out = Text(no_wrap=self.compact, overflow="ellipsis")
         if p is None:
-            out.append("No process attached. ", style="dim")
-            out.append("traintop --pid N", style="bold")
-            out.append(" attaches to a running job.", style="dim")
-            return out, None
+            out = Line("No process attached. ", "dim").append("traintop --pid N", "bold")
+            return [out.append(" attaches to a running job.", "dim")], None
         if v.job_end is not None:  # a job of `traintop run`: how it ended, as soon as it did
             end = v.job_end
-            out.append(end.describe(capital=True), style="bold red" if end.status else "bold green")
+            out = Line(end.describe(capital=True), "bold red" if end.status else "bold green")
             out.append(f" (PID {p.pid}, {one_line(p.name, 100)}); its history stays on screen. "
-                       "q quits with its status.", style="yellow")
-            return self._cpu_history(out, v), None
+                       "q quits with its status.", "yellow")
+            return self._cpu_history([out], v), None
         if not p.alive:
             when = time.strftime("%H:%M:%S", time.localtime(v.ended_at)) if v.ended_at else "recently"
-            out.append(f"PID {p.pid} ({one_line(p.name, 100)}) ended at {when}; its history stays on screen.", style="bold yellow")
-            return self._cpu_history(out, v), None
+            out = Line(f"PID {p.pid} ({one_line(p.name, 100)}) ended at {when}; its history stays on screen.",
+                       "bold yellow")
+            return self._cpu_history([out], v), None
         workers = p.loader_workers
         gpu_mem = ", ".join(f"GPU {i} {fmt_bytes(b)}" for i, b in sorted(v.gpu_mem.items())) or "no GPU memory"
         if self.compact and v.ranks:
-            return compact_rank_line(v.ranks[0], len(v.ranks), v.thresholds), None
+            return [compact_rank_line(v.ranks[0], len(v.ranks), v.thresholds)], None
         if self.compact:
-            out.append(f"PID {p.pid} ", style="bold")
-            out.append(f"CPU {p.cpu_percent or 0:.0f} %")
+            out = Line(f"PID {p.pid} ", "bold").append(f"CPU {p.cpu_percent or 0:.0f} %")
             load = v.workers
             if load is not None and load.count:
                 busy = f"{len(load.busy)} at {load.busy_mean:.0f} %" if load.busy else "none saturated"
-                out.append(f"  workers {load.count} ({busy})", style="bold yellow" if load.busy else "dim")
-            out.append(f"  {gpu_mem}  RSS {fmt_bytes(p.rss)}")
-            return out, None
-        out.append(one_line(p.cmdline[: max(10, width)]) + "\n", style="dim")
+                out.append(f"  workers {load.count} ({busy})", "bold yellow" if load.busy else "dim")
+            return [out.append(f"  {gpu_mem}  RSS {fmt_bytes(p.rss)}")], None
+        lines = [Line(one_line(p.cmdline[: max(10, width)]), "dim")]
         if v.cpu and any(c is not None for c in v.cpu):  # the job's CPU over time (100 % = one core)
             top = max([100.0] + [c for c in v.cpu if c is not None])
-            out.append("CPU  ", style="bold")
-            out.append_text(spark(v.cpu, 0, top, max(4, width - 14), "green"))
-            out.append(f" {p.cpu_percent or 0:5.0f} %\n")
-        out.append(f"CPU {p.cpu_percent or 0:.0f} %  RSS {fmt_bytes(p.rss)}  threads {p.threads or 0}"
-                   f"  I/O ↓{fmt_rate(p.read_rate)} ↑{fmt_rate(p.write_rate)}\n")
-        out.append("GPU memory (NVML, an upper bound): ", style="dim")
-        out.append(gpu_mem + "\n")
+            cpu = Line("CPU  ", "bold").extend(spark(v.cpu, 0, top, max(4, width - 14), "green"))
+            lines.append(cpu.append(f" {p.cpu_percent or 0:5.0f} %"))
+        lines.append(Line(f"CPU {p.cpu_percent or 0:.0f} %  RSS {fmt_bytes(p.rss)}  threads {p.threads or 0}"
+                          f"  I/O ↓{fmt_rate(p.read_rate)} ↑{fmt_rate(p.write_rate)}"))
+        lines.append(Line("GPU memory (NVML, an upper bound): ", "dim").append(gpu_mem))
         if workers:
-            out.append(f"loader workers ({len(workers)}): ", style="bold")
+            line = Line(f"loader workers ({len(workers)}): ", "bold")
             for w in workers[:WORKERS_SHOWN]:
                 c = w.cpu_percent or 0
-                out.append(f"{c:.0f}% ", style=level_style(c / 100, 0.85, 0.95))
+                line.append(f"{c:.0f}% ", level_style(c / 100, 0.85, 0.95))
             if len(workers) > WORKERS_SHOWN:  # the count and the list agree
-                out.append(f"… +{len(workers) - WORKERS_SHOWN}", style="dim")
+                line.append(f"… +{len(workers) - WORKERS_SHOWN}", "dim")
+            lines.append(line)
         else:
-            out.append("no data-loader workers seen", style="dim")
+            lines.append(Line("no data-loader workers seen", "dim"))
         if not v.ranks:
-            out.append("\n")
             if v.probe_silent_s is not None:  # it had the probe: not "no probe"
-                out.append(f"Probe: no message for {fmt_duration(v.probe_silent_s)} (the job had the probe; "
-                           "idle, or it stopped reporting)", style="dim")
+                lines.append(Line(f"Probe: no message for {fmt_duration(v.probe_silent_s)} (the job had the probe; "
+                                  "idle, or it stopped reporting)", "dim"))
             else:
-                out.append(NO_PROBE_YET if v.launched else NO_PROBE, style="dim")
-            return out, None
-        for rv in v.ranks[:8]:
-            out.append("\n")
-            out.append_text(rank_line(rv, v.thresholds))
+                lines.append(Line(NO_PROBE_YET if v.launched else NO_PROBE, "dim"))
+            return lines, None
+        lines.extend(rank_line(rv, v.thresholds) for rv in v.ranks[:8])
         first = v.ranks[0]
         if first.step_time and any(x is not None for x in first.step_time):
             times = [x for x in first.step_time if x is not None]
             hi = max(times) * 1.2 or 1.0
-            out.append("\nstep  ", style="bold")
-            out.append_text(spark(first.step_time, 0, hi, max(4, width - 20), "cyan"))
-            out.append(f" {times[-1] * 1000:.0f} ms")
-        return out, (first if first.sample.cuda else None)
+            step = Line("step  ", "bold").extend(spark(first.step_time, 0, hi, max(4, width - 20), "cyan"))
+            lines.append(step.append(f" {times[-1] * 1000:.0f} ms"))
+        return lines, (first if first.sample.cuda else None)
 
-    def _cpu_history(self, out: Text, v: ProcessView) -> Text:
+    def _cpu_history(self, lines: list[Line], v: ProcessView) -> list[Line]:
         """After the end, what the job did up to it (the full layout has the room)."""
         seen = [c for c in v.cpu if c is not None] if v.cpu else []
         if self.compact or not seen:
-            return out
-        out.append("\nCPU  ", style="bold")
-        out.append_text(spark(v.cpu, 0, max([100.0] + seen), max(4, (self.content_size.width or 60) - 14), "green"))
-        out.append(f" peak {max(seen):.0f} %")
-        return out
+            return lines
+        cpu = Line("CPU  ", "bold")
+        cpu.extend(spark(v.cpu, 0, max([100.0] + seen), max(4, (self.content_size.width or 60) - 14), "green"))
+        return lines + [cpu.append(f" peak {max(seen):.0f} %")]
 
     _chart_cache: tuple | None = None
 
@@ -217,6 +207,6 @@ class ProcessPanel(TextLines):
             age = now - cached[1]
             if age < CHART_EVERY_S or (age < CHART_IDLE_S and moved == cached[3]):
                 return cached[2]
-        chart = memory_chart(rank.allocated, rank.reserved, rank.nvml, width, height).split("\n", allow_blank=True)
+        chart = memory_chart(rank.allocated, rank.reserved, rank.nvml, width, height)
         self._chart_cache = (key, now, chart, moved)
         return chart

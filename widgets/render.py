@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rich.text import Text
+from traintop.widgets.line import Line
 
 BLOCKS = "▁▂▃▄▅▆▇█"
 
@@ -36,28 +36,32 @@ def _spark_chars(vals: list, lo: float, hi: float, none_char: str) -> str:
     return chars
 
 
+def _over(under: str, style: str) -> str:
+    """``style`` drawn over ``under`` (a rich style string: the later words win)."""
+    return f"{under} {style}" if style and under else (style or under)
+
+
 def spark(values: list, lo: float, hi: float, width: int, style: str = "green",
-          none_char: str = " ") -> Text:
-    """A one-row sparkline on a fixed [lo, hi] scale (Textual's Sparkline auto-scales)."""
+          none_char: str = " ") -> Line:
+    """A one-row sparkline on a fixed [lo, hi] scale (Textual's Sparkline auto-scales). Drawn
+    dim under its colour, the blank start too."""
     width = max(0, width)
     vals = values[-width:] if width else []
-    text = Text(" " * (width - len(vals)), style="dim")
-    text.append(_spark_chars(vals, lo, hi, none_char), style=style)
-    return text
+    line = Line(" " * (width - len(vals)), "dim")
+    return line.append(_spark_chars(vals, lo, hi, none_char), _over("dim", style))
 
 
-def bar(frac: float | None, width: int, style: str = "green") -> Text:
+def bar(frac: float | None, width: int, style: str = "green") -> Line:
     """A horizontal bar filled to ``frac`` (0..1)."""
     width = max(0, width)
     if frac is None:
-        return Text("·" * width, style="dim")
+        return Line("·" * width, "dim")
     frac = min(max(frac, 0.0), 1.0)
     full = frac * width
     n = int(full)
     partial = "▏▎▍▌▋▊▉"[int((full - n) * 7)] if n < width and full - n >= 1 / 7 else ""
-    text = Text("█" * n + partial, style=style)
-    text.append("·" * (width - n - len(partial)), style="bright_black")
-    return text
+    line = Line("█" * n + partial, style)
+    return line.append("·" * (width - n - len(partial)), _over(style, "bright_black"))
 
 
 def level_style(frac: float | None, warn: float = 0.8, crit: float = 0.95) -> str:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 
 from rich.text import Text
-from traintop.widgets.lines import TextLines
+from traintop.widgets.line import Line
+from traintop.widgets.lines import TextLines, join_lines
 
 from traintop.units import fmt_duration
 from traintop.widgets.render import bar
@@ -23,16 +24,18 @@ class ReplayBar(TextLines):
         self.start, self.end, self.position, self.speed, self.playing = start, end, position, speed, playing
         self.redraw()
 
-    def render(self) -> Text:
-        out = Text(no_wrap=True, overflow="ellipsis")
+    def text_lines(self, width: int) -> list[Line]:
         if self.start is None or self.position is None:
-            return Text("empty recording", style="dim")
+            return [Line("empty recording", "dim").truncate(width)]
         total = max(self.end - self.start, 1e-9)
         done = self.position - self.start
-        out.append("▶ " if self.playing else "‖ ", style="bold cyan")
+        out = Line("▶ " if self.playing else "‖ ", "bold cyan")
         label = f" {fmt_duration(done)} / {fmt_duration(total)}  {self.speed:g}×  " \
                 f"{time.strftime('%H:%M:%S', time.localtime(self.position))}"
-        width = max(10, (self.size.width or 80) - len(label) - 3)
-        out.append_text(bar(done / total, width, "cyan"))
-        out.append(label)
-        return out
+        bar_w = max(10, (self.size.width or 80) - len(label) - 3)
+        out.extend(bar(done / total, bar_w, "cyan")).append(label)
+        return [out.truncate(width)]
+
+    def render(self) -> Text:
+        """The bar as a Text (tests and tools)."""
+        return join_lines(self.text_lines(self.size.width or 80))

@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 
 from rich.text import Text
-from traintop.widgets.lines import TextLines
+from traintop.widgets.line import Line
+from traintop.widgets.lines import TextLines, join_lines
 
 MODE_STYLE = {"live": "bold black on green", "demo": "bold black on magenta", "replay": "bold black on cyan",
               "simulated": "bold black on yellow"}
@@ -38,23 +39,25 @@ class StatusBar(TextLines):
         self.notice, self.notice_severity = message, severity
         self.redraw()
 
-    def render(self) -> Text:
+    def text_lines(self, width: int) -> list[Line]:
         # Most important first: a narrow pane truncates from the right.
-        out = Text(no_wrap=True, overflow="ellipsis")
-        out.append(f" {self.mode.upper()} ", style=MODE_STYLE.get(self.mode, "reverse"))
+        out = Line(f" {self.mode.upper()} ", MODE_STYLE.get(self.mode, "reverse"))
         if self.t is not None:
-            out.append(" " + time.strftime("%H:%M:%S", time.localtime(self.t)), style="bold")
+            out.append(" " + time.strftime("%H:%M:%S", time.localtime(self.t)), "bold")
         if self.replay:
-            out.append("  " + self.replay, style="bold cyan")
+            out.append("  " + self.replay, "bold cyan")
         if self.paused:
-            out.append("  ‖ PAUSED", style="bold yellow")
+            out.append("  ‖ PAUSED", "bold yellow")
         if self.problem:
-            out.append("  ⚠ " + self.problem, style="bold red")
+            out.append("  ⚠ " + self.problem, "bold red")
         if self.notice:
-            out.append("  " + self.notice, style=NOTICE_STYLE.get(self.notice_severity, "bold"))
+            out.append("  " + self.notice, NOTICE_STYLE.get(self.notice_severity, "bold"))
         if self.recording:
-            out.append("  ● REC ", style="bold red")
-            out.append(self.recording, style="dim")
-        out.append("  " + self.text, style="dim")
-        out.truncate(max(1, self.size.width), overflow="ellipsis")
-        return out
+            out.append("  ● REC ", "bold red")
+            out.append(self.recording, "dim")
+        out.append("  " + self.text, "dim")
+        return [out.truncate(max(1, self.size.width))]
+
+    def render(self) -> Text:
+        """The line as a Text (tests and tools)."""
+        return join_lines(self.text_lines(self.size.width))

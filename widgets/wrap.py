@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import re
 
+from functools import lru_cache
+
 from rich.cells import cell_len
 from rich.text import Text
+
+from traintop.widgets.line import Line
 
 NBSP = "\u00a0"
 # a number, then a space, then its unit: the space becomes a no-break space
@@ -13,6 +17,7 @@ _UNIT = re.compile(r"(?<=\d) (?=(?:%|°C|[KMGT]i?B(?:/s)?|B/s|B|kW|W|ms|µs|s|mi
 _LABEL = re.compile(r"\b(GPU|rank|PID) (?=\d)")  # "GPU 0" stays on one line too
 
 
+@lru_cache(maxsize=512)  # the same sentences come back every second
 def keep_units(text: str) -> str:
     """``text`` with no-break spaces between numbers and their units ("22 GiB", "GPU 0")."""
     return _LABEL.sub(r"\1" + NBSP, _UNIT.sub(NBSP, text))
@@ -31,43 +36,58 @@ def _fit(plain: str, start: int, width: int) -> int:
     return end
 
 
-def hang_wrap(text: Text, width: int, hang: int = 0) -> list[Text]:
-    """Lines of at most ``width`` cells; continuation lines start with ``hang`` spaces."""
+def hang_rows(plain: str, width: int, hang: int = 0) -> list[tuple[int, int, int]]:
+    """Where ``plain`` (one line) breaks into rows of at most ``width`` cells whose continuation
+    rows start with ``hang`` spaces: (start, end, spaces before) a row."""
     width = max(1, width)
     hang = min(hang, width // 2)
+    words = [(m.start(), m.end()) for m in re.finditer(r"[^ ]+", plain)]
+    if not words:
+        return [(0, len(plain), 0)]
+    rows = []
+    first = True
+    i = 0
+    while i < len(words):
+        avail = width if first else width - hang
+        line_start = 0 if first else words[i][0]  # the first line keeps the paragraph's indent
+        end = words[i][1]
+        if cell_len(plain[line_start:end]) > avail:  # one word wider than the line: cut it
+            end = _fit(plain, line_start, avail)
+            if end < words[i][1]:
+                words[i] = (end, words[i][1])
+            else:
+                i += 1
+        else:
+            i += 1
+            while i < len(words) and cell_len(plain[line_start:words[i][1]]) <= avail:
+                end = words[i][1]
+                i += 1
+        rows.append((line_start, end, 0 if first else hang))
+        first = False
+    return rows
+
+
+def hang_wrap(text: Text | Line, width: int, hang: int = 0) -> list:
+    """Lines of at most ``width`` cells; continuation lines start with ``hang`` spaces. A Text
+    gives Texts (its newlines start new paragraphs), a Line gives Lines."""
+    if isinstance(text, Line):
+        plain = text.plain
+        if not plain:
+            return [Line()]
+        return [(Line(" " * prefix) if prefix else Line()).extend(text.slice(a, b))
+                for a, b, prefix in hang_rows(plain, width, hang)]
     out: list[Text] = []
     for para in text.split("\n", allow_blank=True):
         plain = para.plain
         if not plain:
             out.append(Text())
             continue
-        words = [(m.start(), m.end()) for m in re.finditer(r"[^ ]+", plain)]
-        first = True
-        i = 0
-        if not words:
+        if not plain.strip(" "):
             out.append(para.copy())
             continue
-        while i < len(words):
-            avail = width if first else width - hang
-            line_start = 0 if first else words[i][0]  # the first line keeps the paragraph's indent
-            prefix = 0 if first else hang
-            end = words[i][1]
-            if cell_len(plain[line_start:end]) > avail:  # one word wider than the line: cut it
-                end = _fit(plain, line_start, avail)
-                if end < words[i][1]:
-                    words[i] = (end, words[i][1])
-                else:
-                    i += 1
-            else:
-                i += 1
-                while i < len(words) and cell_len(plain[line_start:words[i][1]]) <= avail:
-                    end = words[i][1]
-                    i += 1
-            piece = para[line_start:end]
-            if prefix:
-                piece = Text(" " * prefix) + piece
-            out.append(piece)
-            first = False
+        for a, b, prefix in hang_rows(plain, width, hang):
+            piece = para[a:b]
+            out.append(Text(" " * prefix) + piece if prefix else piece)
     return out
 
 
