@@ -41,20 +41,26 @@ class RowCompositor(Compositor):
         if not regions:
             return None
         spans = list(self._regions_to_spans(regions))
-        chops = [dict.fromkeys(cut_set[:-1]) for cut_set in self.cuts]
+        dirty_rows: dict[int, list[tuple[int, int]]] = {}  # screen row -> dirty column ranges
+        for r in regions:
+            a, b = r.x, r.x + r.width
+            for y in range(r.y, r.y + r.height):
+                dirty_rows.setdefault(y, []).append((a, b))
         cuts = self.cuts
+        chops = [dict.fromkeys(cut_set[:-1]) for cut_set in cuts]
         for widget, (region, clip) in self.visible_widgets.items():
             visible = region.intersection(clip)
-            rows: dict[int, list[tuple[int, int]]] = {}  # screen row -> dirty column ranges on this widget
-            for r in regions:
-                hit = visible.intersection(r)
-                if hit:
-                    for y in range(hit.y, hit.bottom):
-                        rows.setdefault(y, []).append((hit.x, hit.right))
-            if not rows:
-                continue  # no dirty region touches this widget: none of its lines is needed
             x, width = visible.x, visible.width
             right = x + width
+            rows: dict[int, list[tuple[int, int]]] = {}  # screen row -> dirty column ranges on this widget
+            for y in range(visible.y, visible.y + visible.height):
+                at = dirty_rows.get(y)
+                if at is not None:
+                    hits = [(max(a, x), min(b, right)) for a, b in at if a < right and b > x]
+                    if hits:
+                        rows[y] = hits
+            if not rows:
+                continue  # no dirty region touches this widget: none of its lines is needed
             if not any(chops[y].get(a) is None and any(a < x2 and b > x1 for x1, x2 in spans_at)
                        for y, spans_at in rows.items() for a, b in zip(cuts[y], cuts[y][1:]) if x <= a < right):
                 continue  # every dirty chop here is drawn by a widget in front (a container under its panels)
@@ -65,7 +71,9 @@ class RowCompositor(Compositor):
                     continue
                 line = chops[y]
                 final_cuts = [cut for cut in cuts[y] if right >= cut >= x]
-                for cut, piece in zip(final_cuts, strip.divide([cut - x for cut in final_cuts[1:]])):
+                pieces = (strip,) if len(final_cuts) == 2 and final_cuts[1] - x == strip.cell_length \
+                    else strip.divide([cut - x for cut in final_cuts[1:]])
+                for cut, piece in zip(final_cuts, pieces):
                     if line.get(cut) is None:  # front to back: the first widget at a cut wins
                         line[cut] = piece
         return ChopsUpdate(chops, spans, [cut_set[1:] for cut_set in cuts])
