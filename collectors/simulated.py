@@ -79,6 +79,7 @@ class Simulator:
         self.interval = interval
         self.t0 = t0
         self.k = 0
+        self._busy_lens: dict[tuple[int, int], float] = {}
 
     def info(self) -> SessionInfo:
         return SessionInfo(
@@ -144,8 +145,12 @@ class Simulator:
         rel = t - self.t0
         period = 1.6
         cycle = math.floor(rel / period)
-        r = _rng(self.seed, "cycle", gpu, cycle)
-        busy_len = 0.35 + 0.25 * r.random()
+        key = (gpu, cycle)
+        busy_len = self._busy_lens.get(key)
+        if busy_len is None:  # a seeded generator costs more than the rest of a sample: one a cycle
+            if len(self._busy_lens) > 4096:
+                self._busy_lens.clear()
+            busy_len = self._busy_lens[key] = 0.35 + 0.25 * _rng(self.seed, "cycle", gpu, cycle).random()
         return (rel - cycle * period) < busy_len * period
 
     def _busy_share(self, gpu: int, t0: float, t1: float, steps: int = 12) -> tuple[float, float, float]:
