@@ -164,13 +164,23 @@ class RuleContext:
         return sum(vals) / len(vals) if len(vals) >= 3 else None
 
     # -- series: names from traintop.metrics (an unknown name raises) --------------------------
+    # The rules ask for the same few windows many times an evaluation (GPU 0's utilization
+    # over 20 s, seven times): each is read from the store once. What comes back is shared:
+    # a rule reads it, never changes it.
     def values(self, key: str, window_s: float) -> list[float]:
         """The values present over the last ``window_s`` seconds."""
-        return present(self.store.window(key, window_s))
+        k = ("values", key, window_s)
+        got = self._cache.get(k)
+        if got is None:
+            got = self._cache[k] = present(self.store.window(key, window_s))
+        return got
 
     def pairs(self, key: str, window_s: float, *, min_n: int = 0, min_span: float = 0.0) -> list[tuple[float, float]]:
         """(t, value) pairs over the window; [] unless at least ``min_n`` of them span ``min_span`` of it."""
-        pairs = self.store.window_pairs(key, window_s)
+        k = ("pairs", key, window_s)
+        pairs = self._cache.get(k)
+        if pairs is None:
+            pairs = self._cache[k] = self.store.window_pairs(key, window_s)
         if len(pairs) < max(min_n, 1) or pairs[-1][0] - pairs[0][0] < min_span * window_s:
             return []
         return pairs

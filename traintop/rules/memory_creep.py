@@ -69,12 +69,14 @@ class MemoryCreep:
             pairs = ctx.pairs(key, w, min_n=10, min_span=0.8)
             if not pairs:
                 continue
+            rise = pairs[-1][1] - min(v for _, v in pairs)
+            if rise < min_rise:  # most of the time: no fit needed to rule it out
+                continue
             fit = linear_fit(pairs)
             if fit is None:
                 continue
             slope, _, r2 = fit
-            rise = pairs[-1][1] - min(v for _, v in pairs)
-            if slope < c.creep_min_rate_mib_s * MiB or r2 < c.creep_min_r2 or rise < min_rise:
+            if slope < c.creep_min_rate_mib_s * MiB or r2 < c.creep_min_r2:
                 continue
             span = pairs[-1][0] - pairs[0][0]
             used = pairs[-1][1]

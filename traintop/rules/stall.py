@@ -30,11 +30,10 @@ def _clock(t: float) -> str:
 
 def last_change(pairs: list[tuple[float, float]]) -> float | None:
     """When the series last changed value; None if it never did in these pairs."""
-    last = None
-    for (_, a), (t, b) in zip(pairs, pairs[1:]):
-        if b != a:
-            last = t
-    return last
+    for k in range(len(pairs) - 1, 0, -1):  # from the newest: a stepping job changes at once
+        if pairs[k][1] != pairs[k - 1][1]:
+            return pairs[k][0]
+    return None
 
 
 class Stall:

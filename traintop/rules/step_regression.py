@@ -32,6 +32,8 @@ class StepTimeRegression:
             before = [v for t, v in pairs if t <= t_end - w]
             if len(recent) < 5 or len(before) < 10:
                 continue
+            if max(recent) < c.step_regression_ratio * min(before):
+                continue  # even the slowest recent step is not that much slower than the fastest before
             now, base = statistics.median(recent), statistics.median(before)
             if base <= 0 or now / base < c.step_regression_ratio:
                 continue
