@@ -27,10 +27,13 @@ ORDER: list[str] = []  # labels in the order they are printed (parts under their
 
 
 def wrap(owner, name: str, label: str) -> None:
+    import inspect
+
     f = getattr(owner, name, None)
     if f is None:  # an older tree without this stage
         return
-    ORDER.append(label)
+    if label not in ORDER:
+        ORDER.append(label)
 
     def timed(*a, **k):
         t = time.thread_time()
@@ -39,11 +42,11 @@ def wrap(owner, name: str, label: str) -> None:
         finally:
             ACC[label] += time.thread_time() - t
 
-    setattr(owner, name, timed)
+    static = isinstance(inspect.getattr_static(owner, name), staticmethod)
+    setattr(owner, name, staticmethod(timed) if static else timed)
 
 
 def instrument() -> None:
-    import textual.widget
     from textual.screen import Screen
 
     import traintop.app.main as main
@@ -58,10 +61,12 @@ def instrument() -> None:
     wrap(host_panel.HostPanel, "show", "  host")
     wrap(process_panel.ProcessPanel, "show", "  process")
     wrap(alerts_panel.AlertsPanel, "show", "  alerts")
-    wrap(lines.TextLines, "text_lines", "    panels' text_lines (all panels)")
-    wrap(lines, "text_strip", "    strips (all panels)")
+    for panel in (status_bar.StatusBar, gpu_panel.GpuPanel, host_panel.HostPanel, process_panel.ProcessPanel,
+                  alerts_panel.AlertsBody):
+        wrap(panel, "text_lines", "    panels' text_lines (all panels)")
+    wrap(lines.TextLines, "_strip", "    strips (all panels)")
     wrap(Screen, "_on_timer_update", "compositor update")
-    wrap(textual.widget.Widget, "render_lines", "  widgets' render_lines")
+    wrap(lines.TextLines, "render_lines", "  widgets' render_lines")
     ORDER.append("  terminal output")
 
 
@@ -70,8 +75,7 @@ def main() -> int:
     instrument()
     app, feed = frame_cost._session(2, 1.0, "starved")
     frame_cost._count_terminal_bytes(app, [0])
-    wrap(app, "_display", "  terminal output")
-    ORDER.pop()
+    wrap(app, "_display", "  terminal output")  # its label is in ORDER already, under the compositor
     frames = 100
     res: dict = {}
 
