@@ -190,12 +190,14 @@ class Store:
             check_key(key)  # a misspelt name must fail, not read as "no data"
         return col
 
+    # A window with no missing value (nearly all of them) is converted in C: the sum of a
+    # window is NaN when any value is, and then (or for inf - inf) each value is looked at.
     def window(self, key: str, seconds: float | None = None) -> list[float | None]:
         """Values of ``key`` over the last ``seconds`` (all held values if None)."""
         col = self._column(key)
         if col is None:
             return []
-        return [None if v != v else v for v in self._slice(col, self._start_index(seconds))]
+        return _nan_as_none(self._slice(col, self._start_index(seconds)))
 
     def window_pairs(self, key: str, seconds: float | None = None) -> list[tuple[float, float]]:
         """(t, value) pairs over the window, missing values left out."""
@@ -203,7 +205,10 @@ class Store:
         if col is None:
             return []
         start = self._start_index(seconds)
-        return [(t, v) for t, v in zip(self._slice(self._times, start), self._slice(col, start)) if v == v]
+        values = self._slice(col, start)
+        if _all_present(values):
+            return list(zip(self._slice(self._times, start), values))
+        return [(t, v) for t, v in zip(self._slice(self._times, start), values) if v == v]
 
     def last(self, key: str, n: int) -> list[float | None]:
         """The last ``n`` values of ``key`` (fewer if not held), oldest first."""
@@ -211,7 +216,7 @@ class Store:
         if col is None:
             return []
         n = min(n, self._n)
-        return [None if v != v else v for v in self._slice(col, self._n - n)]
+        return _nan_as_none(self._slice(col, self._n - n))
 
     def latest_value(self, key: str) -> float | None:
         col = self._column(key)
@@ -219,6 +224,15 @@ class Store:
             return None
         v = col[self._phys(self._n - 1)]
         return None if v != v else v
+
+
+def _all_present(values: list[float]) -> bool:
+    total = sum(values)
+    return total == total
+
+
+def _nan_as_none(values: list[float]) -> list[float | None]:
+    return values if _all_present(values) else [None if v != v else v for v in values]
 
 
 def present(values: list[float | None]) -> list[float]:

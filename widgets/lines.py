@@ -169,6 +169,14 @@ class TextLines(Widget):
         """The widget's lines at ``width`` cells; a subclass that already holds lines may override it."""
         return fit_lines(self.render(), width, self.app.console)
 
+    # Textual's content_size and region look the widget up in the screen's map (a walk up to the
+    # screen, then a dict), several times a frame for each panel; its own size (border and
+    # padding included) is at hand.
+    def _content(self) -> tuple[int, int]:
+        width, height = self.outer_size
+        gutter = self.styles.gutter
+        return max(0, width - gutter.left - gutter.right), max(0, height - gutter.top - gutter.bottom)
+
     def refresh(self, *regions, **kw):
         if not regions:  # a full repaint (style, size, or a redraw that changed every line)
             self._strips = None
@@ -177,7 +185,7 @@ class TextLines(Widget):
 
     def redraw(self) -> None:
         """Show the current state: repaint the lines whose Text changed, and only those."""
-        width, height = self.content_size
+        width, height = self._content()
         if self._strips is None or (width, height) != self._strips_key or not self.is_mounted:
             self.refresh()  # nothing to compare with: draw it all when Textual asks for lines
             return
@@ -269,6 +277,8 @@ class TextLines(Widget):
         self._frame = None
         cache = self._styles_cache
         width, height = self.region.size  # what Textual's styles cache draws: border and padding included
+        if (width, height) != tuple(self.outer_size):
+            return
         gutter = self.styles.gutter
         top, bottom = gutter.top, gutter.bottom
         if top >= height - bottom or width <= gutter.left + gutter.right or cache._width != width:
@@ -293,7 +303,7 @@ class TextLines(Widget):
         frame = self._frame
         if frame is None:
             return None
-        width, height = size = self.region.size
+        width, height = size = self.outer_size  # as region.size, checked when the frame was captured
         cache = self._styles_cache
         if frame.size != size or cache._width != width:
             return None
@@ -327,7 +337,7 @@ class TextLines(Widget):
         return out
 
     def render_line(self, y: int) -> Strip:
-        width, height = self.content_size
+        width, height = self._content()
         if self._strips is None or (width, height) != self._strips_key:
             self._build(width)
             self._strips_key = (width, height)

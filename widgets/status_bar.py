@@ -56,8 +56,8 @@ class StatusBar(TextLines):
             out.append("  ● REC ", "bold red")
             out.append(self.recording, "dim")
         out.append("  " + self.text, "dim")
-        return [out.truncate(max(1, self.size.width))]
+        return [out.truncate(max(1, width))]
 
     def render(self) -> Text:
         """The line as a Text (tests and tools)."""
-        return join_lines(self.text_lines(self.size.width))
+        return join_lines(self.text_lines(self._content()[0]))

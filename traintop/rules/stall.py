@@ -66,6 +66,10 @@ class Stall:
     # -- the probe's step counters --------------------------------------------------------------
     def _from_probe(self, ctx: RuleContext):
         c = ctx.config
+        for subject, _ in ctx.ranks():  # the usual case, cheaply: a rank stepped within the shortest stall
+            changed = last_change(ctx.rank_pairs(subject, "steps", c.stall_min_s))
+            if changed is not None and ctx.now - changed < c.stall_min_s:
+                return []  # somebody still steps: no stall (and no NVML guess either)
         stopped = {}  # subject -> (rank, last step time)
         usual = []
         training = False

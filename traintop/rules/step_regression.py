@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import bisect
+import math
 import statistics
+from operator import itemgetter
 
 from traintop.rules.engine import Finding, RuleContext, Severity
+
+_value = itemgetter(1)
 
 
 class StepTimeRegression:
@@ -27,14 +32,13 @@ class StepTimeRegression:
             pairs = ctx.rank_pairs(subject, "step_time", w * 11, min_n=12)
             if not pairs:
                 continue
-            t_end = pairs[-1][0]
-            recent = [v for t, v in pairs if t > t_end - w]
-            before = [v for t, v in pairs if t <= t_end - w]
-            if len(recent) < 5 or len(before) < 10:
+            split = bisect.bisect_right(pairs, (pairs[-1][0] - w, math.inf))  # the last w seconds from here on
+            if len(pairs) - split < 5 or split < 10:
                 continue
-            if max(recent) < c.step_regression_ratio * min(before):
+            if max(pairs[split:], key=_value)[1] < c.step_regression_ratio * min(pairs[:split], key=_value)[1]:
                 continue  # even the slowest recent step is not that much slower than the fastest before
-            now, base = statistics.median(recent), statistics.median(before)
+            now = statistics.median([v for _, v in pairs[split:]])
+            base = statistics.median([v for _, v in pairs[:split]])
             if base <= 0 or now / base < c.step_regression_ratio:
                 continue
             yield Finding(subject,
