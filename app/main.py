@@ -40,6 +40,7 @@ COMPACT_PANEL_ROWS = 3
 ALERTS_MIN_ROWS = 8  # what the GPUs leave to the alerts before they fall back to one line each
 COMPACT_ALERTS_MIN_ROWS = 4
 NOTICE_S = 6.0
+REDRAW_SLACK = 0.2  # a frame due within this share of the redraw interval is drawn at once
 REPLAY_ACTIONS = {"seek", "seek_fraction", "step", "speed"}
 # A frame allocates thousands of short-lived objects (Text, Segments, Strips, messages): at
 # Python's default gen-0 threshold (700) the cyclic GC ran ~1.1 times a frame, ~1 ms of a
@@ -271,7 +272,9 @@ class TraintopApp(App):
         if self._redraw_timer is not None:
             return
         wait = self._last_redraw + self.min_redraw_s - time.monotonic()
-        if wait > 0:  # draw the newest frame once the redraw budget allows
+        # A frame that comes a little early (sampling at the redraw rate, give or take the loop's
+        # jitter) is drawn now: a timer for a few milliseconds costs more than it saves.
+        if wait > REDRAW_SLACK * self.min_redraw_s:  # draw the newest frame once the redraw budget allows
             self._redraw_timer = self.set_timer(wait, self._deferred_redraw)
         else:
             self.refresh_view()

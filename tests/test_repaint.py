@@ -67,7 +67,7 @@ def test_a_changed_line_repaints_that_line_only_and_an_unchanged_text_nothing():
 
 @pytest.mark.parametrize("size,gpus", [((160, 48), 2), ((80, 24), 2), ((120, 36), 8)],
                          ids=["panels-160x48", "compact-80x24", "table-8gpu"])
-def test_frames_repaint_only_changed_lines_and_end_where_a_full_repaint_does(sim_app, size, gpus):
+def test_frames_repaint_only_changed_lines_and_end_where_a_full_repaint_does(sim_app, size, gpus, line_paths):
     async def go():
         app, _, feed = sim_app("starved,healthy", gpus=gpus, interval=1.0)
         async with app.run_test(size=size) as pilot:
@@ -93,9 +93,21 @@ def test_frames_repaint_only_changed_lines_and_end_where_a_full_repaint_does(sim
     asyncio.run(go())
 
 
+@pytest.fixture(params=["panels' own paths", "Textual's paths"])
+def line_paths(request, monkeypatch):
+    """Each test twice: with the panels' own frame and repaint paths, and with Textual's (what
+    a Textual that differs inside falls back to)."""
+    from traintop.widgets import lines
+
+    own = request.param == "panels' own paths"
+    monkeypatch.setattr(lines, "FAST_FRAME", [own])
+    monkeypatch.setattr(lines, "DIRECT_REPAINT", [own])
+    return own
+
+
 @pytest.mark.parametrize("size,gpus", [((160, 48), 2), ((80, 24), 2), ((120, 36), 8)],
                          ids=["panels-160x48", "compact-80x24", "table-8gpu"])
-def test_what_reaches_the_terminal_equals_a_full_repaint_and_few_rows_are_walked(sim_app, size, gpus):
+def test_what_reaches_the_terminal_equals_a_full_repaint_and_few_rows_are_walked(sim_app, size, gpus, line_paths):
     """Partial updates render only the widgets and rows that a dirty region meets (Textual walks
     every widget in their bounding box): the terminal, fed every update, shows a full repaint."""
     import pyte
@@ -116,14 +128,19 @@ def test_what_reaches_the_terminal_equals_a_full_repaint_and_few_rows_are_walked
                 asked[0] = 0
                 stream.feed(update.render_segments(app.console))
 
-        render_lines = Widget.render_lines
+        render_lines, panel_lines = Widget.render_lines, TextLines.render_lines
 
         def counted(self, crop):
-            asked[0] += crop.height
+            if not isinstance(self, TextLines):  # counted once, below
+                asked[0] += crop.height
             return render_lines(self, crop)
 
+        def counted_panel(self, crop):
+            asked[0] += crop.height
+            return panel_lines(self, crop)
+
         app._display = display
-        Widget.render_lines = counted
+        Widget.render_lines, TextLines.render_lines = counted, counted_panel
         try:
             async with app.run_test(size=size) as pilot:
                 await pilot.pause()
@@ -143,7 +160,7 @@ def test_what_reaches_the_terminal_equals_a_full_repaint_and_few_rows_are_walked
                     assert term.display == _screen_text(app)
                     asked[0] = 0  # the full render just above is not the compositor's update
         finally:
-            Widget.render_lines = render_lines
+            Widget.render_lines, TextLines.render_lines = render_lines, panel_lines
         assert len(partial_rows) >= 3
         # Textual's own compositor walks 3 to 7 times the screen's rows a steady frame, here ~1
         assert max(partial_rows) < 2 * size[1]

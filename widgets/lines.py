@@ -15,6 +15,7 @@ from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual.filter import ANSIToTruecolor
+from textual.dom import NoScreen
 from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
@@ -24,6 +25,7 @@ from traintop.widgets.line import Line, line_strip
 # False once Textual's styles cache turned out to differ inside: every widget then draws
 # through Textual's own path for good (see TextLines.render_lines).
 FAST_FRAME = [True]
+DIRECT_REPAINT = [True]  # False once a panel could not mark itself dirty on the screen (see _repaint_rows)
 _FRAME_ERRORS = (AttributeError, TypeError, ValueError, KeyError, IndexError)
 
 
@@ -213,7 +215,28 @@ class TextLines(Widget):
                 runs.append([y, y + 1])
         if runs:  # whole rows, border and padding too: the terminal gets each row as one piece, uncut
             left, outer = self.styles.gutter.left, self.outer_size.width
-            self.refresh(*(Region(-left, a, outer, b - a) for a, b in runs))
+            self._repaint_rows([Region(-left, a, outer, b - a) for a, b in runs])
+
+    def _repaint_rows(self, regions: list[Region]) -> None:
+        """Repaint ``regions`` (content coordinates) of this widget, size and styles unchanged.
+
+        ``refresh(*regions)`` wakes the widget's own message loop (a Prompt, then Idle) only for it
+        to post an Update to the screen, which marks the widget dirty: three messages and a task
+        switch a panel a frame. Here the widget is marked dirty on the screen directly, as
+        Screen's Update handler does. Where Textual differs inside, ``refresh`` does it."""
+        if DIRECT_REPAINT[0]:
+            try:
+                screen = self.screen
+                if self.display and self in screen._compositor:
+                    self._set_dirty(*regions)
+                    screen._dirty_widgets.add(self)
+                    screen.check_idle()
+                    return
+            except NoScreen:  # being removed: Textual's own path decides
+                pass
+            except _FRAME_ERRORS:
+                DIRECT_REPAINT[0] = False
+        self.refresh(*regions)
 
     @staticmethod
     def _strip(line: Text | Line, console, base, paint=None) -> Strip:

@@ -1,0 +1,86 @@
+"""A panel row drawn as a Line shows what the same rich Text shows: text, cut, wrap and styles."""
+
+import random
+
+import pytest
+from rich.console import Console
+from rich.style import Style
+from rich.text import Text
+
+from traintop.widgets.line import Line, cells, from_text, line_strip
+from traintop.widgets.lines import fit_lines
+
+PIECES = ["abc ", "▁▂▃█", "GPU 0 ", "x", "–", " 12 %", "", "…", "averyveryverylongwordthatdoesnotfit", "  ",
+          "a b c d ", "loader workers (4): ", "12\u00a0GiB"]
+WIDE = ["日本", "😀"]
+STYLES = ["", "bold", "dim", "green", "bold yellow", "dim cyan"]
+
+
+def _pair(rng, pieces):
+    line, text = Line(), Text(no_wrap=True, overflow="ellipsis")
+    for _ in range(rng.randint(0, 7)):
+        piece, style = rng.choice(pieces), rng.choice(STYLES)
+        line.append(piece, style)
+        text.append(piece, style=style or None)
+    return line, text
+
+
+def _cells(segments):
+    return [(ch, seg.style) for seg in segments for ch in seg.text]
+
+
+def _drawn(line: Line, console, base):
+    return _cells(line_strip(line, console, base))
+
+
+def _drawn_text(text: Text, console, base):
+    return [(ch, base + (st or Style())) for ch, st in _cells(s for s in text.render(console) if s.text != "\n")]
+
+
+def test_a_line_cut_to_a_width_draws_what_rich_draws():
+    console, base, rng = Console(), Style(color="white", bgcolor="black"), random.Random(1)
+    for _ in range(4000):
+        line, text = _pair(rng, PIECES + WIDE)
+        assert (line.plain, line.cell_len) == (text.plain, text.cell_len)
+        width = rng.randint(1, 30)
+        for ellipsis in (True, False):
+            cut, expected = Line(), text.copy()
+            cut.runs = list(line.runs)
+            cut.truncate(width, ellipsis=ellipsis)
+            expected.truncate(width, overflow="ellipsis" if ellipsis else "crop")
+            assert cut.plain == expected.plain
+            if not any(cells(t) != len(t) for t, _ in line.runs):  # rich maps styles by character, not cell
+                assert _drawn(cut, console, base) == _drawn_text(expected, console, base)
+
+
+def test_a_line_wraps_where_rich_wraps_it():
+    console, base, rng = Console(), Style(color="white", bgcolor="black"), random.Random(2)
+    for _ in range(3000):
+        line, text = _pair(rng, PIECES)
+        text.no_wrap = False
+        width = rng.randint(1, 30)
+        rows = line.wrap(width) if line.cell_len > width else [line]
+        expected = fit_lines(text, width, console)
+        assert [r.plain for r in rows] == [t.plain for t in expected]
+        for row, want in zip(rows, expected):
+            assert _drawn(row, console, base) == _drawn_text(want, console, base)
+
+
+def test_a_line_slices_and_converts_like_text():
+    console, base, rng = Console(), Style(color="white", bgcolor="black"), random.Random(3)
+    for _ in range(2000):
+        line, text = _pair(rng, PIECES)
+        a = rng.randint(0, len(text.plain))
+        b = rng.randint(a, len(text.plain))
+        assert line.slice(a, b).plain == text.plain[a:b]
+        assert _drawn(line.slice(a, b), console, base) == _drawn_text(text[a:b], console, base)
+        back = from_text(line.to_text())
+        assert back.plain == line.plain and _drawn(back, console, base) == _drawn(line, console, base)
+
+
+@pytest.mark.parametrize("hostile", ["\x1b]52;c;aGVsbG8=\x07", "name\x1b[2J", "a\x9bb", "tab\there"])
+def test_a_control_character_in_a_line_reaches_the_screen_only_as_visible_text(hostile):
+    strip = line_strip(Line("GPU ").append(hostile, "bold"), Console(), Style())
+    drawn = "".join(seg.text for seg in strip)
+    assert not any(ord(c) < 0x20 or 0x7f <= ord(c) <= 0x9f for c in drawn)
+    assert "\\x" in drawn
