@@ -84,3 +84,24 @@ def test_a_control_character_in_a_line_reaches_the_screen_only_as_visible_text(h
     drawn = "".join(seg.text for seg in strip)
     assert not any(ord(c) < 0x20 or 0x7f <= ord(c) <= 0x9f for c in drawn)
     assert "\\x" in drawn
+
+
+def test_hanging_rows_fit_their_width_and_lose_only_the_spaces_they_break_at():
+    from rich.cells import cell_len
+
+    from traintop.widgets.wrap import hang_rows, hang_wrap
+
+    rng = random.Random(4)
+    words = ["GPU\u00a00", "idle", "34\u00a0%", "of", "the", "last", "20\u00a0s", "日本語", "averyveryverylongword",
+             "→", "loader", "workers"]
+    for _ in range(3000):
+        plain = "  " * rng.randint(0, 1) + " ".join(rng.choice(words) for _ in range(rng.randint(1, 14)))
+        width, hang = rng.randint(4, 40), rng.choice([0, 2, 4])
+        rows = hang_rows(plain, width, hang)
+        kept = []
+        for a, b, prefix in rows:
+            assert cell_len(plain[a:b]) + prefix <= max(width, 2)
+            kept.append(plain[a:b])
+        assert "".join(kept).replace(" ", "") == plain.replace(" ", "")
+        line = Line(plain, "bold")
+        assert [r.plain for r in hang_wrap(line, width, hang)] == [t.plain for t in hang_wrap(Text(plain), width, hang)]

@@ -9,7 +9,7 @@ from functools import lru_cache
 from rich.cells import cell_len
 from rich.text import Text
 
-from traintop.widgets.line import Line
+from traintop.widgets.line import Line, cells
 
 NBSP = "\u00a0"
 # a number, then a space, then its unit: the space becomes a no-break space
@@ -44,6 +44,8 @@ def hang_rows(plain: str, width: int, hang: int = 0) -> list[tuple[int, int, int
     words = [(m.start(), m.end()) for m in re.finditer(r"[^ ]+", plain)]
     if not words:
         return [(0, len(plain), 0)]
+    # a text of one-cell characters (nearly always) is as wide as it is long
+    span = (lambda a, b: b - a) if cells(plain) == len(plain) else (lambda a, b: cell_len(plain[a:b]))
     rows = []
     first = True
     i = 0
@@ -51,7 +53,7 @@ def hang_rows(plain: str, width: int, hang: int = 0) -> list[tuple[int, int, int
         avail = width if first else width - hang
         line_start = 0 if first else words[i][0]  # the first line keeps the paragraph's indent
         end = words[i][1]
-        if cell_len(plain[line_start:end]) > avail:  # one word wider than the line: cut it
+        if span(line_start, end) > avail:  # one word wider than the line: cut it
             end = _fit(plain, line_start, avail)
             if end < words[i][1]:
                 words[i] = (end, words[i][1])
@@ -59,7 +61,7 @@ def hang_rows(plain: str, width: int, hang: int = 0) -> list[tuple[int, int, int
                 i += 1
         else:
             i += 1
-            while i < len(words) and cell_len(plain[line_start:words[i][1]]) <= avail:
+            while i < len(words) and span(line_start, words[i][1]) <= avail:
                 end = words[i][1]
                 i += 1
         rows.append((line_start, end, 0 if first else hang))
