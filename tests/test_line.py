@@ -105,3 +105,16 @@ def test_hanging_rows_fit_their_width_and_lose_only_the_spaces_they_break_at():
         assert "".join(kept).replace(" ", "") == plain.replace(" ", "")
         line = Line(plain, "bold")
         assert [r.plain for r in hang_wrap(line, width, hang)] == [t.plain for t in hang_wrap(Text(plain), width, hang)]
+
+
+def test_word_breaks_measured_by_length_are_rich_s_for_one_cell_text():
+    from rich._wrap import divide_line
+
+    from traintop.widgets.line import narrow_breaks
+
+    rng = random.Random(5)
+    words = ["a", "bb", "ccc", "loader", "workers", "averyveryverylongword", "·", "12\u00a0%", " ", "  ", "▁▂▃"]
+    for _ in range(20000):
+        plain = "".join(rng.choice(words) + rng.choice(["", " ", "  "]) for _ in range(rng.randint(0, 15)))
+        width = rng.randint(1, 30)
+        assert narrow_breaks(plain, width) == divide_line(plain, width, fold=False)

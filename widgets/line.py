@@ -29,6 +29,26 @@ except ImportError:  # pragma: no cover - another rich
     divide_line = None
 
 _TRAILING_SPACE = re.compile(r"\s+$")
+_WORD = re.compile(r"\s*\S+\s*")
+
+
+def narrow_breaks(plain: str, width: int) -> list[int]:
+    """Where rich's word wrap (``divide_line``, no folding) breaks ``plain`` when every
+    character takes one cell: the same rule, measured by length."""
+    breaks: list[int] = []
+    offset = 0
+    for m in _WORD.finditer(plain):
+        start, word = m.start(), m.group(0)
+        if width - offset >= len(word.rstrip()):
+            offset += len(word)
+        elif len(word.rstrip()) > width:  # wider than any row: on a row of its own, cut later
+            if start:
+                breaks.append(start)
+            offset = len(word)
+        elif offset and start:
+            breaks.append(start)
+            offset = len(word)
+    return breaks
 
 # Characters the panels draw that take one cell (checked against rich at import): a run of
 # these and ASCII is as wide as it is long, without asking rich cell by cell.
@@ -153,7 +173,9 @@ class Line:
             from traintop.widgets.lines import fit_lines  # noqa: PLC0415 (no import cycle at load)
 
             return [from_text(t) for t in fit_lines(self.to_text(overflow="ellipsis"), width, None)]
-        rows = self.divide(divide_line(self.plain, width, fold=False))
+        plain = self.plain
+        breaks = narrow_breaks(plain, width) if cells(plain) == len(plain) else divide_line(plain, width, fold=False)
+        rows = self.divide(breaks)
         for row in rows:
             row._rstrip_end(width)
             row.truncate(width)
@@ -218,21 +240,27 @@ def _combined(console, base: Style, style: str, paint) -> Style:
     return got
 
 
-def line_strip(line: Line, console, base: Style, paint=None) -> Strip:
+def line_strip(line: Line, console, base: Style, paint=None, styles: dict | None = None) -> Strip:
     """``line`` as a Strip in the widget's ``base`` style: the Segments that rich renders for the
     equivalent Text (unstyled neighbours drawn as one, as Text draws them); ``paint``: (Textual's
-    ANSI-to-true-colour filter, the widget's background) applied to each style."""
+    ANSI-to-true-colour filter, the widget's background) applied to each style. ``styles``: a
+    widget's own map of style text to Style for this ``console``, ``base`` and ``paint``."""
     runs = line.runs
     if not is_clean("".join([t for t, _ in runs]), allow_newline=False):  # never expected: made safe here too
         runs = [(one_line(t), s) for t, s in runs]
         line = Line()
         line.runs = runs
+    if styles is None:
+        styles = {}
     segments: list[Segment] = []
     last = None
     for text, style in runs:
         if not style and last == "" and segments:
             segments[-1] = Segment(segments[-1].text + text, segments[-1].style)
             continue
-        segments.append(Segment(text, _combined(console, base, style, paint)))
+        drawn = styles.get(style)
+        if drawn is None:
+            drawn = styles[style] = _combined(console, base, style, paint)
+        segments.append(Segment(text, drawn))
         last = style
     return Strip(segments, line.cell_len)

@@ -161,6 +161,7 @@ class TextLines(Widget):
     _strips_key: tuple | None = None
     _base = None  # the widget's rich style when the strips were built
     _paint = None  # (filter, background) applied to the strips as they were built, or None
+    _styles: dict | None = None
     _frame: _Frame | None = None
     _framed: dict | None = None  # row -> the line composed here (filtered when the frame is painted)
 
@@ -203,7 +204,7 @@ class TextLines(Widget):
             return
         console, base, paint = self.app.console, self._base, self._paint  # a style change repaints it all
         for y in changed:
-            self._strips[y] = self._strip(lines[y], console, base, paint)
+            self._strips[y] = self._strip(lines[y], console, base, paint, self._styles)
         self._signatures = signatures
         runs: list[list[int]] = []  # adjacent changed lines: one region each run
         for y in changed:
@@ -239,9 +240,9 @@ class TextLines(Widget):
         self.refresh(*regions)
 
     @staticmethod
-    def _strip(line: Text | Line, console, base, paint=None) -> Strip:
+    def _strip(line: Text | Line, console, base, paint=None, styles: dict | None = None) -> Strip:
         if isinstance(line, Line):
-            return line_strip(line, console, base, paint)
+            return line_strip(line, console, base, paint, styles)
         strip = text_strip(line, console, base)
         return strip if paint is None else paint_strip(strip, *paint)
 
@@ -251,8 +252,9 @@ class TextLines(Widget):
         self._base = base
         painter = _truecolor_filter(self) if FAST_FRAME[0] else None
         self._paint = paint = None if painter is None else (painter, self.background_colors[1])
+        self._styles = styles = {}  # style text -> the Style drawn, for this base and paint
         self._signatures = [line_signature(line) for line in lines]
-        self._strips = [self._strip(line, console, base, paint) for line in lines]
+        self._strips = [self._strip(line, console, base, paint, styles) for line in lines]
 
     # -- the frame around changed lines -----------------------------------------------
     # Textual's styles cache composes every repainted line anew: border, padding, content
