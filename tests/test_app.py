@@ -986,3 +986,38 @@ def test_the_all_gpus_subject_reads_as_words():
 
     assert subject_label("gpus") == "all GPUs" and subject_label("gpu3") == "GPU 3"
     assert subject_label("host") == "host"
+
+
+def test_the_memory_chart_follows_a_trend_at_once_and_a_wobble_every_half_minute(monkeypatch):
+    """plotext costs more than the rest of a frame: the chart is drawn again after 10 s when a
+    series leaves the band it was drawn in (a leak, memory freed), after 30 s when it only wobbles."""
+    import types
+
+    from traintop.samples import RankSample
+    from traintop.view import RankView
+    from traintop.widgets import process_panel
+
+    clock = [1000.0]
+    monkeypatch.setattr(process_panel, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+    builds = []
+    real = process_panel.memory_chart
+    monkeypatch.setattr(process_panel, "memory_chart", lambda *a: builds.append(clock[0]) or real(*a))
+    gib = 2**30
+    panel = process_panel.ProcessPanel()
+
+    def chart_at(t, allocated):
+        clock[0] = t
+        rv = RankView(RankSample(pid=7, rank=0, cuda=True), 0, None, allocated, [a + gib for a in allocated],
+                      [a + 2 * gib for a in allocated], [])
+        panel._chart(rv, 56, 12)
+
+    wobble = [(10 + (k % 3) * 0.2) * gib for k in range(100)]
+    chart_at(1000, wobble)
+    for t in range(1001, 1031):  # the same band, one sample a second
+        chart_at(t, wobble[1:] + wobble[:1])
+    assert builds == [1000, 1030]  # only the half-minute redraw
+    rising = wobble + [16 * gib]
+    chart_at(1035, rising)
+    assert builds[-1] == 1030  # within 10 s of the last build: not yet
+    chart_at(1040, rising)
+    assert builds[-1] == 1040  # out of its band: drawn again after 10 s

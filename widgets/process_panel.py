@@ -195,18 +195,36 @@ class ProcessPanel(TextLines):
 
     _chart_cache: tuple | None = None
 
-    def _chart(self, rank: RankView, width: int, height: int) -> list[Text]:
-        """The chart's lines. Rebuilt when the memory figures move (at most every CHART_EVERY_S),
-        otherwise every CHART_IDLE_S so it keeps scrolling, or on resize; never changed in place."""
+    def _chart(self, rank: RankView, width: int, height: int) -> list[Line]:
+        """The chart's lines. Rebuilt (at most every CHART_EVERY_S) when a series leaves the band
+        it was drawn in: memory that rises, falls or steps; memory that only wobbles inside its
+        band (a step's activations come and go) is redrawn every CHART_IDLE_S so it keeps
+        scrolling; and on resize. Never changed in place."""
         now = time.monotonic()
         key = (width, height, rank.sample.pid)
-        moved = tuple(None if not s or s[-1] is None else round(s[-1] / CHART_STEP_BYTES)
-                      for s in (rank.allocated, rank.reserved, rank.nvml))
+        series = (rank.allocated, rank.reserved, rank.nvml)
         cached = self._chart_cache
         if cached is not None and cached[0] == key:
             age = now - cached[1]
-            if age < CHART_EVERY_S or (age < CHART_IDLE_S and moved == cached[3]):
+            if age < CHART_EVERY_S or (age < CHART_IDLE_S and not _left_band(series, cached[3])):
                 return cached[2]
         chart = memory_chart(rank.allocated, rank.reserved, rank.nvml, width, height)
-        self._chart_cache = (key, now, chart, moved)
+        self._chart_cache = (key, now, chart, [_band(s) for s in series])
         return chart
+
+
+def _band(values: list) -> tuple[float, float] | None:
+    present = [v for v in values if v is not None]
+    return (min(present), max(present)) if present else None
+
+
+def _left_band(series, bands) -> bool:
+    """A series' newest value outside the band it was drawn in (by more than CHART_STEP_BYTES),
+    or a series that appeared or vanished."""
+    for values, band in zip(series, bands):
+        last = values[-1] if values else None
+        if (last is None) != (band is None):
+            return True
+        if last is not None and not band[0] - CHART_STEP_BYTES <= last <= band[1] + CHART_STEP_BYTES:
+            return True
+    return False

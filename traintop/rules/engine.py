@@ -231,12 +231,17 @@ class _Track:
     alert: Alert | None = None
     best: str = ""  # the most informative evidence while the condition fully held
     best_remedies: tuple[str, ...] | None = None  # the advice that came with it
+    best_figures: int | None = None  # informative(best), counted once
 
     def keep_if_better(self, evidence: str, remedies: tuple[str, ...]) -> None:
         # advice that changed (underuse once memory creeps) makes the older sentence stale
-        if remedies != self.best_remedies or informative(evidence) >= informative(self.best):
-            self.best = evidence
-            self.best_remedies = remedies
+        if evidence == self.best and remedies == self.best_remedies:
+            return
+        if self.best_figures is None:
+            self.best_figures = informative(self.best)
+        figures = informative(evidence)
+        if remedies != self.best_remedies or figures >= self.best_figures:
+            self.best, self.best_remedies, self.best_figures = evidence, remedies, figures
 
     def end(self, now: float) -> Alert:
         a = self.alert
@@ -335,7 +340,7 @@ class RulesEngine:
                 elif finding.state == HOLDS and now - tr.first_true >= rule.raise_after:
                     tr.alert = Alert(rule.id, rule.title, subject, severity, now, finding.evidence,
                                      remedies, id=self._next_id)
-                    tr.best, tr.best_remedies = finding.evidence, tr.alert.remedies
+                    tr.best, tr.best_remedies, tr.best_figures = finding.evidence, tr.alert.remedies, None
                     self._next_id += 1
                     self.alerts.append(tr.alert)
                     changed.append(tr.alert)
