@@ -48,8 +48,7 @@ class RowCompositor(Compositor):
                 dirty_rows.setdefault(y, []).append((a, b))
         cuts = self.cuts
         chops = [dict.fromkeys(cut_set[:-1]) for cut_set in cuts]
-        for widget, (region, clip) in self.visible_widgets.items():
-            visible = region.intersection(clip)
+        for widget, region, visible in self._uncovered():
             x, width = visible.x, visible.width
             right = x + width
             rows: dict[int, list[tuple[int, int]]] = {}  # screen row -> dirty column ranges on this widget
@@ -77,6 +76,39 @@ class RowCompositor(Compositor):
                     if line.get(cut) is None:  # front to back: the first widget at a cut wins
                         line[cut] = piece
         return ChopsUpdate(chops, spans, [cut_set[1:] for cut_set in cuts])
+
+
+    _geometry: tuple | None = None  # (the visible_widgets it was worked out from, its widgets)
+
+    def _uncovered(self) -> list:
+        """The visible widgets, front to back, less those whose every visible cell lies under
+        widgets in front of them (the screen and the containers under the panels): their lines
+        would never reach the terminal. Worked out once a layout."""
+        visible_widgets = self.visible_widgets
+        if self._geometry is not None and self._geometry[0] is visible_widgets:
+            return self._geometry[1]
+        covered: dict[int, list[tuple[int, int]]] = {}  # row -> merged column ranges of widgets in front
+        out = []
+        for widget, (region, clip) in visible_widgets.items():
+            visible = region.intersection(clip)
+            a, b = visible.x, visible.x + visible.width
+            rows = range(visible.y, visible.y + visible.height)
+            if not all(any(x1 <= a and b <= x2 for x1, x2 in covered.get(y, ())) for y in rows):
+                out.append((widget, region, visible))
+            for y in rows:
+                covered[y] = _merged(covered.get(y, []) + [(a, b)])
+        self._geometry = (visible_widgets, out)
+        return out
+
+
+def _merged(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[list[int]] = []
+    for a, b in sorted(ranges):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
 
 
 class DashboardScreen(Screen):
