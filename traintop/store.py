@@ -199,6 +199,14 @@ class Store:
             return []
         return _nan_as_none(self._slice(col, self._start_index(seconds)))
 
+    def present(self, key: str, seconds: float | None = None) -> list[float]:
+        """The values of ``key`` held over the last ``seconds``, missing ones left out."""
+        col = self._column(key)
+        if col is None:
+            return []
+        values = self._slice(col, self._start_index(seconds))
+        return values if _all_present(values) else [v for v in values if v == v]
+
     def window_pairs(self, key: str, seconds: float | None = None) -> list[tuple[float, float]]:
         """(t, value) pairs over the window, missing values left out."""
         col = self._column(key)

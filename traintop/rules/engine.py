@@ -26,7 +26,7 @@ from traintop import metrics
 from traintop.attribution import GpuFeed, WorkerLoad, gpu_feeds
 from traintop.rules.config import DEFAULT, Thresholds
 from traintop.samples import Frame, GpuSample, HostSample, ProcessSample, RankSample
-from traintop.store import Store, mean, present
+from traintop.store import Store, mean
 
 
 class Severity(IntEnum):
@@ -172,7 +172,7 @@ class RuleContext:
         k = ("values", key, window_s)
         got = self._cache.get(k)
         if got is None:
-            got = self._cache[k] = present(self.store.window(key, window_s))
+            got = self._cache[k] = self.store.present(key, window_s)
         return got
 
     def pairs(self, key: str, window_s: float, *, min_n: int = 0, min_span: float = 0.0) -> list[tuple[float, float]]:
