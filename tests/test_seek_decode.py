@@ -3,6 +3,7 @@ back exactly what cols2 files (schema v1) held; old files still open."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pathlib
 import sqlite3
@@ -173,3 +174,45 @@ def test_members_that_seldom_repeat_stay_plain_lists():
     doc = json.loads(zlib.decompress(encode(frames)))
     assert isinstance(doc["c"]["p.members"], list)  # a table and indices would take more bytes
     assert decode(encode(frames)) == decode(encode(decode(encode(frames))))
+
+
+def _store_state(store: Store):
+    return (store.keys(), store.times(), {k: store.window(k) for k in store.keys()}, store.latest,
+            store.frames_seen, len(store))
+
+
+@pytest.mark.parametrize("path", [V1_COLS2, FIX / "training-phases-probe-10hz.ttrec", FIX / "ddp-2rank.ttrec",
+                                  FIX / "fault-10hz.ttrec", FIX / "cluster-node0.ttrec", "simulated"])
+def test_a_chunk_decoded_into_series_fills_the_store_as_its_frames_do(path, tmp_path):
+    """A seek decodes straight into the store's series: the same keys, in the same order, the same
+    values and gaps, the same last sample, ended process and probe time as frames would give."""
+    from traintop import codec
+    from traintop.monitor import Monitor
+
+    if path == "simulated":  # 8 GPUs, a probed rank each, loader workers, a process that ends
+        sim = Simulator("starved,healthy,idle", gpus=8, interval=0.5, seed=6)
+        frames = [sim.next_frame() for _ in range(700)]
+        frames[650:] = [dataclasses.replace(f, process=dataclasses.replace(f.process, alive=False))
+                        for f in frames[650:]]
+        frames[10:20] = [dataclasses.replace(f, ranks=()) for f in frames[10:20]]
+        chunks = [(codec.CODEC, encode(frames[:400])), (codec.CODEC, encode(frames[400:]))]
+    else:
+        chunks = _chunks(path)[:4]
+    assert chunks
+    for name, blob in chunks:
+        whole = decode(blob, name)
+        n = len(whole)
+        for lo, hi in ((0, n - 1), (0, 10), (n // 3, n // 2), (n - 7, n - 1), (n // 2, n // 2)):
+            t_from, t_to = whole[lo].t, whole[hi].t
+            frames = decode(blob, name, t_from=t_from, t_to=t_to)
+            window = codec.decode_series(blob, name, t_from=t_from, t_to=t_to)
+            assert window.times == [f.t for f in frames]
+            a = Monitor(None, store=Store(1200))
+            b = Monitor(None, store=Store(1200))
+            warm = whole[:lo]  # what the store held before (a chunk played before this one)
+            for m in (a, b):
+                m.store.extend(warm) if warm else None
+            a.ingest_many(frames)
+            b.ingest_series(window)
+            assert _store_state(a.store) == _store_state(b.store)
+            assert (a.ended_at, a.probe_seen_at) == (b.ended_at, b.probe_seen_at)

@@ -12,13 +12,13 @@ from __future__ import annotations
 import json
 import re
 import zlib
-from dataclasses import fields
+from dataclasses import MISSING, dataclass, fields
 from itertools import accumulate
 from typing import Any
 
 from traintop import plausible
 from traintop.errors import RecordingError
-from traintop.metrics import checked_name
+from traintop.metrics import FIELDS, checked_name
 from traintop.plausible import MAX_GPUS, MAX_RANKS, T_MAX, T_MIN
 from traintop.samples import Frame, GpuProcess, GpuSample, HostSample, ProcessSample, ProcInfo, RankSample
 from traintop.units import MiB
@@ -613,6 +613,124 @@ def _frames(times: list[float], columns: dict[str, list], scheme) -> list[Frame]
             ranks_by_row[j].append(RankSample(cuda=bool(cuda[j]), **dict(zip(names, values))))
     return [Frame(t=times[j], gpus=tuple(gpus_by_row[j]), host=host_rows[j], process=proc_rows[j],
                   ranks=tuple(ranks_by_row[j])) for j in range(n)]
+
+
+@dataclass
+class SeriesWindow:
+    """A chunk's samples as the store's series (what ``Store.extend`` makes of their frames),
+    with the little a monitor needs beyond them: the last sample as a Frame, when the attached
+    process was first seen ended, and when a probe last reported."""
+
+    times: list[float]
+    columns: list[tuple[str, list]]  # (series key, a value or None a sample), in the frames' order
+    last: Frame
+    ended_at: float | None
+    probe_at: float | None
+
+
+@_corrupt_is_one_line
+def decode_series(blob: bytes, codec: str = CODEC, t_from: float | None = None,
+                  t_to: float | None = None) -> SeriesWindow | None:
+    """The samples in [t_from, t_to] as series, without a Frame a sample: a seek rebuilds minutes
+    of history, and building 240 frames of 8 GPUs to take them apart again cost more than
+    parsing the chunk. The same values, checks and gaps as ``decode`` then ``Store.extend``
+    (a test compares the two over whole recordings). Damage raises RecordingError."""
+    times, columns = _parse(blob, codec, t_from, t_to)
+    if not times:
+        return None
+    return _series(times, columns, SCHEMES[codec], codec)
+
+
+_DEFAULTS = {cls: {f.name: f.default for f in fields(cls) if f.default is not MISSING}
+             for cls in (GpuSample, HostSample, ProcessSample, RankSample)}
+
+
+def _series(times: list[float], columns: dict[str, list], scheme, codec: str) -> SeriesWindow:
+    gpu_fields, host_fields, proc_fields, rank_fields, core_scale, member_scale = scheme
+    n = len(times)
+    groups: list[tuple[int, int, list[tuple[str, list]]]] = []  # (first sample, place in a frame, its series)
+
+    def group(order: int, present: list[bool], values: dict[str, list], derived: dict[str, list],
+              prefix: str, names: tuple[str, ...], defaults: dict) -> None:
+        first = next((j for j, p in enumerate(present) if p), None)
+        if first is None:
+            return
+        out = []
+        for name in names:
+            col = values.get(name)
+            if col is None:
+                v = defaults.get(name)
+                col = [v] * n
+            out.append((prefix + name, [v if p else None for v, p in zip(col, present)]))
+        for name, col in derived.items():
+            out.append((prefix + name, [v if p else None for v, p in zip(col, present)]))
+        groups.append((first, order, out))
+
+    gpu_names = FIELDS["gpu"]
+    for i in sorted({g for g in (_key_index(k, "g", MAX_GPUS) for k in columns) if g is not None}):
+        p = f"g{i}."
+        values = {name: _dq_col(columns.get(p + name), gpu_fields[name], name in INT_FIELDS, n, plausible.GPU[name])
+                  for name in gpu_names if name in gpu_fields}
+        for name in gpu_names:
+            values.setdefault(name, [None] * n)  # not in this codec: None, as decode passes it
+        procs_col = columns.get(p + "procs") or [None] * n
+        nprocs = [sum(1 for pid, _ in cell if plausible.number(pid, plausible.PID) is not None) if cell else 0
+                  for cell in procs_col]
+        cols = [values[name] for name in gpu_names]
+        present = [bool(k) or any(v is not None for v in row) for k, row in zip(nprocs, zip(*cols))]
+        group(i, present, values, {"nprocs": nprocs}, f"gpu{i}.", gpu_names, {})
+    if any(k.startswith("h.") for k in columns):
+        values = {name: _dq_col(columns.get("h." + name), scale, False, n, plausible.HOST[name])
+                  for name, scale in host_fields.items()}
+        cores = columns.get("h.cores") or [None] * n
+        lo, hi = _bounds(core_scale, plausible.CORE)
+        cols = list(values.values())
+        present = [bool(c) and all(x is not None and lo <= x <= hi for x in c) or any(v is not None for v in row)
+                   for c, row in zip(cores, zip(*cols))]
+        group(MAX_GPUS, present, values, {}, "host.", FIELDS["host"], _DEFAULTS[HostSample])
+    pids = columns.get("p.pid")
+    ended_at = None
+    if pids is not None:
+        values = {name: _dq_col(columns.get("p." + name), scale, name == "threads", n, plausible.PROCESS[name])
+                  for name, scale in proc_fields.items()}
+        present = [plausible.number(pid, plausible.PID) is not None for pid in pids]
+        alive = [bool(a) for a in (columns.get("p.alive") or [None] * n)]
+        members = columns.get("p.members") or [None] * n
+        workers = [sum(1 for m in row or () if m[5] and plausible.number(m[0], plausible.PID) is not None)
+                   for row in members]
+        ended_at = next((t for t, p, a in zip(times, present, alive) if p and not a), None)
+        group(MAX_GPUS + 1, present, values, {"alive": [1.0 if a else 0.0 for a in alive], "workers": workers},
+              "proc.", FIELDS["proc"], _DEFAULTS[ProcessSample])
+    rank_present = [0] * n  # ranks in each sample: a rank without a number is named by its place
+    by_prefix: dict[str, tuple[int, int, list[bool], dict]] = {}
+    rank_names = FIELDS["rank"]
+    for r in sorted({g for g in (_key_index(k, "r", MAX_RANKS) for k in columns) if g is not None}):
+        p = f"r{r}."
+        if columns.get(p + "pid") is None:
+            continue
+        rcols = {name: _dq_col(columns.get(p + name), scale, name in RANK_INT_FIELDS, n, plausible.RANK[name])
+                 for name, scale in rank_fields.items()}
+        first_field = next(iter(rcols.values()))
+        numbers = rcols.get("rank") or [None] * n
+        for j in range(n):
+            if first_field[j] is None:  # no pid: this rank was not in this sample
+                continue
+            k = rank_present[j]
+            rank_present[j] += 1
+            prefix = f"rank{numbers[j] if numbers[j] is not None else k}."
+            entry = by_prefix.get(prefix)
+            if entry is None:
+                entry = by_prefix[prefix] = (j, k, [False] * n, {name: [None] * n for name in rcols})
+            entry[2][j] = True
+            for name, col in rcols.items():
+                entry[3][name][j] = col[j]
+    for prefix, (first, k, present, values) in by_prefix.items():
+        group(MAX_GPUS + 2 + k, present, values, {}, prefix, rank_names, _DEFAULTS[RankSample])
+    probe_at = next((times[j] for j in range(n - 1, -1, -1) if rank_present[j]), None)
+    groups.sort(key=lambda g: (g[0], g[1]))
+    ordered = [kv for _, _, out in groups for kv in out]
+    last = _frames(times[-1:], {k: col[-1:] for k, col in columns.items()}, scheme)[0]
+    return SeriesWindow(times, ordered, last, ended_at, probe_at)
 
 
 def _repeat_nulls_window(col: list, j0: int, j1: int) -> list:

@@ -277,9 +277,17 @@ class ReplayFeed(Feed):
                 self._recorded_alerts = self._judge_all()
             self.monitor.reset()
             if self._recorded_alerts is not None:
-                # exactly the samples the view needs, decoded once (not the chunks around them)
-                self.monitor.ingest_many(list(self.reader.frames(t_from=max(self.t_start, t - self.TRUSTED_WARM_S),
-                                                                 t_to=t)))
+                # exactly the samples the view needs, decoded once (not the chunks around them),
+                # straight into the store's series where nothing records them
+                t_from = max(self.t_start, t - self.TRUSTED_WARM_S)
+                if hasattr(self.reader, "history") and self.monitor.recorder is None:
+                    for part in self.reader.history(t_from, t):
+                        if isinstance(part, list):
+                            self.monitor.ingest_many(part)
+                        else:
+                            self.monitor.ingest_series(part)
+                else:
+                    self.monitor.ingest_many(list(self.reader.frames(t_from=t_from, t_to=t)))
                 with self.monitor.lock:
                     self.monitor.engine.restore(self._recorded_alerts, t, session_end=self.t_end)
                     self.monitor.engine.evaluate(self.monitor.store, t, force=True)  # evidence as of t

@@ -129,6 +129,16 @@ class Monitor:
         for f in frames:
             self._record(f, [])
 
+    def ingest_series(self, window) -> None:
+        """``ingest_many`` for a window of samples decoded straight into series
+        (``codec.SeriesWindow``): nothing recorded, no rules run (a replay's seek)."""
+        with self.lock:
+            if window.ended_at is not None and self.ended_at is None:
+                self.ended_at = window.ended_at
+            if window.probe_at is not None:
+                self.probe_seen_at = window.probe_at
+            self.store.extend_series(window.times, window.columns, window.last)
+
     def end_job(self, end) -> None:
         """A launched job has ended (exit code or signal, and when): the view says so at once."""
         with self.lock:

@@ -21,7 +21,8 @@ from typing import Iterator
 
 from traintop import __version__
 from traintop import plausible
-from traintop.codec import CODEC, CODECS, MAX_CHUNK_SAMPLES, columns_of, decode, decode_columns, encode, merge
+from traintop.codec import (CODEC, CODECS, MAX_CHUNK_SAMPLES, columns_of, decode, decode_columns, decode_series, encode,
+                            merge)
 from traintop.errors import RecordingError, TraintopError
 from traintop.files import check_regular, open_regular
 from traintop.rules.engine import Alert, Severity
@@ -103,8 +104,14 @@ def new_recording_path(directory: str | None = None) -> str:
     return os.path.join(directory, time.strftime("traintop-%Y%m%d-%H%M%S.ttrec"))
 
 
+# Samples a merged chunk holds. A seek rebuilds two minutes of history and parses every chunk
+# they touch whole (JSON has no partial parse): 300 samples (2.5 min at the default 0.5 s)
+# halve the worst case of 600 for 5 % more bytes.
+CHUNK_FRAMES = 300
+
+
 class RecordingWriter:
-    def __init__(self, path: str, info: SessionInfo, *, chunk_frames: int = 600,
+    def __init__(self, path: str, info: SessionInfo, *, chunk_frames: int = CHUNK_FRAMES,
                  flush_every: float = 1.0, overwrite: bool = False, clock=time.monotonic) -> None:
         self.path = path
         if not 1 <= chunk_frames <= MAX_CHUNK_SAMPLES // 2:
@@ -434,6 +441,33 @@ class RecordingReader:
             for f in self._load(cid, codec, lo, hi):
                 if (t_from is None or f.t >= t_from) and (t_to is None or f.t <= t_to):
                     yield f
+
+    def history(self, t_from: float, t_to: float) -> Iterator:
+        """The samples in [t_from, t_to], chunk by chunk: a ``codec.SeriesWindow`` where the chunk
+        is read for them, the frames where they are decoded already (a chunk being played)."""
+        start = max(0, bisect.bisect_right(self._t0s, t_from) - 1)
+        for cid, t0, t1, n, codec in self._chunks[start:]:
+            if t0 > t_to:
+                break
+            if t1 < t_from:
+                continue
+            if cid in self._cache:
+                frames = [f for f in self._cache[cid] if t_from <= f.t <= t_to]
+                if frames:
+                    yield frames
+                continue
+            window = None
+            try:
+                rows = self._query("SELECT data FROM chunks WHERE id=?", (cid,))
+                row = rows[0] if rows else None
+                if codec not in CODECS or row is None or not isinstance(row[0], bytes):
+                    raise RecordingError("unknown codec")
+                window = decode_series(row[0], codec, t_from=t_from if t0 < t_from else None,
+                                       t_to=t_to if t1 > t_to else None)
+            except (RecordingError, sqlite3.Error, ValueError) as e:
+                self._damaged(e)  # one damaged chunk must not lose the rest of the session
+            if window is not None:
+                yield window
 
     def chunk_ids(self) -> list[int]:
         return [int(r[0]) for r in self._chunks]

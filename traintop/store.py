@@ -106,7 +106,40 @@ class Store:
                 values[key] = col
                 if key not in self._values:
                     new.append((idx[first], order, key))
-        for _, _, key in sorted(new):
+        self._write([f.t for f in frames], values, [key for _, _, key in sorted(new)], frames[-1])
+
+    def extend_series(self, times: list[float], columns: list[tuple[str, list]], latest: Frame) -> None:
+        """What ``extend`` does with frames, from their series already taken apart (a replay's
+        seek decodes a chunk straight into them): ``columns`` are (key, a value or None a
+        sample) in the order the frames would give them; ``latest`` is the last sample."""
+        m = len(times)
+        if not m:
+            return
+        if m > self.capacity:
+            keep = m - self.capacity
+            times, columns = times[keep:], [(k, col[keep:]) for k, col in columns]
+            m = self.capacity
+        self._starts.clear()
+        values: dict[str, list] = {}
+        new: list[tuple[int, int, str]] = []
+        for order, (key, col) in enumerate(columns):
+            if None in col:
+                first = next((j for j, v in enumerate(col) if v is not None), None)
+                if first is None:
+                    continue
+                col = [NAN if v is None else v for v in col]
+            else:
+                first = 0
+            values[key] = col
+            if key not in self._values:
+                new.append((first, order, key))
+        self._write(times, values, [key for _, _, key in sorted(new)], latest)
+
+    def _write(self, times: list[float], values: dict[str, list], new_keys: list[str], latest: Frame) -> None:
+        """Append ``times`` and a column of each of ``values`` (NaN for missing); every other series
+        gets NaN; ``new_keys`` are created first, in their order."""
+        m = len(times)
+        for key in new_keys:
             self._values[key] = array("d", [NAN]) * self.capacity
         slot = self._head
         first = min(m, self.capacity - slot)  # slots slot.. and then 0.. (the ring wraps)
@@ -117,7 +150,7 @@ class Store:
             if first < m:
                 arr[:m - first] = run[first:]
 
-        put(self._times, array("d", [f.t for f in frames]))
+        put(self._times, array("d", times))
         for key, col in values.items():
             put(self._values[key], array("d", col))
         for key, arr in self._values.items():
@@ -125,7 +158,7 @@ class Store:
                 put(arr, nan_run)
         self._head = (slot + m) % self.capacity
         self._n = min(self._n + m, self.capacity)
-        self.latest = frames[-1]
+        self.latest = latest
         self.frames_seen += m
 
     # -- reading -----------------------------------------------------------
