@@ -84,3 +84,11 @@ def test_the_scripts_show_the_installers_output_only_when_it_fails():
     bad = subprocess.run(["bash", "-c", f"source {lib}; quiet t bash -c 'echo why it failed; exit 3'"],
                          capture_output=True, text=True, timeout=30)
     assert bad.returncode == 3 and "why it failed" in bad.stderr
+
+
+def test_the_dashboard_loads_no_openssl_and_ssl_still_imports():
+    """asyncio would load OpenSSL (~4 MiB of RSS) for TLS the dashboard never speaks."""
+    code = ("import sys, traintop.app.main; assert 'ssl' not in sys.modules and '_ssl' not in sys.modules, "
+            "sorted(m for m in sys.modules if 'ssl' in m); import ssl, httpx; print('ok')")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr

@@ -13,12 +13,13 @@ import json
 import re
 import zlib
 from dataclasses import MISSING, dataclass, fields
+from functools import partial
 from itertools import accumulate
-from typing import Any
+from typing import Any, Callable
 
 from traintop import plausible
 from traintop.errors import RecordingError
-from traintop.metrics import FIELDS, checked_name
+from traintop.metrics import FIELDS, checked_name, gpu_key, host_key, proc_key, rank_key, rank_subject
 from traintop.plausible import MAX_GPUS, MAX_RANKS, T_MAX, T_MIN
 from traintop.samples import Frame, GpuProcess, GpuSample, HostSample, ProcessSample, ProcInfo, RankSample
 from traintop.units import MiB
@@ -651,7 +652,7 @@ def _series(times: list[float], columns: dict[str, list], scheme, codec: str) ->
     groups: list[tuple[int, int, list[tuple[str, list]]]] = []  # (first sample, place in a frame, its series)
 
     def group(order: int, present: list[bool], values: dict[str, list], derived: dict[str, list],
-              prefix: str, names: tuple[str, ...], defaults: dict) -> None:
+              key: Callable[[str], str], names: tuple[str, ...], defaults: dict) -> None:
         first = next((j for j, p in enumerate(present) if p), None)
         if first is None:
             return
@@ -661,9 +662,9 @@ def _series(times: list[float], columns: dict[str, list], scheme, codec: str) ->
             if col is None:
                 v = defaults.get(name)
                 col = [v] * n
-            out.append((prefix + name, [v if p else None for v, p in zip(col, present)]))
+            out.append((key(name), [v if p else None for v, p in zip(col, present)]))
         for name, col in derived.items():
-            out.append((prefix + name, [v if p else None for v, p in zip(col, present)]))
+            out.append((key(name), [v if p else None for v, p in zip(col, present)]))
         groups.append((first, order, out))
 
     gpu_names = FIELDS["gpu"]
@@ -678,7 +679,7 @@ def _series(times: list[float], columns: dict[str, list], scheme, codec: str) ->
                   for cell in procs_col]
         cols = [values[name] for name in gpu_names]
         present = [bool(k) or any(v is not None for v in row) for k, row in zip(nprocs, zip(*cols))]
-        group(i, present, values, {"nprocs": nprocs}, f"gpu{i}.", gpu_names, {})
+        group(i, present, values, {"nprocs": nprocs}, partial(gpu_key, i), gpu_names, {})
     if any(k.startswith("h.") for k in columns):
         values = {name: _dq_col(columns.get("h." + name), scale, False, n, plausible.HOST[name])
                   for name, scale in host_fields.items()}
@@ -687,7 +688,7 @@ def _series(times: list[float], columns: dict[str, list], scheme, codec: str) ->
         cols = list(values.values())
         present = [bool(c) and all(x is not None and lo <= x <= hi for x in c) or any(v is not None for v in row)
                    for c, row in zip(cores, zip(*cols))]
-        group(MAX_GPUS, present, values, {}, "host.", FIELDS["host"], _DEFAULTS[HostSample])
+        group(MAX_GPUS, present, values, {}, host_key, FIELDS["host"], _DEFAULTS[HostSample])
     pids = columns.get("p.pid")
     ended_at = None
     if pids is not None:
@@ -700,7 +701,7 @@ def _series(times: list[float], columns: dict[str, list], scheme, codec: str) ->
                    for row in members]
         ended_at = next((t for t, p, a in zip(times, present, alive) if p and not a), None)
         group(MAX_GPUS + 1, present, values, {"alive": [1.0 if a else 0.0 for a in alive], "workers": workers},
-              "proc.", FIELDS["proc"], _DEFAULTS[ProcessSample])
+              proc_key, FIELDS["proc"], _DEFAULTS[ProcessSample])
     rank_present = [0] * n  # ranks in each sample: a rank without a number is named by its place
     by_prefix: dict[str, tuple[int, int, list[bool], dict]] = {}
     rank_names = FIELDS["rank"]
@@ -717,7 +718,7 @@ def _series(times: list[float], columns: dict[str, list], scheme, codec: str) ->
                 continue
             k = rank_present[j]
             rank_present[j] += 1
-            prefix = f"rank{numbers[j] if numbers[j] is not None else k}."
+            prefix = rank_subject(numbers[j], k)
             entry = by_prefix.get(prefix)
             if entry is None:
                 entry = by_prefix[prefix] = (j, k, [False] * n, {name: [None] * n for name in rcols})
@@ -725,7 +726,7 @@ def _series(times: list[float], columns: dict[str, list], scheme, codec: str) ->
             for name, col in rcols.items():
                 entry[3][name][j] = col[j]
     for prefix, (first, k, present, values) in by_prefix.items():
-        group(MAX_GPUS + 2 + k, present, values, {}, prefix, rank_names, _DEFAULTS[RankSample])
+        group(MAX_GPUS + 2 + k, present, values, {}, partial(rank_key, prefix), rank_names, _DEFAULTS[RankSample])
     probe_at = next((times[j] for j in range(n - 1, -1, -1) if rank_present[j]), None)
     groups.sort(key=lambda g: (g[0], g[1]))
     ordered = [kv for _, _, out in groups for kv in out]

@@ -92,7 +92,11 @@ def proc_key(name: str) -> str:
 
 def rank_id(rank: RankSample, position: int) -> str:
     """The subject and series prefix of a probed rank: its rank number, else its place in the frame."""
-    return f"rank{rank.rank if rank.rank is not None else position}"
+    return rank_subject(rank.rank, position)
+
+
+def rank_subject(number: int | None, position: int) -> str:
+    return f"rank{number if number is not None else position}"
 
 
 def rank_key(rank_subject: str, name: str) -> str:
