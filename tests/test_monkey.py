@@ -8,7 +8,8 @@ control keys), mouse clicks and wheel turns, and resizes down to 20×8 and back 
 alive with no traceback, drawing again at its own size, until ``q`` ends it with status 0.
 
 TRAINTOP_MONKEY_KEYS sets the inputs per run (default 250: 3 000 over the 12 runs);
-TRAINTOP_MONKEY_SEED picks another seed. A failure names the run, its seed and the last
+TRAINTOP_MONKEY_SEED picks another seed; TRAINTOP_MONKEY_GPU=1, on a machine with NVIDIA GPUs,
+adds the live view of the real GPUs. A failure names the run, its seed and the last
 keys sent, so it can be replayed.
 """
 
@@ -46,6 +47,8 @@ RUNS = {
     "help": (["demo"], "DEMO", True),
     "attach": (["--pid", "{job}"], "LIVE", False),  # live, no GPU here: the host and the job only
 }
+if os.environ.get("TRAINTOP_MONKEY_GPU"):  # on a machine with NVIDIA GPUs: the live view of the real ones
+    RUNS["gpu"] = (["--interval", "0.5"], "LIVE", False)
 HELP_MARKERS = ("this help", "? close")  # on the help screen (its top line, its border)
 
 
