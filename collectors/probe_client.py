@@ -12,12 +12,12 @@ import dataclasses
 import json
 import os
 import socket
-import statistics
 import time
 
 from traintop import plausible
 from traintop.probe_agent import peer_uid, private_dir_problem, probe_dir
 from traintop.samples import RankSample, StackDump, ThreadStack
+from traintop.stats import median
 from traintop.text import one_line
 
 MAX_LINE = 1 << 20
@@ -259,7 +259,7 @@ class ProbeClient:
         mem = [d for d in (m.get("memory") or []) if isinstance(d, dict)]
         main = max(mem, key=lambda d: d.get("reserved") or 0) if mem else {}
         i = self._int
-        step_time = statistics.median(c.step_times) if c.step_times else None
+        step_time = median(c.step_times) if c.step_times else None
         steps_per_s = len(c.step_times) / c.window if c.window > 0 and c.step_times else (0.0 if c.window else None)
         return RankSample(
             pid=c.pid, rank=i(m.get("rank")), world_size=i(m.get("world_size")), device=i(main.get("device")),

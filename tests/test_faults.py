@@ -42,6 +42,44 @@ def test_a_hanging_nvml_call_marks_the_gpu_stale_and_sampling_goes_on(fake_nvml)
     sampler.close()
 
 
+def test_a_gpu_call_that_never_returns_does_not_hold_the_program_at_its_exit():
+    """The GPU read's thread is a daemon: a driver call hung for good cannot stop a quit."""
+    code = ("import threading, time; from traintop.live import LiveSampler\n"
+            "class Hung:\n"
+            "    infos = ()\n"
+            "    def sample(self): threading.Event().wait()\n"
+            "    def close(self): pass\n"
+            "s = LiveSampler(gpu=Hung(), gpu_timeout=0.1)\n"
+            "f = s.next_frame(); s.close(); print('left', s.timeouts)\n")
+    t = time.monotonic()
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=20)
+    assert r.returncode == 0 and r.stdout.strip() == "left 1", r.stderr
+    assert time.monotonic() - t < 15
+
+
+def test_a_gpu_call_that_raises_is_counted_and_the_next_tick_calls_again():
+    calls = []
+
+    class Flaky:
+        infos = ()
+
+        def sample(self):
+            calls.append(1)
+            if len(calls) == 1:
+                raise RuntimeError("driver hiccup")
+            return ()
+
+        def close(self):
+            pass
+
+    s = LiveSampler(gpu=Flaky(), gpu_timeout=5)
+    s.next_frame()
+    assert s.failures == {"GPU": 1} and "driver hiccup" in s.failing["GPU"]
+    s.next_frame()
+    assert len(calls) == 2 and "GPU" not in s.failing
+    s.close()
+
+
 def test_any_nvml_error_mid_run_leaves_fields_none(fake_nvml, nvml_error):
     nv, _ = fake_nvml(n=1)
     col = NvmlCollector(nv)

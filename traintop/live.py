@@ -9,12 +9,67 @@ line per collector, until it answers again) for the dashboard to show.
 
 from __future__ import annotations
 
+import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 
 from traintop.samples import Frame, GpuSample
 from traintop.text import one_line
+
+
+class CallTimeout(Exception):
+    """The call has not returned within its time limit (it goes on; its result comes later)."""
+
+
+class OneCall:
+    """Runs one call at a time on its own daemon thread, waited for with a time limit.
+
+    A daemon, not a pool's worker: a driver call that never returns must not hold the
+    program at its exit (a pool joins its workers then), and no pool machinery is loaded.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._go = threading.Event()
+        self._done = threading.Event()
+        self._fn = None
+        self._outcome: tuple[object, BaseException | None] = (None, None)
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def submit(self, fn) -> None:
+        """Starts ``fn`` on the thread; the caller submits again only after its result came."""
+        self._fn = fn
+        self._done.clear()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+            self._thread.start()
+        self._go.set()
+
+    def result(self, timeout: float):
+        """The call's return value (or its exception, raised); CallTimeout while it runs on."""
+        if not self._done.wait(timeout):
+            raise CallTimeout(self._name)
+        value, error = self._outcome
+        if error is not None:
+            raise error
+        return value
+
+    def close(self) -> None:
+        """Ends the thread once its call (if one runs) returns; no call is started after."""
+        self._closed = True
+        self._go.set()
+
+    def _run(self) -> None:
+        while True:
+            self._go.wait()
+            self._go.clear()
+            if self._closed:
+                return
+            try:
+                self._outcome = (self._fn(), None)
+            except BaseException as e:  # handed to the caller, who counts it
+                self._outcome = (None, e)
+            self._done.set()
 
 
 class LiveSampler:
@@ -26,8 +81,8 @@ class LiveSampler:
         self.probes = probes
         self._clock = clock
         self.gpu_timeout = gpu_timeout
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="traintop-nvml") if gpu else None
-        self._pending: Future | None = None
+        self._worker = OneCall("traintop-nvml") if gpu else None
+        self._pending = False
         self.stale_since: float | None = None
         self.timeouts = 0
         self.failures: dict[str, int] = {}  # collector -> exceptions so far
@@ -49,21 +104,22 @@ class LiveSampler:
     def _gpus(self) -> tuple[tuple[GpuSample, ...], tuple[int, ...]]:
         if self.gpu is None:
             return (), ()
-        if self._pending is None:
-            self._pending = self._pool.submit(self.gpu.sample)
+        if not self._pending:
+            self._worker.submit(self.gpu.sample)
+            self._pending = True
         try:
-            gpus = self._pending.result(timeout=self.gpu_timeout)
-        except FutureTimeout:
+            gpus = self._worker.result(timeout=self.gpu_timeout)
+        except CallTimeout:
             self.timeouts += 1
             self.stale_since = self.stale_since or self._clock()
             indices = tuple(i.index for i in self.gpu.infos)
             return tuple(GpuSample(index=i) for i in indices), indices
         except Exception as e:  # a collector bug must not stop sampling; the fields read as None
-            self._pending = None
+            self._pending = False
             self._failed("GPU", e)
             indices = tuple(i.index for i in self.gpu.infos)
             return tuple(GpuSample(index=i) for i in indices), indices
-        self._pending = None
+        self._pending = False
         self.stale_since = None
         self.failing.pop("GPU", None)
         return gpus, ()
@@ -84,9 +140,9 @@ class LiveSampler:
         return self.probes.request_stacks() if self.probes is not None else 0
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-        if self.gpu is not None and self._pending is None:
+        if self._worker is not None:
+            self._worker.close()
+        if self.gpu is not None and not self._pending:
             self.gpu.close()  # with a call still hung, leave NVML alone
         if self.probes is not None:
             self.probes.close()

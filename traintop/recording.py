@@ -13,7 +13,6 @@ import bisect
 from contextlib import contextmanager
 import json
 import os
-import socket
 import sqlite3
 import time
 from dataclasses import asdict
@@ -138,7 +137,7 @@ class RecordingWriter:
             self._db.executescript(_SCHEMA)
             with self._tx():
                 meta = {"format": FORMAT, "schema_version": str(SCHEMA_VERSION), "app_version": __version__,
-                        "created": str(time.time()), "recorded_on": socket.gethostname(),
+                        "created": str(time.time()), "recorded_on": os.uname().nodename,
                         "session": info_to_json(info)}
                 self._db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", meta.items())
         except OSError as e:

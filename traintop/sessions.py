@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import time
-from importlib import resources
 
 from traintop.errors import NoGpuError, RecordingError, TraintopError
 from traintop.feeds import ReplayFeed, SourceFeed
@@ -150,6 +149,8 @@ def replay_session(path: str, *, loop: bool = False, kind: str = "replay", speed
 
 
 def demo_path() -> str | None:
+    from importlib import resources  # here: its import costs the recorder 2 MiB of RSS
+
     try:
         ref = resources.files("traintop.demo").joinpath("h200-demo.ttrec")
     except (ModuleNotFoundError, FileNotFoundError):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import bisect
 import math
-import statistics
 from operator import itemgetter
 
 from traintop.rules.engine import Finding, RuleContext, Severity
+from traintop.stats import median
 
 _value = itemgetter(1)
 
@@ -37,8 +37,8 @@ class StepTimeRegression:
                 continue
             if max(pairs[split:], key=_value)[1] < c.step_regression_ratio * min(pairs[:split], key=_value)[1]:
                 continue  # even the slowest recent step is not that much slower than the fastest before
-            now = statistics.median([v for _, v in pairs[split:]])
-            base = statistics.median([v for _, v in pairs[:split]])
+            now = median([v for _, v in pairs[split:]])
+            base = median([v for _, v in pairs[:split]])
             if base <= 0 or now / base < c.step_regression_ratio:
                 continue
             yield Finding(subject,
