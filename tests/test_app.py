@@ -50,6 +50,30 @@ def test_compact_layout_in_a_tmux_pane_and_down_to_40x12(sim_app):
     run(go())
 
 
+def test_at_20x8_the_alerts_drop_their_frame_rather_than_lose_its_bottom_edge(demo_app):
+    """Two rows for the alerts: a frame would show its top edge and one row, cut below."""
+    def rows(app):
+        return ["".join(seg.text for seg in strip) for strip in app.screen._compositor.render_strips()]
+
+    async def go():
+        app, _, _ = demo_app(30)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            await pilot.resize_terminal(20, 8)
+            await pilot.pause()
+            alerts = app.query_one(AlertsPanel)
+            assert alerts.has_class("-cramped") and alerts.outer_size.height == 2
+            screen = rows(app)
+            assert not any("Alerts" in r for r in screen), screen  # no top edge left without its bottom
+            assert sum(r.count("╭") for r in screen) == sum(r.count("╰") for r in screen)
+            assert any("No problems" in r for r in screen)
+            await pilot.resize_terminal(80, 24)
+            await pilot.pause()
+            assert not alerts.has_class("-cramped")
+            assert any("╭─ Alerts" in r for r in rows(app)) and any("╰" in r for r in rows(app))
+    run(go())
+
+
 def test_help_scrolls_closes_with_esc_q_or_question_mark_and_ignores_other_keys(demo_app):
     from textual import events
 

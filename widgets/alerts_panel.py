@@ -138,6 +138,11 @@ class AlertsPanel(VerticalScroll, can_focus=False):
     def compose(self) -> ComposeResult:
         yield AlertsBody(id="alerts-body")
 
+    def on_resize(self, event) -> None:
+        # Given fewer than three rows (a tiny terminal), a frame would lose its bottom edge
+        # and leave one row of alerts: the alerts get every row, without the frame.
+        self.set_class(self.outer_size.height < 3, "-cramped")
+
     _shown: tuple | None = None
     _title = "Alerts"
 
