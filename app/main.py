@@ -420,10 +420,16 @@ class TraintopApp(App):
         """Every thread's Python stack in the job (from the probe): where a stalled job hangs."""
         if self._overlay_open():
             return
-        live = self.replay is None
-        if live:
+        if self.replay is not None:
+            situation = "recording"
+        elif getattr(self.feed, "kind", "live") == "simulated":
+            situation = "simulated"
+        elif self.monitor.probe_seen_at is None:
+            situation = "no probe"
+        else:
+            situation = "asked"
             self.monitor.request_stacks()
-        self.push_screen(StacksScreen(self.monitor, live))
+        self.push_screen(StacksScreen(self.monitor, situation))
 
     def action_pause(self) -> None:
         if self.replay is not None:

@@ -173,6 +173,7 @@ def test_key_s_asks_the_probes_and_shows_where_each_rank_is(sim_app):
 
     async def go():
         app, monitor, feed = sim_app()
+        feed.kind, monitor.probe_seen_at = "live", 1.0  # as a live session whose probe has spoken
         async with app.run_test(size=(120, 40)) as pilot:
             await pilot.press("s")
             assert isinstance(app.screen, StacksScreen) and monitor.stacks_wanted
@@ -186,6 +187,50 @@ def test_key_s_asks_the_probes_and_shows_where_each_rank_is(sim_app):
             assert "rank 0 (PID 954), stalled" in shown and "stop.item()" in shown
             await pilot.press("x")
             assert not isinstance(app.screen, StacksScreen)
+    asyncio.run(go())
+
+
+def test_key_s_says_why_no_stack_can_come_where_none_can(sim_app, demo_app):
+    import asyncio
+
+    from traintop.widgets.stacks_screen import StacksScreen
+
+    def shown(app):
+        return str(app.screen.query_one("#stacks-text").render())
+
+    async def go():
+        app, monitor, feed = sim_app()
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.press("s")
+            assert "none from the simulator" in shown(app) and not monitor.stacks_wanted
+            await pilot.press("x")
+            feed.kind, monitor.probe_seen_at = "live", None  # live, but no probe has ever spoken
+            await pilot.press("s")
+            assert "no probe watches a job here" in shown(app) and not monitor.stacks_wanted
+        app, _, _ = demo_app(30)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.press("s")
+            assert isinstance(app.screen, StacksScreen) and "none in this recording" in shown(app)
+    asyncio.run(go())
+
+
+def test_the_stacks_screen_says_when_the_probes_did_not_answer(sim_app):
+    import asyncio
+
+    from traintop.widgets.stacks_screen import ANSWER_WAIT_S, StacksScreen
+
+    now = [100.0]
+
+    async def go():
+        app, monitor, _ = sim_app()
+        async with app.run_test(size=(120, 40)) as pilot:
+            screen = StacksScreen(monitor, "asked", clock=lambda: now[0])
+            await app.push_screen(screen)
+            await pilot.pause()
+            assert "asked the job's probes" in str(screen.query_one("#stacks-text").render())
+            now[0] += ANSWER_WAIT_S + 0.1
+            screen._refresh()
+            assert "no answer from the job's probes" in str(screen.query_one("#stacks-text").render())
     asyncio.run(go())
 
 

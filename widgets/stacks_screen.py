@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -12,11 +14,24 @@ from textual.widgets import Static
 from traintop.stacks import render
 
 
-def stacks_text(dumps, live: bool) -> Text:
+ANSWER_WAIT_S = 5.0  # a probe answers with its next message, twice a second: longer is no answer
+
+# Why there is no stack to show, by situation (the app says which).
+NO_STACKS = {
+    "recording": "none in this recording. They are taken live: press s while the probe watches the job "
+                 "(traintop run -- CMD), and a recording made then keeps them.",
+    "simulated": "none from the simulator. Live, they come from the probe: traintop run -- CMD, then s.",
+    "no probe": "no probe watches a job here, and stacks come from it: start the job with "
+                "traintop run -- CMD (or traintop --pid N for one started with it), then press s.",
+    "asked": "asked the job's probes; their answer comes within a second…",
+    "no answer": f"no answer from the job's probes in {ANSWER_WAIT_S:.0f} s (a process held in C code "
+                 "with the GIL cannot answer; py-spy dump --pid N reads it from outside).",
+}
+
+
+def stacks_text(dumps, situation: str) -> Text:
     if not dumps:
-        wait = "asked the job's probes; their answer comes within a second…" if live else \
-            "no thread stacks here (they come from the probe: traintop run -- CMD)"
-        return Text(f"Thread stacks: {wait}\n\nPress any key to close.")
+        return Text(f"Thread stacks: {NO_STACKS[situation]}\n\nPress any key to close.")
     lines = ["Thread stacks, innermost calls last (press any key to close)", ""]
     for d in dumps:
         lines += render(d) + [""]
@@ -26,10 +41,19 @@ def stacks_text(dumps, live: bool) -> Text:
 class StacksScreen(ModalScreen):
     BINDINGS = [Binding("escape,q,s", "close", "close")]
 
-    def __init__(self, monitor, live: bool) -> None:
+    def __init__(self, monitor, situation: str, clock=time.monotonic) -> None:
+        """``situation``: "asked" (live, the probes were asked just now) or why none can come
+        (a key of NO_STACKS)."""
         super().__init__()
         self.monitor = monitor
-        self.live = live
+        self.situation = situation
+        self._clock = clock
+        self._asked_at = clock()
+
+    def _situation(self) -> str:
+        if self.situation == "asked" and self._clock() - self._asked_at > ANSWER_WAIT_S:
+            return "no answer"
+        return self.situation
 
     def _dumps(self):
         with self.monitor.lock:
@@ -38,13 +62,13 @@ class StacksScreen(ModalScreen):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help-box"):
-            yield Static(stacks_text(self._dumps(), self.live), id="stacks-text")
+            yield Static(stacks_text(self._dumps(), self._situation()), id="stacks-text")
 
     def on_mount(self) -> None:
         self.set_interval(0.5, self._refresh)
 
     def _refresh(self) -> None:
-        self.query_one("#stacks-text", Static).update(stacks_text(self._dumps(), self.live))
+        self.query_one("#stacks-text", Static).update(stacks_text(self._dumps(), self._situation()))
 
     def action_close(self) -> None:
         # Keys typed fast can reach this screen after it was dismissed: close it once.

@@ -118,7 +118,7 @@ class Stall:
             text += (f"; {', '.join(waiting)} {'waits' if len(waiting) == 1 else 'wait'} in the DataLoader all that "
                      "time: a loader worker hangs or died")
         text += self._gpu_states(ctx, min(since, 30.0))
-        text += ". Every thread's stack: press s (or traintop analyze on the recording)"
+        text += ". Every thread's stack: press s while live (a recording keeps those taken)"
         return [Finding(gpu_subject(i), text) for i in (job_gpus(ctx) or [0])]
 
     # -- NVML alone -----------------------------------------------------------------------------
