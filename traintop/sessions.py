@@ -128,6 +128,13 @@ def open_source(path: str, fields: list[str] | None = None):
     return importers.load(path, fields)
 
 
+def _replayed_label(recorded: str | None) -> str:
+    """A recording's label as its replay shows it: "live" was true when it was made, not now."""
+    if not recorded or recorded == "replay":
+        return "replay"
+    return "recorded live" if recorded == "live" else recorded
+
+
 def replay_session(path: str, *, loop: bool = False, kind: str = "replay", speed: float = 1.0,
                    fields: list[str] | None = None, config: Thresholds | None = None):
     reader = open_source(path, fields)
@@ -135,7 +142,7 @@ def replay_session(path: str, *, loop: bool = False, kind: str = "replay", speed
         raise TraintopError(f"{path} holds no samples")
     info = reader.info
     info = SessionInfo(kind=kind, gpus=info.gpus, driver=info.driver, cuda_driver=info.cuda_driver,
-                       hostname=info.hostname, interval=info.interval, label=info.label or "replay",
+                       hostname=info.hostname, interval=info.interval, label=_replayed_label(info.label),
                        extra=info.extra)
     monitor = Monitor(info, store=_store_for(info.interval), engine=default_engine(config) if config else None)
     feed = ReplayFeed(monitor, reader, loop=loop)
