@@ -119,6 +119,9 @@ class TraintopApp(App):
         # the same keys where they cannot act: a line says why, never silence (hidden from the footer)
         Binding("g,G", "unavailable('focus_gpu')", show=False),
         Binding("r", "unavailable('record')", show=False),
+        Binding("n", "unavailable('next_page')", show=False),
+        Binding(",".join(["left", "right", "comma", "full_stop", "home", "end", "left_square_bracket",
+                          "right_square_bracket"] + [str(d) for d in range(10)]), "unavailable('seek')", show=False),
         Binding("comma", "step(-1)", "step back", show=False),
         Binding("full_stop", "step(1)", "step", show=False),
         Binding("home", "seek_fraction(0)", "start", show=False),
@@ -457,6 +460,10 @@ class TraintopApp(App):
     def action_unavailable(self, action: str) -> None:
         if action == "record":
             self.say("r records live data: this is a recording already.")  # whole at 80 columns
+        elif action == "next_page":
+            self.say("All the GPUs fit on the screen: no next page.")
+        elif action == "seek":
+            self.say("Live data: seek, step and speed apply to replays.")
         elif action == "focus_gpu":
             n = len(self.last_view.gpus) if self.last_view else 0
             self.say("One GPU only: nothing to focus." if n == 1

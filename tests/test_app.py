@@ -708,11 +708,17 @@ def test_replay_keys_exist_only_in_replay_and_record_only_live(sim_app, demo_app
         async with app.run_test(size=(80, 24)) as pilot:
             await pilot.pause()
             keys = app.screen.active_bindings
-            assert not {"left", "right", "comma", "full_stop", "home", "end", "5", "left_square_bracket"} & set(keys)
+            for k in ("left", "right", "comma", "full_stop", "home", "end", "5", "left_square_bracket"):
+                assert keys[k].binding.action == "unavailable('seek')", k  # live: they only say why
             assert "r" in keys and "seek" not in footer_text(app) and "r record" in footer_text(app)
             t = app.last_view.t
-            await pilot.press("right", "5", "home")  # nothing happens, nothing breaks
+            await pilot.press("right", "5", "home")  # nothing moves, nothing breaks, a line says why
+            await pilot.pause()
             assert app.is_running and app.last_view.t == t
+            assert "Live data: seek, step and speed apply to replays." in screen_lines(app)[0]
+            await pilot.press("n")  # one GPU: no page to turn
+            await pilot.pause()
+            assert "All the GPUs fit on the screen: no next page." in screen_lines(app)[0]
         app, monitor, feed = demo_app(100)
         async with app.run_test(size=(80, 24)) as pilot:
             await pilot.pause()
