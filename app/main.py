@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import os
+import re
 import threading
 import time
 from collections import deque
@@ -42,6 +43,12 @@ COMPACT_ALERTS_MIN_ROWS = 4
 NOTICE_S = 6.0
 REDRAW_SLACK = 0.2  # a frame due within this share of the redraw interval is drawn at once
 REPLAY_ACTIONS = {"seek", "seek_fraction", "step", "speed"}
+BANNER_PART_S = 6.0  # each sentence of a banner too long for the top line, shown in turn
+def banner_parts(banner: str, room: int) -> list[str]:
+    """The banner whole where it fits ``room`` cells, else its sentences (each said in turn)."""
+    if len(banner) <= room:
+        return [banner]
+    return [p for p in re.split(r"(?<=\.)\s+(?=[A-Z(])", banner) if p] or [banner]
 # A frame allocates thousands of short-lived objects (Text, Segments, Strips, messages): at
 # Python's default gen-0 threshold (700) the cyclic GC ran ~1.1 times a frame, ~1 ms of a
 # 10 ms frame on dev; at 10 000 it runs every ~15 frames, ~0.3 ms a frame. Nearly all of
@@ -201,7 +208,8 @@ class TraintopApp(App):
         self._apply_size()
         self.refresh_view()
         if self.banner:
-            self.say(self.banner, timeout=12)
+            # the top line's " DEMO  12:34:56  " comes before a message
+            self._say_in_turn(banner_parts(self.banner, self.size.width - len(self.mode) - 13))
         if self.start_feed:
             self.feed.start(self._notify_from_feed)
 
@@ -228,6 +236,18 @@ class TraintopApp(App):
         return bool(self._compact)
 
     # -- messages: one line in the status bar, over nothing ------------------------
+    def _say_in_turn(self, parts: list[str]) -> None:
+        """A banner too long for the line, a sentence at a time (the reason after the news)."""
+        self.say(parts[0], timeout=BANNER_PART_S if len(parts) > 1 else 12)
+        if len(parts) > 1:
+            shown = self._status.notice if self._status is not None else None
+
+            def next_part() -> None:  # unless another message took the line meanwhile
+                if self._status is not None and self._status.notice == shown:
+                    self._say_in_turn(parts[1:])
+
+            self.set_timer(BANNER_PART_S - 0.5, next_part)
+
     def say(self, message: str, severity: str = "information", timeout: float | None = None) -> None:
         """Show ``message`` in the status line for a while (toasts covered the panels). It may
         quote a file name or an error: shown as text, never markup."""

@@ -591,6 +591,29 @@ def test_messages_show_in_the_status_line_and_cover_no_panel(sim_app):
     run(go())
 
 
+def test_a_banner_too_long_for_80_columns_is_said_a_sentence_at_a_time(demo_app, screen_lines, monkeypatch):
+    from traintop.app import main as app_main
+
+    monkeypatch.setattr(app_main, "BANNER_PART_S", 1.0)
+    banner = ("No GPU here: playing the embedded demo (recorded on an H200). "
+              "NVML Shared Library Not Found (libnvidia-ml.so.1: cannot open shared object file).")
+
+    async def go():
+        app, _, _ = demo_app(30, banner=banner)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            top = screen_lines(app)[0]
+            assert "No GPU here: playing the embedded demo (recorded on an H200)." in top, top  # whole
+            await pilot.pause(1.2)
+            top = screen_lines(app)[0]
+            assert "NVML Shared Library Not Found" in top and "No GPU here" not in top, top
+        app, _, _ = demo_app(30, banner=banner)
+        async with app.run_test(size=(200, 24)) as pilot:  # room for all of it: said at once
+            await pilot.pause()
+            assert banner in screen_lines(app)[0]
+    run(go())
+
+
 MIX = "healthy,starved,underused,thermal,memory_creep,idle,healthy,healthy"
 
 

@@ -208,7 +208,7 @@ def cmd_live(args) -> int:
         # Said inside the app: a line printed before it starts is hidden until the user quits.
         monitor, feed = sessions.demo_session(config=args.thresholds)
         return _run_app(args, monitor, feed, "demo",
-                        banner=f"No GPU here: playing the embedded demo (a recorded H200 session). {e}")
+                        banner=f"No GPU here: playing the embedded demo (recorded on an H200). {e}")
     require_terminal(monitor)  # before the notes below: one line, not three
     _attach_finding_hook(args, monitor, headless=False)
     banner = None if monitor.info.gpus else "No NVIDIA GPU visible: showing the host and the process only."
