@@ -600,12 +600,7 @@ def _frames(times: list[float], columns: dict[str, list], scheme) -> list[Frame]
                                          cmdline=cmds[j] or "", members=ms,
                                          **{name: c[j] for name, c in pcols.items()})
     ranks_by_row: list[list[RankSample]] = [[] for _ in range(n)]
-    for r in sorted({g for g in (_key_index(k, "r", MAX_RANKS) for k in columns) if g is not None}):
-        p = f"r{r}."
-        if columns.get(p + "pid") is None:
-            continue
-        rcols = {name: _dq_col(columns.get(p + name), scale, name in RANK_INT_FIELDS, n, plausible.RANK[name])
-                 for name, scale in rank_fields.items()}
+    for p, rcols in _rank_columns(columns, rank_fields, n):
         cuda = columns.get(p + "cuda") or [None] * n
         names = tuple(rcols)
         for j, values in enumerate(zip(*rcols.values())):
@@ -614,6 +609,16 @@ def _frames(times: list[float], columns: dict[str, list], scheme) -> list[Frame]
             ranks_by_row[j].append(RankSample(cuda=bool(cuda[j]), **dict(zip(names, values))))
     return [Frame(t=times[j], gpus=tuple(gpus_by_row[j]), host=host_rows[j], process=proc_rows[j],
                   ranks=tuple(ranks_by_row[j])) for j in range(n)]
+
+
+def _rank_columns(columns: dict, rank_fields: dict, n: int):
+    """(column prefix, {field: its decoded, checked values}) of each probed rank in a chunk."""
+    for r in sorted({g for g in (_key_index(k, "r", MAX_RANKS) for k in columns) if g is not None}):
+        p = f"r{r}."
+        if columns.get(p + "pid") is None:
+            continue
+        yield p, {name: _dq_col(columns.get(p + name), scale, name in RANK_INT_FIELDS, n, plausible.RANK[name])
+                  for name, scale in rank_fields.items()}
 
 
 @dataclass
@@ -705,12 +710,7 @@ def _series(times: list[float], columns: dict[str, list], scheme, codec: str) ->
     rank_present = [0] * n  # ranks in each sample: a rank without a number is named by its place
     by_prefix: dict[str, tuple[int, int, list[bool], dict]] = {}
     rank_names = FIELDS["rank"]
-    for r in sorted({g for g in (_key_index(k, "r", MAX_RANKS) for k in columns) if g is not None}):
-        p = f"r{r}."
-        if columns.get(p + "pid") is None:
-            continue
-        rcols = {name: _dq_col(columns.get(p + name), scale, name in RANK_INT_FIELDS, n, plausible.RANK[name])
-                 for name, scale in rank_fields.items()}
+    for _, rcols in _rank_columns(columns, rank_fields, n):
         first_field = next(iter(rcols.values()))
         numbers = rcols.get("rank") or [None] * n
         for j in range(n):

@@ -19,6 +19,14 @@ from traintop.samples import Frame
 NAN = float("nan")
 
 
+
+def _with_nan(col: list) -> tuple[int | None, list]:
+    """(the first sample with a value, the column with NaN for None); (None, col) where none has one."""
+    if None not in col:
+        return 0, col
+    first = next((j for j, v in enumerate(col) if v is not None), None)
+    return (None, col) if first is None else (first, [NAN if v is None else v for v in col])
+
 class Store:
     """Fixed-capacity history of every series, on one shared time axis."""
 
@@ -91,13 +99,9 @@ class Store:
             cols = list(zip(*rows)) + [[fn(x) for x in samples] for _, fn in derived]
             for key, col in zip(keys + tuple(k for k, _ in derived), cols):
                 order += 1
-                if None in col:
-                    first = next((j for j, v in enumerate(col) if v is not None), None)
-                    if first is None:
-                        continue
-                    col = [NAN if v is None else v for v in col]
-                else:
-                    first = 0
+                first, col = _with_nan(col)
+                if first is None:
+                    continue
                 if not full:
                     spread = [NAN] * m
                     for j, v in zip(idx, col):
@@ -123,13 +127,9 @@ class Store:
         values: dict[str, list] = {}
         new: list[tuple[int, int, str]] = []
         for order, (key, col) in enumerate(columns):
-            if None in col:
-                first = next((j for j, v in enumerate(col) if v is not None), None)
-                if first is None:
-                    continue
-                col = [NAN if v is None else v for v in col]
-            else:
-                first = 0
+            first, col = _with_nan(col)
+            if first is None:
+                continue
             values[key] = col
             if key not in self._values:
                 new.append((first, order, key))
