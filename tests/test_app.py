@@ -1074,3 +1074,14 @@ def test_the_memory_chart_follows_a_trend_at_once_and_a_wobble_every_half_minute
     assert builds[-1] == 1030  # within 10 s of the last build: not yet
     chart_at(1040, rising)
     assert builds[-1] == 1040  # out of its band: drawn again after 10 s
+
+
+def test_the_replay_bar_keeps_its_length_as_the_position_grows():
+    bar = ReplayBar()
+    lines = []
+    for done in (9, 59, 60, 61, 119, 253):
+        bar.show(1000.0, 1253.0, 1000.0 + done, 1.0, True)
+        lines.append(bar.render().plain)
+    assert len({len(x) for x in lines}) == 1, lines
+    assert len({x.index(" ", 2) for x in lines}) == 1, lines  # the bar itself: same cells each time
+    assert lines[0].endswith(" 9 s / 4 min 13 s  1×") and lines[-1].endswith("4 min 13 s / 4 min 13 s  1×")

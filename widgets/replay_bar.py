@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 from rich.text import Text
 from traintop.widgets.line import Line
 from traintop.widgets.lines import TextLines, join_lines
@@ -30,8 +28,10 @@ class ReplayBar(TextLines):
         total = max(self.end - self.start, 1e-9)
         done = self.position - self.start
         out = Line("▶ " if self.playing else "‖ ", "bold cyan")
-        label = f" {fmt_duration(done)} / {fmt_duration(total)}  {self.speed:g}×  " \
-                f"{time.strftime('%H:%M:%S', time.localtime(self.position))}"
+        # The position is as wide as the widest it can be, so the bar keeps its length as it
+        # plays; no clock here: the top line has the shown sample's (two clocks disagreed).
+        widest = max(len(fmt_duration(v)) for v in (total, min(total, 59), min(total, 3599)))
+        label = f" {fmt_duration(done).rjust(widest)} / {fmt_duration(total)}  {self.speed:g}×"
         bar_w = max(10, (self.size.width or 80) - len(label) - 3)
         out.extend(bar(done / total, bar_w, "cyan")).append(label)
         return [out.truncate(width)]
