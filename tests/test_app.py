@@ -862,6 +862,12 @@ def test_recording_names_the_file_whole_at_80_columns(tmp_path, sim_app, screen_
             name = monitor.recorder.path.rsplit("/", 1)[1]
             top = screen_lines(app)[0]
             assert f"Recording: /…/recordings/{name}" in top
+            await pilot.resize_terminal(160, 48)
+            await pilot.pause()
+            top = screen_lines(app)[0]
+            assert top.count(name) == 1 and "● REC" in top  # named once, by the notice, not by the mark too
+            await pilot.resize_terminal(80, 24)
+            await pilot.pause()
             await pilot.press("r")
             await app.workers.wait_for_complete()
             await pilot.pause()

@@ -54,7 +54,8 @@ class StatusBar(TextLines):
             out.append("  " + self.notice, NOTICE_STYLE.get(self.notice_severity, "bold"))
         if self.recording:
             out.append("  ● REC ", "bold red")
-            out.append(self.recording, "dim")
+            if not (self.notice and self.recording in self.notice):  # the notice names it already
+                out.append(self.recording, "dim")
         out.append("  " + self.text, "dim")
         return [out.truncate(max(1, width))]
 
