@@ -30,8 +30,12 @@ class HostPanel(TextLines):
         if self.compact:
             out = Line("CPU ", "bold")
             out.append(f"{h.cpu_percent or 0:3.0f} %", level_style((h.cpu_percent or 0) / 100, 0.85, 0.95))
-            busy = sum(1 for c in h.per_core if c >= 90)
-            out.append(f" ({busy}/{len(h.per_core)} cores busy)  iowait {h.iowait or 0:.0f} %", "dim")
+            # In cores' worth, not cores at >= 90 %: one thread at 100 % that the scheduler moves
+            # between cores leaves none of them busy, and an alert calling it CPU-bound would
+            # then contradict "0 cores busy".
+            n = len(h.per_core)
+            used = (h.cpu_percent or 0) / 100 * n
+            out.append(f" ({used:.1f} of {n} cores)  iowait {h.iowait or 0:.0f} %", "dim")
             out.append("  RAM ", "bold")
             out.append(f"{fmt_bytes(h.mem_used)}/{fmt_bytes(h.mem_total)}", level_style(ram_frac))
             if h.swap_used:
