@@ -56,9 +56,10 @@ def test_bench_quick_runs_and_writes_json(tmp_path):
 def test_dashboard_cpu_is_bounded_by_a_full_repaint_textual_app(tmp_path):
     """The development-machine guard: `traintop simulate --gpus 2 --interval 1` at 160x48 beside
     a minimal Textual app that repaints the whole screen once a second, started together. The
-    target is 0.5x (bench/cpu_compare.py --preset guard prints the ratio); the bound here is
-    generous (2x; measured 1.2-1.34x on a loaded 2-core machine) so that CI noise cannot flake
-    it, and still fails a dashboard that repaints every panel every frame (2.6x)."""
+    target is 0.5x (bench/cpu_compare.py --preset guard prints the ratio; 0.45-0.50x measured on
+    the 2-core development machine, 2026-12-01); the bound here is 1.2x, over twice that, so that
+    CI noise cannot flake it; it fails a regression that more than doubles the dashboard's cost,
+    such as repainting every panel every frame (2.6x)."""
     out = tmp_path / "guard.json"
     p = cpu_compare("--preset", "guard", "--seconds", "15", "--warmup", "5", "--json", str(out))
     stdout, stderr = finish(p, timeout=120)
@@ -66,7 +67,7 @@ def test_dashboard_cpu_is_bounded_by_a_full_repaint_textual_app(tmp_path):
     res = json.loads(out.read_text())
     assert all("error" not in row for row in res["rows"]), res["rows"]
     (ratio,) = res["ratios"]
-    assert ratio["cpu_per_wall_s"] <= 2.0, stdout
+    assert ratio["cpu_per_wall_s"] <= 1.2, stdout
 
 
 def test_cpu_compare_stopped_by_sigterm_stops_what_it_started():
