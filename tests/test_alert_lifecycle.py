@@ -160,3 +160,36 @@ def test_alert_changes_count_starts_and_ends_not_evidence_that_moves():
             evidence_only += 1
         assert mon.alert_changes == counted
     assert evidence_only > 0  # the moving evidence really happened, and did not count
+
+
+def _spinning(t):
+    """A kernel spinning in a hang: "utilization" 100 %, SMs idle, power near idle."""
+    return Frame(t=float(t), gpus=(GpuSample(index=0, util=100.0, sm_active=1.0, power_w=125.0, power_limit_w=700.0,
+                                             reasons=REASON_SW_POWER_CAP if t < 44 else 0),))
+
+
+def test_a_gpu_spinning_in_a_hang_is_not_called_power_capped_at_full_load():
+    # capped at full load for 13 s (not yet the 10 s held over a full window), then a hang: the
+    # window still counts the capped seconds, but the GPU is no longer loaded
+    loaded = [Frame(t=float(t), gpus=(GpuSample(index=0, util=99.0, sm_active=92.0, power_w=695.0,
+                                                power_limit_w=700.0, reasons=REASON_SW_POWER_CAP),))
+              for t in range(30, 43)]
+    mon = run(loaded + [_spinning(t) for t in range(43, 90)])
+    assert not [a for a in mon.engine.alerts if a.rule == "power_cap" and (a.end is None or a.end > 48)]
+
+
+def test_a_power_cap_alert_ends_once_its_gpu_spins_instead_of_working():
+    frames = [_capped(t, 99.0) for t in range(40)] + [_spinning(t) for t in range(40, 60)]
+    (a,) = [a for a in run(frames).engine.alerts if a.rule == "power_cap"]
+    assert a.end is not None and a.end <= 46
+
+
+def test_the_h200_ddp_stall_raises_no_power_cap_alert_while_its_gpus_spin():
+    """Recorded on an H200: the job hangs in a collective at ~35 s (SMs 1 %, 125 W, utilization
+    100 %); the 20-s window then still held capped full-load seconds."""
+    import os
+
+    path = os.path.join(os.path.dirname(__file__), "fixtures", "h200", "ddp-stall-10hz.ttrec")
+    monitor, feed = sessions.replay_session(path)
+    feed.seek(feed.t_end)
+    assert not [a for a in monitor.engine.alerts if a.rule == "power_cap"]

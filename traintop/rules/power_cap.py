@@ -8,6 +8,8 @@ from traintop.rules.engine import LAPSED, REVERSED, Finding, RuleContext, Severi
 from traintop.samples import REASON_SW_POWER_CAP
 
 RECENT_S = 5.0  # a load gone for this long is a change of phase, not noise
+SPIN_SM_PCT = 20.0  # "utilization" near 100 % with SMs this idle is a kernel spinning (a hang), not load
+CAP_POWER_FRAC = 0.4  # a GPU held by its power cap draws near its limit; below 40 % of it, the cap holds nothing
 
 
 class PowerCapAtFullLoad:
@@ -25,13 +27,17 @@ class PowerCapAtFullLoad:
         for g in ctx.gpus():
             i, subject = g.index, gpu_subject(g.index)
             if (waits is not None and i in waits.waiting) or ctx.is_holding("stall", subject):
-                continue  # "utilization" is a kernel spinning in a collective, not load
+                # "utilization" is a kernel spinning in a collective, not load
+                if ctx.is_active(self.id, subject):
+                    yield Finding(subject, f"GPU {i} is waiting, not loaded", state=REVERSED)
+                continue
             reasons = ctx.gpu_reasons(i, w)
             u_mean = ctx.gpu_mean(i, "util", w)
             if len(reasons) < 4 or u_mean is None:
                 continue
             cap_frac = sum(1 for r in reasons if r & REASON_SW_POWER_CAP) / len(reasons)
-            holds = cap_frac >= 0.5 and u_mean >= c.power_cap_min_util
+            unloaded = self._unloaded_now(ctx, g)
+            holds = cap_frac >= 0.5 and u_mean >= c.power_cap_min_util and unloaded is None
             if not holds and not ctx.is_active(self.id, subject):
                 continue
             text = f"GPU {i} at {u_mean:.0f} % utilization with the power cap active {cap_frac * 100:.0f} % of the last {w:.0f} s"
@@ -44,7 +50,23 @@ class PowerCapAtFullLoad:
             if holds:
                 yield Finding(subject, text)
                 continue
-            recent = ctx.gpu_mean(i, "util", RECENT_S)
-            # the load is gone (a data-starved or idle phase): not a fully loaded GPU any more
-            reversed_ = recent is not None and recent < c.power_cap_min_util - 25
-            yield Finding(subject, text, state=REVERSED if reversed_ else LAPSED)
+            if unloaded is not None:  # the load is gone: not a fully loaded GPU any more
+                yield Finding(subject, f"{text}; now {unloaded}", state=REVERSED)
+                continue
+            yield Finding(subject, text, state=LAPSED)
+
+    @staticmethod
+    def _unloaded_now(ctx: RuleContext, g) -> str | None:
+        """Why the GPU is plainly not at full load over the last few seconds (a data-starved
+        or idle phase, a kernel spinning in a hang, power far below the limit), else None."""
+        c, i = ctx.config, g.index
+        recent = ctx.gpu_mean(i, "util", RECENT_S)
+        if recent is not None and recent < c.power_cap_min_util - 25:
+            return f"{recent:.0f} % utilization"
+        sm = ctx.gpu_mean(i, "sm_active", RECENT_S)
+        if sm is not None and sm < SPIN_SM_PCT:
+            return f"SMs active {sm:.0f} % of the time: a kernel waits, nothing computes"
+        power = ctx.gpu_mean(i, "power_w", RECENT_S)
+        if power is not None and g.power_limit_w and power < CAP_POWER_FRAC * g.power_limit_w:
+            return f"{power:.0f} W of {g.power_limit_w:.0f} W"
+        return None
