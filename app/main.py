@@ -38,6 +38,9 @@ COMPACT_WIDTH = 120
 COMPACT_HEIGHT = 36
 PANEL_ROWS = 7  # a GPU's full panel
 COMPACT_PANEL_ROWS = 3
+# Below this many rows a focused GPU's full panel (7) would not fit beside the top line, the
+# replay bar, one row of alerts, host, process and footer: it keeps its compact rows there.
+SHORT_HEIGHT = PANEL_ROWS + 7
 ALERTS_MIN_ROWS = 8  # what the GPUs leave to the alerts before they fall back to one line each
 COMPACT_ALERTS_MIN_ROWS = 4
 NOTICE_S = 6.0
@@ -230,6 +233,7 @@ class TraintopApp(App):
         if compact != self._compact:
             self._compact = compact
             self.screen.set_class(compact, "compact")
+        self.screen.set_class(h < SHORT_HEIGHT, "-short")
 
     @property
     def compact(self) -> bool:

@@ -1091,3 +1091,38 @@ def test_the_replay_bar_keeps_its_length_as_the_position_grows():
     assert len({len(x) for x in lines}) == 1, lines
     assert len({x.index(" ", 2) for x in lines}) == 1, lines  # the bar itself: same cells each time
     assert lines[0].endswith(" 9 s / 4 min 13 s  1×") and lines[-1].endswith("4 min 13 s / 4 min 13 s  1×")
+
+
+def test_focusing_a_gpu_names_it_in_the_alerts_title_even_with_no_alert(sim_app):
+    async def go():
+        app, _, _ = sim_app("healthy,healthy", gpus=2, history_s=2.0)  # too soon for any alert
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            assert app.query_one(AlertsPanel).border_title == "Alerts"
+            await pilot.press("g")
+            await pilot.pause()
+            assert app.query_one(AlertsPanel).border_title == "Alerts: GPU 0, job and host (0 active)"
+            await pilot.press("escape")
+            await pilot.pause()
+            assert app.query_one(AlertsPanel).border_title == "Alerts"
+    run(go())
+
+
+def test_a_focused_gpu_in_a_short_terminal_keeps_its_name_and_no_cut_frame(sim_app):
+    def rows(app):
+        return ["".join(seg.text for seg in strip) for strip in app.screen._compositor.render_strips()]
+
+    async def go():
+        app, _, _ = sim_app("healthy,healthy", gpus=2)
+        async with app.run_test(size=(30, 10)) as pilot:
+            await pilot.pause()
+            await pilot.press("g")
+            await pilot.pause()
+            screen = rows(app)
+            assert any("GPU 0 · NVIDIA H200" in r for r in screen), screen
+            assert sum(r.count("╭") for r in screen) == sum(r.count("╰") for r in screen), screen
+            await pilot.resize_terminal(80, 24)
+            await pilot.pause()
+            screen = rows(app)
+            assert any("╭─ GPU 0 · NVIDIA H200" in r for r in screen) and app.query_one("#gpu-0").region.height == 7
+    run(go())

@@ -157,11 +157,6 @@ class AlertsPanel(VerticalScroll, can_focus=False):
         paras = alert_paragraphs(active, recent, view.t, compact, watched(view))
         if others:
             paras = [(Line(f"+{others} on other GPUs (Esc: all GPUs)", "bold yellow"), 2), (Line(), 0)] + paras
-        key = (tuple((t.plain, h) for t, h in paras), compact)
-        if key == self._shown:
-            return
-        self._shown = key
-        self.query_one("#alerts-body", AlertsBody).set_paragraphs(paras)
         n = len(active)
         title = f"Alerts ({n} active)" if n else "Alerts"
         if focus is not None:
@@ -169,6 +164,11 @@ class AlertsPanel(VerticalScroll, can_focus=False):
         if title != self._title:  # setting it, even unchanged, repaints the whole panel
             self._title = self.border_title = title
         self.set_class(any(a.severity >= 2 for a in view.active), "-firing")
+        key = (tuple((t.plain, h) for t, h in paras), compact)
+        if key == self._shown:
+            return
+        self._shown = key
+        self.query_one("#alerts-body", AlertsBody).set_paragraphs(paras)
 
     @staticmethod
     def render_alerts(active: list[AlertView], recent: list[AlertView], now: float | None, compact: bool,
