@@ -48,10 +48,25 @@ REDRAW_SLACK = 0.2  # a frame due within this share of the redraw interval is dr
 REPLAY_ACTIONS = {"seek", "seek_fraction", "step", "speed"}
 BANNER_PART_S = 6.0  # each sentence of a banner too long for the top line, shown in turn
 def banner_parts(banner: str, room: int) -> list[str]:
-    """The banner whole where it fits ``room`` cells, else its sentences (each said in turn)."""
+    """The banner whole where it fits ``room`` cells, else its sentences (each said in turn),
+    a sentence still too long cut after a colon ("NVML could not start (...):" / "is the ...")."""
     if len(banner) <= room:
         return [banner]
-    return [p for p in re.split(r"(?<=\.)\s+(?=[A-Z(])", banner) if p] or [banner]
+    parts = []
+    for sentence in re.split(r"(?<=\.)\s+(?=[A-Z(])", banner):
+        parts += _after_colons(sentence) if len(sentence) > room else [sentence]
+    return [p for p in parts if p] or [banner]
+
+
+def _after_colons(sentence: str) -> list[str]:
+    """The sentence cut after each colon outside parentheses (one inside names a file or an error)."""
+    out, depth, start = [], 0, 0
+    for k, ch in enumerate(sentence):
+        depth += (ch == "(") - (ch == ")")
+        if ch == ":" and depth == 0 and sentence[k + 1:k + 2] == " ":
+            out.append(sentence[start:k + 1])
+            start = k + 2
+    return out + [sentence[start:]]
 # A frame allocates thousands of short-lived objects (Text, Segments, Strips, messages): at
 # Python's default gen-0 threshold (700) the cyclic GC ran ~1.1 times a frame, ~1 ms of a
 # 10 ms frame on dev; at 10 000 it runs every ~15 frames, ~0.3 ms a frame. Nearly all of
@@ -211,8 +226,7 @@ class TraintopApp(App):
         self._apply_size()
         self.refresh_view()
         if self.banner:
-            # the top line's " DEMO  12:34:56  " comes before a message
-            self._say_in_turn(banner_parts(self.banner, self.size.width - len(self.mode) - 13))
+            self._say_in_turn(banner_parts(self.banner, self._notice_room()))
         if self.start_feed:
             self.feed.start(self._notify_from_feed)
 
@@ -240,6 +254,9 @@ class TraintopApp(App):
         return bool(self._compact)
 
     # -- messages: one line in the status bar, over nothing ------------------------
+    def _notice_room(self) -> int:
+        return self.size.width - len(self.mode) - 13  # the top line's " DEMO  12:34:56  " comes first
+
     def _say_in_turn(self, parts: list[str]) -> None:
         """A banner too long for the line, a sentence at a time (the reason after the news)."""
         self.say(parts[0], timeout=BANNER_PART_S if len(parts) > 1 else 12)
@@ -568,7 +585,11 @@ class TraintopApp(App):
         try:
             rec.close()
             name, folder = os.path.basename(rec.path), os.path.dirname(rec.path)
-            self.call_from_thread(self.say, f"Recording saved: {name} (in {folder})")
+            saved = f"Recording saved: {name} (in {folder})"
+            if len(saved) > self._notice_room():  # the folder said next, not cut off
+                self.call_from_thread(self._say_in_turn, [f"Recording saved: {name}", f"It is in {folder}"])
+            else:
+                self.call_from_thread(self.say, saved)
         except RecordingError as e:
             self.call_from_thread(self.say, str(e), "error")
 

@@ -848,8 +848,11 @@ def test_the_footer_separates_every_item_with_one_space(sim_app, screen_lines):
     run(go())
 
 
-def test_recording_names_the_file_whole_at_80_columns(tmp_path, sim_app, screen_lines):
+def test_recording_names_the_file_whole_at_80_columns(tmp_path, sim_app, screen_lines, monkeypatch):
+    from traintop.app import main as app_main
     from traintop.app.main import short_path
+
+    monkeypatch.setattr(app_main, "BANNER_PART_S", 1.0)
 
     deep = tmp_path / "a-long-folder-name" / "another-long-folder-name" / "recordings"
     assert short_path(str(deep / "x.ttrec")).endswith("…/recordings/x.ttrec")
@@ -871,7 +874,10 @@ def test_recording_names_the_file_whole_at_80_columns(tmp_path, sim_app, screen_
             await pilot.press("r")
             await app.workers.wait_for_complete()
             await pilot.pause()
-            assert f"Recording saved: {name} (in " in screen_lines(app)[0]
+            top = screen_lines(app)[0]
+            assert f"Recording saved: {name}" in top and "(in" not in top  # the folder would not fit
+            await pilot.pause(1.2)
+            assert "It is in /" in screen_lines(app)[0]  # said next
     run(go())
 
 
@@ -1126,3 +1132,15 @@ def test_a_focused_gpu_in_a_short_terminal_keeps_its_name_and_no_cut_frame(sim_a
             screen = rows(app)
             assert any("╭─ GPU 0 · NVIDIA H200" in r for r in screen) and app.query_one("#gpu-0").region.height == 7
     run(go())
+
+
+def test_a_long_sentence_of_a_banner_is_cut_after_a_colon_outside_parentheses():
+    from traintop.app.main import banner_parts
+
+    nvml = "NVML could not start (NVML Shared Library Not Found): is the NVIDIA driver installed and loaded?"
+    assert banner_parts("No GPU here: the demo plays. " + nvml, 63) == [
+        "No GPU here: the demo plays.", "NVML could not start (NVML Shared Library Not Found):",
+        "is the NVIDIA driver installed and loaded?"]
+    inside = "Cannot read it (libnvidia-ml.so.1: cannot open shared object file), nothing else to say here."
+    assert banner_parts(inside, 40) == [inside]  # the colon inside parentheses is the error's own
+    assert banner_parts(nvml, 200) == [nvml]
