@@ -139,6 +139,7 @@ class TraintopApp(App):
         Binding("escape", "all_gpus", "all GPUs"),
         Binding("n", "next_page", "more GPUs"),
         Binding("r", "record", "record"),
+        Binding("r", "stop_recording", "stop rec"),  # the footer says what r does now
         Binding("s", "stacks", "stacks"),  # in the footer where the job has a probe
         Binding("s", "stacks(True)", show=False),  # elsewhere the popup says where stacks come from
         # the same keys where they cannot act: a line says why, never silence (hidden from the footer)
@@ -419,11 +420,15 @@ class TraintopApp(App):
 
     def check_action(self, action: str, parameters: tuple) -> bool | None:
         if action == "unavailable":  # only where the key's own action cannot run
+            if parameters[:1] == ("record",):
+                return self.replay is not None
             return bool(parameters) and not self.check_action(parameters[0], ())
         if action in REPLAY_ACTIONS:
             return self.replay is not None
         if action == "record":
-            return self.replay is None
+            return self.replay is None and self.monitor.recorder is None
+        if action == "stop_recording":
+            return self.replay is None and self.monitor.recorder is not None
         if action == "pause":
             return not self._is_paused()
         if action == "resume":
@@ -597,6 +602,7 @@ class TraintopApp(App):
         rec = self.monitor.stop_recording()
         if rec is not None:
             self._close_recording(rec)
+            self.refresh_bindings()
             self.refresh_view()
             return
         try:
@@ -605,4 +611,7 @@ class TraintopApp(App):
             self.say(f"Cannot record: {e}", "error")
             return
         self.say(f"Recording: {short_path(path)}")
+        self.refresh_bindings()
         self.refresh_view()
+
+    action_stop_recording = action_record

@@ -1144,3 +1144,19 @@ def test_a_long_sentence_of_a_banner_is_cut_after_a_colon_outside_parentheses():
     inside = "Cannot read it (libnvidia-ml.so.1: cannot open shared object file), nothing else to say here."
     assert banner_parts(inside, 40) == [inside]  # the colon inside parentheses is the error's own
     assert banner_parts(nvml, 200) == [nvml]
+
+
+def test_the_footer_says_r_stops_the_recording_while_one_runs(tmp_path, sim_app, footer_text):
+    async def go():
+        app, monitor, _ = sim_app(record_dir=str(tmp_path))
+        async with app.run_test(size=(160, 48)) as pilot:
+            await pilot.pause()
+            assert "r record" in footer_text(app) and "stop rec" not in footer_text(app)
+            await pilot.press("r")
+            await pilot.pause()
+            assert monitor.recorder is not None and "r stop rec" in footer_text(app)
+            await pilot.press("r")
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            assert monitor.recorder is None and "r record" in footer_text(app)
+    run(go())

@@ -30,7 +30,7 @@ HELP = """\
 and says what is wrong and what to try.
 
 [b]Keys[/b] (the footer shows those that apply now)
-  q            quit                       ?       this help
+  q, Ctrl-Q    quit                       ?       this help
   p, space     pause/resume the display (live: sampling and recording go on)
   ↑ ↓ PgUp PgDn  scroll the alerts
   g / G        one GPU's full panel and its alerts: next / previous; Esc: all GPUs again
