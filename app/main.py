@@ -490,6 +490,9 @@ class TraintopApp(App):
     action_resume = action_pause
 
     def action_scroll_alerts(self, lines: int) -> None:
+        if self._alerts.max_scroll_y == 0:
+            self.say("The alerts fit their panel: nothing to scroll.")
+            return
         self._alerts.scroll_relative(y=int(lines), animate=False)
 
     def action_focus_gpu(self, direction: int) -> None:
@@ -580,8 +583,13 @@ class TraintopApp(App):
             self._replay_job(lambda: self.replay.step(int(direction)))
 
     def action_speed(self, direction: int) -> None:
-        if self.replay is not None:
-            self._replay_job(self.replay.faster if int(direction) > 0 else self.replay.slower)
+        if self.replay is None:
+            return
+        speeds = getattr(self.replay, "SPEEDS", ())
+        if speeds and self.replay.speed == (speeds[-1] if int(direction) > 0 else speeds[0]):
+            self.say(f"{self.replay.speed:g}× is the {'fastest' if int(direction) > 0 else 'slowest'} replay speed.")
+            return
+        self._replay_job(self.replay.faster if int(direction) > 0 else self.replay.slower)
 
     # -- recording ----------------------------------------------------------------------
     @work(thread=True, exclusive=False)

@@ -1160,3 +1160,24 @@ def test_the_footer_says_r_stops_the_recording_while_one_runs(tmp_path, sim_app,
             await pilot.pause()
             assert monitor.recorder is None and "r record" in footer_text(app)
     run(go())
+
+
+def test_speed_keys_at_their_limits_and_scroll_keys_with_nothing_to_scroll_say_why(demo_app, screen_lines):
+    async def go():
+        app, monitor, feed = demo_app(30)
+        async with app.run_test(size=(160, 48)) as pilot:
+            await pilot.pause()
+            for _ in range(len(feed.SPEEDS)):
+                await press(pilot, "right_square_bracket")
+            assert feed.speed == feed.SPEEDS[-1]
+            await press(pilot, "right_square_bracket")
+            await pilot.pause()
+            assert "64× is the fastest replay speed." in screen_lines(app)[0]
+            for _ in range(len(feed.SPEEDS)):
+                await press(pilot, "left_square_bracket")
+            await pilot.pause()
+            assert feed.speed == feed.SPEEDS[0] and "0.25× is the slowest replay speed." in screen_lines(app)[0]
+            await press(pilot, "down")  # 160x48: the demo's alerts fit their panel
+            await pilot.pause()
+            assert "The alerts fit their panel: nothing to scroll." in screen_lines(app)[0]
+    run(go())
