@@ -256,3 +256,33 @@ def test_analyze_prints_where_each_rank_hangs(tmp_path):
     assert "stop.item()" in where and "time.sleep(args.stall_s)" in where
     assert [d["label"] for d in report.stacks] == ["rank 0", "rank 1"]  # the stall's dumps, ranks in order
     assert json.loads(render_json(report))["stacks"][0]["threads"][0]["main"] is True
+
+
+def test_the_stacks_screen_scrolls_with_the_arrows_and_closes_with_any_other_key(sim_app):
+    import asyncio
+
+    from traintop.widgets.stacks_screen import StacksScreen
+
+    async def go():
+        app, monitor, feed = sim_app()
+        feed.kind, monitor.probe_seen_at = "live", 1.0
+        async with app.run_test(size=(60, 12)) as pilot:
+            with monitor.lock:
+                for d in latest_per_process(_dumps(), reason="stalled"):
+                    monitor.stacks[d.pid] = d
+            await pilot.press("s")
+            await pilot.pause()
+            box = app.screen.query_one("#help-box")
+            assert isinstance(app.screen, StacksScreen) and box.max_scroll_y > 0  # more than fits
+            await pilot.press("down", "down")
+            await pilot.pause()
+            assert isinstance(app.screen, StacksScreen) and box.scroll_y == 2
+            await pilot.press("end")
+            await pilot.pause()
+            assert box.scroll_y == box.max_scroll_y
+            await pilot.press("home")
+            await pilot.pause()
+            assert box.scroll_y == 0
+            await pilot.press("x")
+            assert not isinstance(app.screen, StacksScreen)
+    asyncio.run(go())

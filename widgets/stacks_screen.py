@@ -31,11 +31,19 @@ NO_STACKS = {
 
 def stacks_text(dumps, situation: str) -> Text:
     if not dumps:
-        return Text(f"Thread stacks: {NO_STACKS[situation]}\n\nPress any key to close.")
-    lines = ["Thread stacks, innermost calls last (press any key to close)", ""]
+        return Text(f"Thread stacks: {NO_STACKS[situation]}\n\nArrows and PgUp/PgDn scroll; any other key closes.")
+    lines = ["Thread stacks, innermost calls last (arrows and PgUp/PgDn scroll; any other key closes)", ""]
     for d in dumps:
         lines += render(d) + [""]
     return Text("\n".join(lines))  # plain text: the stacks are the job's, never markup
+
+
+SCROLL_KEYS = {
+    "up": lambda box: box.scroll_y - 1, "down": lambda box: box.scroll_y + 1,
+    "pageup": lambda box: box.scroll_y - max(1, box.size.height - 1),
+    "pagedown": lambda box: box.scroll_y + max(1, box.size.height - 1),
+    "home": lambda box: 0, "end": lambda box: box.max_scroll_y,
+}
 
 
 class StacksScreen(ModalScreen):
@@ -76,7 +84,12 @@ class StacksScreen(ModalScreen):
             self.dismiss()
 
     def on_key(self, event) -> None:
-        # Any key closes it, as it says ("press any key"); stopping the event here also stops
-        # the screen's own bindings, so Esc, q and s must close through this path too.
+        # Any other key closes it, as it says; stopping the event here also stops the screen's
+        # own bindings, so Esc, q and s must close through this path too.
         event.stop()  # a modal screen keeps the dashboard's keys away
+        scroll = SCROLL_KEYS.get(event.key)
+        if scroll is not None:  # many threads, or a small terminal: the stacks run past the screen
+            box = self.query_one("#help-box", VerticalScroll)
+            box.scroll_to(y=scroll(box), animate=False)
+            return
         self.action_close()
