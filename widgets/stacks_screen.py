@@ -18,8 +18,8 @@ ANSWER_WAIT_S = 5.0  # a probe answers with its next message, twice a second: lo
 
 # Why there is no stack to show, by situation (the app says which).
 NO_STACKS = {
-    "recording": "none in this recording. They are taken live: press s while the probe watches the job "
-                 "(traintop run -- CMD), and a recording made then keeps them.",
+    "recording": "none in this recording. The probe takes them live (traintop run -- CMD): on s, and by "
+                 "itself when steps stop for 30 s; a recording made then keeps them.",
     "simulated": "none from the simulator. Live, they come from the probe: traintop run -- CMD, then s.",
     "no probe": "no probe watches a job here, and stacks come from it: start the job with "
                 "traintop run -- CMD (or traintop --pid N for one started with it), then press s.",
