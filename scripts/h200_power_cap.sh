@@ -8,6 +8,7 @@
 set -u
 OUT="${OUT:-/tmp/h200-power-cap}"
 mkdir -p "$OUT"
+cd "$OUT"  # not from the repository, whose traintop/ lacks the mapped subpackages of an install
 REC="$OUT/power_cap.ttrec"
 rm -f "$REC"
 python3 -m traintop record --quiet --interval 0.5 --duration 95 "$REC" &
