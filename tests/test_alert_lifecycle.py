@@ -193,3 +193,22 @@ def test_the_h200_ddp_stall_raises_no_power_cap_alert_while_its_gpus_spin():
     monitor, feed = sessions.replay_session(path)
     feed.seek(feed.t_end)
     assert not [a for a in monitor.engine.alerts if a.rule == "power_cap"]
+
+
+def test_on_an_h200_the_power_cap_alert_ends_within_seconds_of_a_spinning_kernel():
+    """Recorded on an H200 (scripts/h200_power_cap.sh): bf16 matmuls at the power limit, then a
+    kernel spinning (utilization 100 %, SMs 1 %, 122 W), then idle. The rules run again over it."""
+    import os
+
+    from traintop.analyze import analyze
+
+    from traintop.recording import RecordingReader
+
+    path = os.path.join(os.path.dirname(__file__), "fixtures", "h200", "power-cap-then-spin.ttrec")
+    reader = RecordingReader(path)
+    spin = next(f.t for f in reader.frames() if f.gpus[0].sm_active is not None and f.gpus[0].sm_active < 20
+                and f.gpus[0].util >= 99) - reader.t_start
+    report = analyze(RecordingReader(path), rerun=True)
+    (cap,) = [f for f in report.findings if f.rule == "power_cap"]
+    assert cap.start_s < spin - 10  # raised during the real full load
+    assert cap.end_s <= spin + 5, (cap.end_s - spin)  # and ended within seconds of the spin
