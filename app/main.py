@@ -46,7 +46,16 @@ COMPACT_ALERTS_MIN_ROWS = 4
 NOTICE_S = 6.0
 REDRAW_SLACK = 0.2  # a frame due within this share of the redraw interval is drawn at once
 REPLAY_ACTIONS = {"seek", "seek_fraction", "step", "speed"}
-BANNER_PART_S = 6.0  # each sentence of a banner too long for the top line, shown in turn
+BANNER_PART_S = 6.0  # each part of a message too long for the top line, shown in turn
+# A frame allocates thousands of short-lived objects (Text, Segments, Strips, messages): at
+# Python's default gen-0 threshold (700) the cyclic GC ran ~1.1 times a frame, ~1 ms of a
+# 10 ms frame on dev; at 10 000 it runs every ~15 frames, ~0.3 ms a frame. Nearly all of
+# those objects are freed by reference counting; the threshold only delays cycles.
+GC_THRESHOLD = (10_000, 10, 10)
+ALERTS_KEYS = Binding.Group("alerts", compact=True)
+SEEK_KEYS = Binding.Group("seek", compact=True)
+
+
 def banner_parts(banner: str, room: int) -> list[str]:
     """The banner whole where it fits ``room`` cells, else its sentences (each said in turn),
     a sentence still too long cut after a colon ("NVML could not start (...):" / "is the ...")."""
@@ -67,13 +76,6 @@ def _after_colons(sentence: str) -> list[str]:
             out.append(sentence[start:k + 1])
             start = k + 2
     return out + [sentence[start:]]
-# A frame allocates thousands of short-lived objects (Text, Segments, Strips, messages): at
-# Python's default gen-0 threshold (700) the cyclic GC ran ~1.1 times a frame, ~1 ms of a
-# 10 ms frame on dev; at 10 000 it runs every ~15 frames, ~0.3 ms a frame. Nearly all of
-# those objects are freed by reference counting; the threshold only delays cycles.
-GC_THRESHOLD = (10_000, 10, 10)
-ALERTS_KEYS = Binding.Group("alerts", compact=True)
-SEEK_KEYS = Binding.Group("seek", compact=True)
 
 
 def short_path(path: str) -> str:
@@ -144,7 +146,7 @@ class TraintopApp(App):
         Binding("s", "stacks(True)", show=False),  # elsewhere the popup says where stacks come from
         # the same keys where they cannot act: a line says why, never silence (hidden from the footer)
         Binding("g,G", "unavailable('focus_gpu')", show=False),
-        Binding("r", "unavailable('record')", show=False),
+        Binding("r", "unavailable('record', 'stop_recording')", show=False),
         Binding("n", "unavailable('next_page')", show=False),
         Binding(",".join(["left", "right", "comma", "full_stop", "home", "end", "left_square_bracket",
                           "right_square_bracket"] + [str(d) for d in range(10)]), "unavailable('seek')", show=False),
@@ -256,10 +258,11 @@ class TraintopApp(App):
 
     # -- messages: one line in the status bar, over nothing ------------------------
     def _notice_room(self) -> int:
-        return self.size.width - len(self.mode) - 13  # the top line's " DEMO  12:34:56  " comes first
+        width = self.size.width
+        return self._status.notice_room(width) if self._status is not None else width
 
     def _say_in_turn(self, parts: list[str]) -> None:
-        """A banner too long for the line, a sentence at a time (the reason after the news)."""
+        """A message too long for the top line, a part at a time (the reason after the news)."""
         self.say(parts[0], timeout=BANNER_PART_S if len(parts) > 1 else 12)
         if len(parts) > 1:
             shown = self._status.notice if self._status is not None else None
@@ -419,10 +422,8 @@ class TraintopApp(App):
         return (not self.replay.playing) if self.replay is not None else self.paused
 
     def check_action(self, action: str, parameters: tuple) -> bool | None:
-        if action == "unavailable":  # only where the key's own action cannot run
-            if parameters[:1] == ("record",):
-                return self.replay is not None
-            return bool(parameters) and not self.check_action(parameters[0], ())
+        if action == "unavailable":  # only where none of the key's own actions can run
+            return bool(parameters) and not any(self.check_action(a, ()) for a in parameters)
         if action in REPLAY_ACTIONS:
             return self.replay is not None
         if action == "record":
@@ -506,7 +507,7 @@ class TraintopApp(App):
         self.focused_gpu = gpus[k] if 0 <= k < len(gpus) else None  # past the last: all GPUs again
         self.refresh_view()
 
-    def action_unavailable(self, action: str) -> None:
+    def action_unavailable(self, action: str, *alternatives: str) -> None:
         if action == "record":
             self.say("r records live data: this is a recording already.")  # whole at 80 columns
         elif action == "next_page":

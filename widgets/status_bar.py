@@ -39,8 +39,8 @@ class StatusBar(TextLines):
         self.notice, self.notice_severity = message, severity
         self.redraw()
 
-    def text_lines(self, width: int) -> list[Line]:
-        # Most important first: a narrow pane truncates from the right.
+    def _head(self) -> Line:
+        """What comes before a notice: mode, clock, replay state, pause, a problem."""
         out = Line(f" {self.mode.upper()} ", MODE_STYLE.get(self.mode, "reverse"))
         if self.t is not None:
             out.append(" " + time.strftime("%H:%M:%S", time.localtime(self.t)), "bold")
@@ -50,6 +50,15 @@ class StatusBar(TextLines):
             out.append("  ‖ PAUSED", "bold yellow")
         if self.problem:
             out.append("  ⚠ " + self.problem, "bold red")
+        return out
+
+    def notice_room(self, width: int) -> int:
+        """Cells a notice has on a top line ``width`` wide before it is cut."""
+        return width - self._head().cell_len - 2
+
+    def text_lines(self, width: int) -> list[Line]:
+        # Most important first: a narrow pane truncates from the right.
+        out = self._head()
         if self.notice:
             out.append("  " + self.notice, NOTICE_STYLE.get(self.notice_severity, "bold"))
         if self.recording:
