@@ -207,12 +207,14 @@ def test_a_chunk_decoded_into_series_fills_the_store_as_its_frames_do(path, tmp_
             frames = decode(blob, name, t_from=t_from, t_to=t_to)
             window = codec.decode_series(blob, name, t_from=t_from, t_to=t_to)
             assert window.times == [f.t for f in frames]
-            a = Monitor(None, store=Store(1200))
-            b = Monitor(None, store=Store(1200))
-            warm = whole[:lo]  # what the store held before (a chunk played before this one)
-            for m in (a, b):
-                m.store.extend(warm) if warm else None
-            a.ingest_many(frames)
-            b.ingest_series(window)
-            assert _store_state(a.store) == _store_state(b.store)
-            assert (a.ended_at, a.probe_seen_at) == (b.ended_at, b.probe_seen_at)
+            for capacity in (1200, 7):  # 7: a chunk longer than the ring, taken in ring-sized pieces
+                a = Monitor(None, store=Store(capacity))
+                b = Monitor(None, store=Store(capacity))
+                warm = whole[:lo]  # what the store held before (a chunk played before this one)
+                if warm:
+                    for m in (a, b):
+                        m.store.extend(warm)
+                a.ingest_many(frames)
+                b.ingest_series(window)
+                assert _store_state(a.store) == _store_state(b.store), capacity
+                assert (a.ended_at, a.probe_seen_at) == (b.ended_at, b.probe_seen_at)

@@ -644,15 +644,15 @@ def decode_series(blob: bytes, codec: str = CODEC, t_from: float | None = None,
     times, columns = _parse(blob, codec, t_from, t_to)
     if not times:
         return None
-    return _series(times, columns, SCHEMES[codec], codec)
+    return _series(times, columns, SCHEMES[codec])
 
 
 _DEFAULTS = {cls: {f.name: f.default for f in fields(cls) if f.default is not MISSING}
              for cls in (GpuSample, HostSample, ProcessSample, RankSample)}
 
 
-def _series(times: list[float], columns: dict[str, list], scheme, codec: str) -> SeriesWindow:
-    gpu_fields, host_fields, proc_fields, rank_fields, core_scale, member_scale = scheme
+def _series(times: list[float], columns: dict[str, list], scheme) -> SeriesWindow:
+    gpu_fields, host_fields, proc_fields, rank_fields, core_scale, _ = scheme
     n = len(times)
     groups: list[tuple[int, int, list[tuple[str, list]]]] = []  # (first sample, place in a frame, its series)
 
@@ -708,7 +708,7 @@ def _series(times: list[float], columns: dict[str, list], scheme, codec: str) ->
         group(MAX_GPUS + 1, present, values, {"alive": [1.0 if a else 0.0 for a in alive], "workers": workers},
               proc_key, FIELDS["proc"], _DEFAULTS[ProcessSample])
     rank_present = [0] * n  # ranks in each sample: a rank without a number is named by its place
-    by_prefix: dict[str, tuple[int, int, list[bool], dict]] = {}
+    by_prefix: dict[str, tuple[int, list[bool], dict]] = {}  # rank prefix -> (its place, present, values)
     rank_names = FIELDS["rank"]
     for _, rcols in _rank_columns(columns, rank_fields, n):
         first_field = next(iter(rcols.values()))
@@ -721,11 +721,11 @@ def _series(times: list[float], columns: dict[str, list], scheme, codec: str) ->
             prefix = rank_subject(numbers[j], k)
             entry = by_prefix.get(prefix)
             if entry is None:
-                entry = by_prefix[prefix] = (j, k, [False] * n, {name: [None] * n for name in rcols})
-            entry[2][j] = True
+                entry = by_prefix[prefix] = (k, [False] * n, {name: [None] * n for name in rcols})
+            entry[1][j] = True
             for name, col in rcols.items():
-                entry[3][name][j] = col[j]
-    for prefix, (first, k, present, values) in by_prefix.items():
+                entry[2][name][j] = col[j]
+    for prefix, (k, present, values) in by_prefix.items():
         group(MAX_GPUS + 2 + k, present, values, {}, partial(rank_key, prefix), rank_names, _DEFAULTS[RankSample])
     probe_at = next((times[j] for j in range(n - 1, -1, -1) if rank_present[j]), None)
     groups.sort(key=lambda g: (g[0], g[1]))

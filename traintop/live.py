@@ -38,6 +38,8 @@ class OneCall:
 
     def submit(self, fn) -> None:
         """Starts ``fn`` on the thread; the caller submits again only after its result came."""
+        if self._closed:
+            raise RuntimeError(f"{self._name}: closed")
         self._fn = fn
         self._done.clear()
         if self._thread is None:

@@ -19,13 +19,13 @@ from traintop.samples import Frame
 NAN = float("nan")
 
 
-
 def _with_nan(col: list) -> tuple[int | None, list]:
     """(the first sample with a value, the column with NaN for None); (None, col) where none has one."""
     if None not in col:
         return 0, col
     first = next((j for j, v in enumerate(col) if v is not None), None)
     return (None, col) if first is None else (first, [NAN if v is None else v for v in col])
+
 
 class Store:
     """Fixed-capacity history of every series, on one shared time axis."""
@@ -119,10 +119,11 @@ class Store:
         m = len(times)
         if not m:
             return
-        if m > self.capacity:
-            keep = m - self.capacity
-            times, columns = times[keep:], [(k, col[keep:]) for k, col in columns]
-            m = self.capacity
+        if m > self.capacity:  # in ring-sized pieces, as frame by frame: every sample counted, every series made
+            for a in range(0, m, self.capacity):
+                self.extend_series(times[a:a + self.capacity],
+                                   [(k, col[a:a + self.capacity]) for k, col in columns], latest)
+            return
         self._starts.clear()
         values: dict[str, list] = {}
         new: list[tuple[int, int, str]] = []
@@ -274,10 +275,6 @@ def _all_present(values: list[float]) -> bool:
 
 def _nan_as_none(values: list[float]) -> list[float | None]:
     return values if _all_present(values) else [None if v != v else v for v in values]
-
-
-def present(values: list[float | None]) -> list[float]:
-    return [v for v in values if v is not None]
 
 
 def mean(values: list[float]) -> float | None:

@@ -23,7 +23,7 @@ from traintop.rules.underuse import Underuse
 
 # Bump when a rule's logic or default thresholds change: recordings made with another
 # version get their rules re-run by `traintop analyze` instead of trusting their alerts.
-RULES_VERSION = 6
+RULES_VERSION = 7  # 7: the power cap needs the load now (2026-12-01)
 
 
 def default_rules() -> list:

@@ -36,8 +36,11 @@ class PowerCapAtFullLoad:
             if len(reasons) < 4 or u_mean is None:
                 continue
             cap_frac = sum(1 for r in reasons if r & REASON_SW_POWER_CAP) / len(reasons)
-            unloaded = self._unloaded_now(ctx, g)
-            holds = cap_frac >= 0.5 and u_mean >= c.power_cap_min_util and unloaded is None
+            window_holds = cap_frac >= 0.5 and u_mean >= c.power_cap_min_util
+            if not window_holds and not ctx.is_active(self.id, subject):
+                continue
+            unloaded = self._unloaded_now(ctx, g)  # only where it can matter: three more windows
+            holds = window_holds and unloaded is None
             if not holds and not ctx.is_active(self.id, subject):
                 continue
             text = f"GPU {i} at {u_mean:.0f} % utilization with the power cap active {cap_frac * 100:.0f} % of the last {w:.0f} s"
