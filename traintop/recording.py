@@ -409,20 +409,25 @@ class RecordingReader:
     def frame_count(self) -> int:
         return sum(int(r[3]) for r in self._chunks)
 
-    def _load(self, chunk_id: int, codec: str, t_from: float | None = None, t_to: float | None = None) -> list[Frame]:
-        """A chunk's frames (cached), or only those in [t_from, t_to] (a seek into the middle
-        of a chunk: not cached, and several times cheaper than the whole chunk)."""
-        if chunk_id in self._cache:
-            return self._cache[chunk_id]
-        frames: list[Frame] = []
+    def _decoded(self, chunk_id: int, codec: str, decoder, t_from: float | None, t_to: float | None):
+        """``decoder`` (frames or series) over a chunk's blob; None where the chunk is damaged,
+        which is counted: one damaged chunk must not lose the rest of the session."""
         try:
             rows = self._query("SELECT data FROM chunks WHERE id=?", (chunk_id,))
             row = rows[0] if rows else None
             if codec not in CODECS or row is None or not isinstance(row[0], bytes):
                 raise RecordingError("unknown codec")
-            frames = decode(row[0], codec, t_from=t_from, t_to=t_to)
+            return decoder(row[0], codec, t_from=t_from, t_to=t_to)
         except (RecordingError, sqlite3.Error, ValueError) as e:
-            self._damaged(e)  # one damaged chunk must not lose the rest of the session
+            self._damaged(e)
+            return None
+
+    def _load(self, chunk_id: int, codec: str, t_from: float | None = None, t_to: float | None = None) -> list[Frame]:
+        """A chunk's frames (cached), or only those in [t_from, t_to] (a seek into the middle
+        of a chunk: not cached, and several times cheaper than the whole chunk)."""
+        if chunk_id in self._cache:
+            return self._cache[chunk_id]
+        frames = self._decoded(chunk_id, codec, decode, t_from, t_to) or []
         if t_from is not None or t_to is not None:
             return frames
         if len(self._cache) > 2:
@@ -459,16 +464,8 @@ class RecordingReader:
                 if frames:
                     yield frames
                 continue
-            window = None
-            try:
-                rows = self._query("SELECT data FROM chunks WHERE id=?", (cid,))
-                row = rows[0] if rows else None
-                if codec not in CODECS or row is None or not isinstance(row[0], bytes):
-                    raise RecordingError("unknown codec")
-                window = decode_series(row[0], codec, t_from=t_from if t0 < t_from else None,
-                                       t_to=t_to if t1 > t_to else None)
-            except (RecordingError, sqlite3.Error, ValueError) as e:
-                self._damaged(e)  # one damaged chunk must not lose the rest of the session
+            window = self._decoded(cid, codec, decode_series, t_from if t0 < t_from else None,
+                                   t_to if t1 > t_to else None)
             if window is not None:
                 yield window
 
