@@ -57,14 +57,31 @@ SEEK_KEYS = Binding.Group("seek", compact=True)
 
 
 def banner_parts(banner: str, room: int) -> list[str]:
-    """The banner whole where it fits ``room`` cells, else its sentences (each said in turn),
-    a sentence still too long cut after a colon ("NVML could not start (...):" / "is the ...")."""
+    """The banner whole where it fits ``room`` cells, else in parts said in turn: cut at its
+    sentences first, then between key hints ("space: pause  ← →: seek"), then after a colon
+    outside parentheses ("NVML could not start (...):" / "is the ..."); pieces that fit
+    together stay together, so a key is never parted from what it does."""
     if len(banner) <= room:
         return [banner]
-    parts = []
-    for sentence in re.split(r"(?<=\.)\s+(?=[A-Z(])", banner):
-        parts += _after_colons(sentence) if len(sentence) > room else [sentence]
-    return [p for p in parts if p] or [banner]
+    for cut, joint in ((_sentences, " "), (_hints, "  "), (_after_colons, " ")):
+        pieces = cut(banner)
+        if len(pieces) > 1:
+            out: list[str] = []
+            for piece in pieces:
+                if out and len(out[-1]) + len(joint) + len(piece) <= room:
+                    out[-1] = f"{out[-1]}{joint}{piece}"
+                else:
+                    out.append(piece)
+            return [part for piece in out for part in banner_parts(piece, room)]
+    return [banner]
+
+
+def _sentences(text: str) -> list[str]:
+    return [p for p in re.split(r"(?<=\.)\s+", text) if p]
+
+
+def _hints(text: str) -> list[str]:
+    return [p for p in re.split(r"\s{2,}", text) if p]
 
 
 def _after_colons(sentence: str) -> list[str]:
@@ -75,7 +92,7 @@ def _after_colons(sentence: str) -> list[str]:
         if ch == ":" and depth == 0 and sentence[k + 1:k + 2] == " ":
             out.append(sentence[start:k + 1])
             start = k + 2
-    return out + [sentence[start:]]
+    return [p for p in out + [sentence[start:]] if p]
 
 
 def short_path(path: str) -> str:
@@ -476,6 +493,8 @@ class TraintopApp(App):
             situation = "simulated"
         elif self.monitor.probe_seen_at is None:
             situation = "no probe"
+        elif self.monitor.ended_at is not None:
+            situation = "ended"
         else:
             situation = "asked"
             self.monitor.request_stacks()

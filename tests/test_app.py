@@ -1144,6 +1144,10 @@ def test_a_long_sentence_of_a_banner_is_cut_after_a_colon_outside_parentheses():
     inside = "Cannot read it (libnvidia-ml.so.1: cannot open shared object file), nothing else to say here."
     assert banner_parts(inside, 40) == [inside]  # the colon inside parentheses is the error's own
     assert banner_parts(nvml, 200) == [nvml]
+    hints = "Replaying ddp-stall-10hz.ttrec. space: pause  ← →: seek  [ ]: speed  ?: help"
+    assert banner_parts(hints, 61) == ["Replaying ddp-stall-10hz.ttrec.", "space: pause  ← →: seek  [ ]: speed  ?: help"]
+    assert banner_parts(hints, 30) == ["Replaying ddp-stall-10hz.ttrec.", "space: pause  ← →: seek",
+                                       "[ ]: speed  ?: help"]  # a key stays with what it does
 
 
 def test_the_footer_says_r_stops_the_recording_while_one_runs(tmp_path, sim_app, footer_text):
