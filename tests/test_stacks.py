@@ -207,6 +207,10 @@ def test_key_s_says_why_no_stack_can_come_where_none_can(sim_app, demo_app):
             feed.kind, monitor.probe_seen_at = "live", None  # live, but no probe has ever spoken
             await pilot.press("s")
             assert "no probe watches a job here" in shown(app) and not monitor.stacks_wanted
+            await pilot.press("x")
+            monitor.probe_seen_at, monitor.ended_at = 1.0, 2.0  # its probe spoke, then the job ended
+            await pilot.press("s")
+            assert "the job has ended" in shown(app) and not monitor.stacks_wanted
         app, _, _ = demo_app(30)
         async with app.run_test(size=(120, 40)) as pilot:
             await pilot.press("s")

@@ -23,6 +23,7 @@ NO_STACKS = {
     "simulated": "none from the simulator. Live, they come from the probe: traintop run -- CMD, then s.",
     "no probe": "no probe watches a job here, and stacks come from it: start the job with "
                 "traintop run -- CMD (or traintop --pid N for one started with it), then press s.",
+    "ended": "the job has ended: no probe is left to ask (those taken before it ended show here).",
     "asked": "asked the job's probes; their answer comes within a second…",
     "no answer": f"no answer from the job's probes in {ANSWER_WAIT_S:.0f} s (a process held in C code "
                  "with the GIL cannot answer; py-spy dump --pid N reads it from outside).",
