@@ -161,7 +161,17 @@ def test_a_job_that_ignores_sigterm_is_killed_after_the_grace_period(env, tmp_pa
             os.killpg(pgid, signal.SIGKILL)
             pytest.fail("the job's group outlived traintop")
     assert rc == 137
+    # the SIGKILL was traintop's: said so, not left to look like someone else's
+    assert "killed by SIGKILL" in (err := p.stderr.read().decode()) and "traintop's, once the grace period" in err
     closed_cleanly(rec)
+
+
+def test_a_sigkill_from_elsewhere_is_not_called_traintops():
+    from traintop.job import JobEnd
+
+    assert "traintop's" not in JobEnd(1, 0.0, -9).describe()
+    assert "traintop's" in JobEnd(1, 0.0, -9, forced=True).describe()
+    assert "traintop's" not in JobEnd(1, 0.0, -15, forced=True).describe()  # it ended on the forwarded signal
 
 
 # -- with the dashboard, in a real terminal ---------------------------------------------------------

@@ -26,6 +26,7 @@ class JobEnd:
     pid: int
     t: float  # wall-clock time it was reaped
     returncode: int  # as Popen gives it: -N when killed by signal N
+    forced: bool = False  # the SIGKILL was traintop's, once the grace period after a forwarded signal ran out
 
     @property
     def signal(self) -> int | None:
@@ -44,7 +45,9 @@ class JobEnd:
                 name = signal.Signals(self.signal).name
             except ValueError:
                 name = f"signal {self.signal}"
-            return f"{job} killed by {name} at {when}"
+            forced = " (traintop's, once the grace period ran out)" \
+                if self.forced and self.signal == signal.SIGKILL else ""
+            return f"{job} killed by {name} at {when}{forced}"
         return f"{job} exited with {self.returncode} at {when}"
 
 
@@ -63,6 +66,7 @@ class Job:
         self._reaper: threading.Thread | None = None
         self.kill_at: float | None = None  # when the grace period after a forwarded signal ends
         self.signals_received: list[int] = []
+        self.killed = False  # traintop sent the group SIGKILL
 
     # -- the end ----------------------------------------------------------------------
     def on_end(self, listener: Callable[[JobEnd], None]) -> None:
@@ -76,7 +80,7 @@ class Job:
 
     def _reap(self) -> None:
         rc = self.proc.wait()
-        self.end = JobEnd(self.pid, time.time(), rc)
+        self.end = JobEnd(self.pid, time.time(), rc, forced=self.killed)
         self.ended.set()
         for listener in self._listeners:
             try:
@@ -123,6 +127,7 @@ class Job:
         (or, past the grace period and a few seconds more, when the job itself has ended)."""
         now = time.monotonic()
         if self.kill_at is not None and now >= self.kill_at:
+            self.killed = True
             self.signal_group(signal.SIGKILL)
         if not self.ended.is_set():
             return False
