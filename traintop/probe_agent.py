@@ -431,9 +431,40 @@ def thread_stacks(limit: int = 40) -> list[dict]:
 _probe: Probe | None = None
 
 
+_LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch")
+_LAUNCHER_SCRIPTS = ("torchrun",)
+
+
+def is_launcher(argv: list[str] | None = None) -> bool:
+    """Whether this process is torchrun's launcher (the elastic agent), not a rank.
+
+    The launcher imports the injected sitecustomize too; it trains nothing, and counted as a
+    rank it reads as one that never steps (a false stall). ``sys.orig_argv`` is read because
+    ``sys.argv[0]`` is still ``-m`` while ``python -m`` locates the module."""
+    argv = list(getattr(sys, "orig_argv", None) or sys.argv) if argv is None else argv
+    i = 1
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "-m":
+            return i + 1 < len(argv) and argv[i + 1] in _LAUNCHER_MODULES
+        if arg.startswith("-m"):
+            return arg[2:] in _LAUNCHER_MODULES
+        if arg.startswith("-c") or arg == "-":
+            return False
+        if arg in ("-W", "-X"):  # options that take the next word as their value
+            i += 2
+            continue
+        if not arg.startswith("-"):
+            return os.path.basename(arg) in _LAUNCHER_SCRIPTS
+        i += 1
+    return False
+
+
 def start(interval: float | None = None) -> Probe | None:
-    """Start the probe once per process; returns it (None if it could not start)."""
+    """Start the probe once per process; returns it (None if it could not start, or in torchrun's launcher)."""
     global _probe
+    if is_launcher():
+        return None
     if _probe is not None and _probe.pid == os.getpid() and _probe._thread is not None:
         return _probe
     env = os.environ.get("TRAINTOP_PROBE_INTERVAL")

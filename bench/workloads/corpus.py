@@ -1,0 +1,538 @@
+"""The diagnosis corpus: real training workloads that write down, second by second, what they are doing.
+
+Each scenario plays one or more phases (``train``, ``input_bound``, ``hung_collective`` …) and
+labels them itself while it runs: one JSON line at every phase change and one a second with
+the phase and the allocator's own figures (``torch.cuda.memory_allocated()`` …). Those labels
+are the ground truth ``bench/diagnosis_score.py`` scores traintop's findings against; the
+vocabulary (what each label expects, allows and contradicts) is ``traintop/corpus_labels.py``.
+
+    python bench/workloads/corpus.py starved_then_fed --labels run.labels.jsonl
+    torchrun --nproc_per_node=2 bench/workloads/corpus.py gloo_hang --labels run.labels.jsonl
+
+Multi-rank scenarios run under torchrun with the gloo backend, every rank on the one GPU
+(NCCL refuses two ranks on one device); ``--cpu`` is a dry run on the CPU at tiny sizes.
+Nothing here changes the GPU's clocks, power limit or modes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import datetime
+import json
+import os
+import random
+import sys
+import threading
+import time
+
+import torch
+import torch.nn as nn
+
+
+class Labels:
+    """The job's own account of what it is doing: a line at each change and one a second."""
+
+    def __init__(self, path: str | None, rank: int | None) -> None:
+        self.fh = open(path, "a", buffering=1) if path else None
+        self.rank = rank
+        self.phase = "startup"
+        self.extra: dict = {}
+        self._lock = threading.Lock()
+        self._write({"event": "phase", "phase": self.phase})
+        threading.Thread(target=self._tick, daemon=True).start()
+        atexit.register(lambda: self._write({"event": "exit", "phase": self.phase}))
+
+    def _write(self, rec: dict) -> None:
+        if not self.fh:
+            return
+        rec = {"t": time.time(), "rank": self.rank, **rec}
+        cuda = torch.cuda
+        if cuda.is_available() and cuda.is_initialized():
+            s = cuda.memory_stats()
+            rec.update(allocated=cuda.memory_allocated(), reserved=cuda.memory_reserved(),
+                       peak=cuda.max_memory_allocated(), ooms=s.get("num_ooms", 0),
+                       alloc_retries=s.get("num_alloc_retries", 0))
+        with self._lock:
+            try:
+                self.fh.write(json.dumps(rec) + "\n")
+            except ValueError:  # closed at exit
+                pass
+
+    def __call__(self, phase: str, **extra) -> None:
+        self.phase = phase
+        self._write({"event": "phase", "phase": phase, **extra})
+
+    def _tick(self) -> None:
+        while True:
+            time.sleep(1.0)
+            self._write({"event": "tick", "phase": self.phase})
+
+
+DEV = "cuda"
+SMALL = False  # --cpu: tiny sizes
+
+
+def dev() -> torch.device:
+    if DEV == "cpu":
+        return torch.device("cpu")
+    return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)) if torch.cuda.device_count() > 1 else 0)
+
+
+def size(n: int, small: int) -> int:
+    return small if SMALL else n
+
+
+def mlp(width: int, depth: int) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for _ in range(depth):
+        layers += [nn.Linear(width, width), nn.GELU()]
+    return nn.Sequential(*layers).to(dev())
+
+
+def autocast(dtype=torch.bfloat16):
+    return torch.autocast(dev().type, dtype=dtype, enabled=dtype is not None)
+
+
+def step(model, opt, x, dtype=torch.bfloat16, keep: list | None = None) -> torch.Tensor:
+    with autocast(dtype):
+        out = model(x)
+        loss = out.float().pow(2).mean()
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    if keep is not None:
+        keep.append(out)  # the leak: outputs (and their graphs' saved tensors) kept across steps
+    return loss
+
+
+def train_for(seconds: float, model, opt, x, *, dtype=torch.bfloat16, sync_every: int = 10, batches=None,
+              keep: list | None = None, between=None) -> int:
+    end = time.time() + seconds
+    n = 0
+    while time.time() < end:
+        if batches is not None:
+            x = next(batches).to(dev(), non_blocking=True)
+        if between is not None:
+            between()
+        loss = step(model, opt, x, dtype, keep)
+        n += 1
+        if n % sync_every == 0:
+            loss.item()
+    if DEV == "cuda":
+        torch.cuda.synchronize()
+    return n
+
+
+def cpu_work(seconds: float, x: torch.Tensor) -> torch.Tensor:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        x = torch.tanh(x * 1.0001)
+    return x
+
+
+class SlowItems(torch.utils.data.Dataset):
+    """Batches that each cost ``cpu_s`` of CPU in a loader worker (slow decoding or augmentation)."""
+
+    def __init__(self, batch: int, width: int, cpu_s: float, hang_after: float | None = None,
+                 hang_s: float = 0.0) -> None:
+        self.batch, self.width, self.cpu_s = batch, width, cpu_s
+        self.hang_after, self.hang_s = hang_after, hang_s
+
+    def __len__(self) -> int:
+        return 10**9
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        info = torch.utils.data.get_worker_info()
+        if self.hang_after is not None and info is not None and info.id == 0 and time.time() >= self.hang_after:
+            time.sleep(self.hang_s)  # a worker stuck on a dead file system, a lock, a bad record
+        x = torch.randn(self.batch, self.width)
+        return cpu_work(self.cpu_s, x) if self.cpu_s else x
+
+
+def loader(ds, workers: int = 2, timeout: float = 0):
+    return iter(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers, pin_memory=DEV == "cuda",
+                                            persistent_workers=True, prefetch_factor=2, timeout=timeout))
+
+
+def big_model():
+    w = size(8192, 64)
+    model = mlp(w, 4)
+    return model, torch.optim.AdamW(model.parameters(), lr=1e-5), torch.randn(size(8192, 64), w, device=dev())
+
+
+# -- single-process scenarios ------------------------------------------------------------------------------
+def healthy_bf16(L, a):
+    model, opt, x = big_model()
+    L("train")
+    train_for(a.scale * 30, model, opt, x)
+
+
+def healthy_crash(L, a):
+    """Healthy training that ends mid-run with an exception (a job that dies)."""
+    model, opt, x = big_model()
+    L("train")
+    train_for(a.scale * 25, model, opt, x)
+    raise RuntimeError("the job fails mid-run (on purpose)")
+
+
+def starved_then_fed(L, a):
+    w = size(4096, 64)
+    model = mlp(w, 4)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    slow = loader(SlowItems(size(2048, 16), w, 0.25), workers=2)
+    L("input_bound", workers=2, cpu_s=0.25)
+    train_for(a.scale * 25, model, opt, None, batches=slow, sync_every=1)
+    x = torch.randn(size(2048, 16), w, device=dev())
+    L("train")
+    train_for(a.scale * 20, model, opt, x)
+
+
+def underused(L, a):
+    model = mlp(size(256, 32), 2)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    x = torch.randn(32, size(256, 32), device=dev())
+    L("underused", batch=32)
+    train_for(a.scale * 30, model, opt, x, sync_every=1)
+
+
+def leak(L, a):
+    model, opt, x = big_model()
+    keep: list = []
+    L("train")
+    train_for(a.scale * 10, model, opt, x)
+    L("leak")
+    train_for(a.scale * 20, model, opt, x, keep=keep, sync_every=1,
+              between=lambda: time.sleep(0.02))  # ~0.3-0.5 GiB/s
+
+
+def oom_retries(L, a):
+    """A job capped with set_per_process_memory_fraction: allocations retry, then one OOM is caught."""
+    if DEV == "cuda":
+        torch.cuda.set_per_process_memory_fraction(0.12)
+    model, opt, x = big_model()
+    L("train")
+    train_for(a.scale * 10, model, opt, x)
+    cap = int(torch.cuda.get_device_properties(0).total_memory * 0.12) if DEV == "cuda" else 2**30
+    free = max(cap - torch.cuda.memory_reserved(), 2**28) if DEV == "cuda" else 2**28
+    for k in range(3):  # fill the cache with one size, free it, ask for another: cudaMalloc fails, retry
+        blocks = [torch.empty(int(free * 0.8) // 8, dtype=torch.uint8, device=dev()) for _ in range(7)]
+        del blocks
+        big = torch.empty(int(free * 0.9), dtype=torch.uint8, device=dev())
+        del big
+    L("oom")
+    try:
+        torch.empty(cap * 2, dtype=torch.uint8, device=dev())
+    except torch.OutOfMemoryError:
+        pass
+    L("after_oom")
+    train_for(a.scale * 20, model, opt, x)
+
+
+def reserved_gap(L, a):
+    """Healthy: the forward/backward peaks at ~11 GiB, shapes vary so the cache holds ~20 GiB, and
+    between steps little is allocated (item 4 of the diagnosis issue: not fragmentation)."""
+    w = size(8192, 64)
+    model = mlp(w, 4)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    sizes = [size(s, 16) for s in (40000, 52000, 64000, 46000, 58000)]
+    xs = [torch.randn(s, w, device=dev(), dtype=torch.bfloat16) for s in sizes]
+    L("train")
+    end = time.time() + a.scale * 30
+    i = 0
+    while time.time() < end:
+        with autocast():
+            loss = model(xs[i % len(xs)]).float().pow(2).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        loss.item()
+        i += 1
+
+
+def fragmented(L, a):
+    rnd = random.Random(7)
+    L("startup")
+    tensors = [torch.empty(int(rnd.uniform(1.1, 9.0) * 2**20) if not SMALL else 1024, dtype=torch.uint8,
+                           device=dev()) for _ in range(6000)]
+    kept = tensors[1::2]  # noqa: F841: the holes between them stay reserved
+    del tensors
+    w = torch.randn(size(8192, 64), size(8192, 64), device=dev(), dtype=torch.bfloat16)
+    x = torch.randn(size(8192, 64), size(8192, 64), device=dev(), dtype=torch.bfloat16)
+    L("fragmented")
+    end = time.time() + a.scale * 30
+    while time.time() < end:
+        for _ in range(20):
+            x = torch.tanh(x @ w)
+        x.sum().item()
+        time.sleep(0.01)
+
+
+def copies_and_kernels(L, a):
+    """Tiny kernels in CUDA graphs, then pageable copies, then pinned copies: three GPU-bound-elsewhere phases."""
+    L("startup")
+    if DEV == "cuda":
+        m = torch.randn(64, 64, device="cuda") * 0.01
+        x = torch.randn(64, 64, device="cuda")
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(3):
+                torch.tanh(x @ m)
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            y = x
+            for _ in range(400):
+                y = torch.tanh(y @ m)
+        L("tiny_kernels")
+        end = time.time() + a.scale * 20
+        while time.time() < end:
+            for _ in range(20):
+                g.replay()
+            torch.cuda.synchronize()
+    n = size(64 * 2**20, 1024)
+    host = torch.empty(n, dtype=torch.float32).uniform_()
+    d = torch.empty(n, dtype=torch.float32, device=dev())
+    w = torch.randn(size(2048, 32), size(2048, 32), device=dev())
+    L("pageable_copy")
+    end = time.time() + a.scale * 20
+    while time.time() < end:
+        d.copy_(host)
+        (d[: w.numel()].view_as(w) @ w).sum().item()
+    n = size(512 * 2**20, 1024)
+    pinned = torch.empty(n, dtype=torch.float32, pin_memory=DEV == "cuda").uniform_()
+    d = torch.empty(n, dtype=torch.float32, device=dev())
+    w = torch.randn(size(4096, 32), size(4096, 32), device=dev())
+    L("pinned_copy")
+    end = time.time() + a.scale * 20
+    while time.time() < end:
+        d.copy_(pinned, non_blocking=True)
+        (d[: w.numel()].view_as(w) @ w).sum().item()
+
+
+def fp32_no_tf32(L, a):
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    model, opt, x = big_model()
+    x = x.float()
+    L("train_fp32")
+    train_for(a.scale * 25, model, opt, x, dtype=None)
+
+
+def eval_phases(L, a):
+    """Training, then a long evaluation (forward passes, no optimizer step, the GPU busy), then training."""
+    model, opt, x = big_model()
+    L("train")
+    train_for(a.scale * 12, model, opt, x)
+    L("eval")
+    end = time.time() + a.scale * 36
+    with torch.no_grad():
+        n = 0
+        while time.time() < end:
+            with autocast():
+                y = model(x)
+            n += 1
+            if n % 10 == 0:
+                y.sum().item()
+    L("train")
+    train_for(a.scale * 10, model, opt, x)
+
+
+def checkpoints(L, a, path=None):
+    """Training with a full, fsynced checkpoint every 10 s: the GPU waits while it is written."""
+    w = size(8192, 64)
+    model = mlp(w, 2)  # 134 M parameters: ~1.6 GB of checkpoint with the optimizer state
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    x = torch.randn(size(8192, 64), w, device=dev())
+    target = path or os.path.join(os.environ.get("CORPUS_SCRATCH", "/tmp"), f"corpus-ckpt-{os.getpid()}.pt")
+    end = time.time() + a.scale * 45
+    try:
+        while time.time() < end:
+            L("train")
+            train_for(min(8.0 * a.scale, max(0.0, end - time.time())), model, opt, x)
+            if time.time() >= end:
+                break
+            L("checkpoint")
+            state = {"model": model.state_dict(), "opt": opt.state_dict()}
+            with open(target, "wb") as f:
+                torch.save(state, f)
+                f.flush()
+                os.fsync(f.fileno())
+    finally:
+        try:
+            os.unlink(target)
+        except OSError:
+            pass
+
+
+def loader_hang(L, a):
+    w = size(4096, 64)
+    model = mlp(w, 2)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    hang_after = time.time() + a.scale * 15
+    it = loader(SlowItems(size(4096, 16), w, 0.01, hang_after=hang_after, hang_s=200), workers=2,
+                timeout=a.scale * 40)
+    L("train")
+    hung = False
+    try:
+        while True:
+            xb = next(it).to(dev(), non_blocking=True)
+            if time.time() >= hang_after and not hung:
+                hung = True  # the next batch worker 0 owes never comes
+                L("hung_loader")
+            step(model, opt, xb).item()
+    except RuntimeError:
+        L("hung_loader_timeout")
+        raise SystemExit(1)
+
+
+def idle_alive(L, a):
+    model, opt, x = big_model()
+    L("train")
+    train_for(a.scale * 8, model, opt, x)
+    L("idle")
+    time.sleep(a.scale * 35)  # alive, holding its memory, doing nothing on the GPU
+
+
+def cpu_training(L, a):
+    global DEV
+    DEV = "cpu"
+    torch.set_num_threads(min(4, os.cpu_count() or 1))
+    model = mlp(512, 4)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    x = torch.randn(512, 512)
+    L("cpu_train")
+    train_for(a.scale * 30, model, opt, x, dtype=None)
+
+
+def other_process(L, a):
+    """A process outside the job's tree holds 20 GiB of the job's GPU while the job trains."""
+    r, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # double fork: the holder is re-parented away from the job's tree
+        os.close(r)
+        if os.fork() == 0:
+            os.setsid()
+            hold = torch.empty(size(20 * 2**30, 1024), dtype=torch.uint8, device=dev())
+            hold.fill_(1)
+            os.write(wfd, b"1")
+            time.sleep(a.scale * 45 + 10)
+            os._exit(0)
+        os._exit(0)
+    os.close(wfd)
+    os.waitpid(pid, 0)
+    os.read(r, 1)
+    model, opt, x = big_model()
+    L("train_other")
+    train_for(a.scale * 30, model, opt, x)
+
+
+# -- torchrun scenarios (gloo, every rank on the one GPU) ---------------------------------------------------
+def _ddp(a, width: int, depth: int, timeout_s: float = 60.0):
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout_s))
+    torch.manual_seed(0)
+    model = DDP(mlp(width, depth))
+    return dist, model, torch.optim.AdamW(model.parameters(), lr=1e-5)
+
+
+def _ddp_loop(dist, seconds, model, opt, x, *, batches=None, before=None) -> int:
+    end = time.time() + seconds
+    n = 0
+    while True:
+        flag = torch.tensor([1.0 if time.time() > end else 0.0])
+        dist.all_reduce(flag)  # every rank stops at the same step
+        if flag.item() > 0:
+            return n
+        if batches is not None:
+            x = next(batches).to(dev(), non_blocking=True)
+        if before is not None:
+            before()
+        step(model, opt, x).item()
+        n += 1
+
+
+def torchrun_healthy(L, a):
+    """A healthy 2-rank job under torchrun: small gradients, a large batch (compute-bound)."""
+    dist, model, opt = _ddp(a, size(1024, 32), 6)
+    x = torch.randn(size(131072, 64), size(1024, 32), device=dev())
+    L("train")
+    _ddp_loop(dist, a.scale * 30, model, opt, x)
+    dist.destroy_process_group()
+
+
+def gloo_hang(L, a):
+    """Gradients through the host (~GB/s each way), then rank 1 stops calling collectives."""
+    dist, model, opt = _ddp(a, size(4096, 32), 4, timeout_s=a.scale * 40)
+    x = torch.randn(size(4096, 16), size(4096, 32), device=dev())
+    L("train")
+    _ddp_loop(dist, a.scale * 18, model, opt, x)
+    L("hung_collective")
+    if dist.get_rank() == 1:
+        time.sleep(a.scale * 45)  # never reaches the next all-reduce
+        raise SystemExit(1)
+    try:
+        step(model, opt, x).item()  # waits in the gradient all-reduce until the timeout
+    except Exception:
+        raise SystemExit(1)
+
+
+def _straggler(L, a, how: str):
+    dist, model, opt = _ddp(a, size(2048, 32), 4)
+    rank = dist.get_rank()
+    w = size(2048, 32)
+    x = torch.randn(size(16384, 16), w, device=dev())
+    batches = None
+    before = None
+    if rank == 1 and how == "input":
+        batches = loader(SlowItems(size(16384, 16), w, 0.3), workers=2)
+    elif rank == 1 and how == "cpu":
+        host = torch.randn(256, 1024)
+        before = lambda: cpu_work(0.2, host)  # noqa: E731
+    elif rank == 1 and how == "sleep":
+        before = lambda: time.sleep(0.2)  # noqa: E731
+    L(f"straggler_{how}")
+    _ddp_loop(dist, a.scale * 30, model, opt, x, batches=batches, before=before)
+    dist.destroy_process_group()
+
+
+def straggler_input(L, a):
+    _straggler(L, a, "input")
+
+
+def straggler_cpu(L, a):
+    _straggler(L, a, "cpu")
+
+
+def straggler_sleep(L, a):
+    _straggler(L, a, "sleep")
+
+
+SCENARIOS = {f.__name__: f for f in (
+    healthy_bf16, healthy_crash, starved_then_fed, underused, leak, oom_retries, reserved_gap, fragmented,
+    copies_and_kernels, fp32_no_tf32, eval_phases, checkpoints, loader_hang, idle_alive, cpu_training,
+    other_process, torchrun_healthy, gloo_hang, straggler_input, straggler_cpu, straggler_sleep)}
+
+
+def main() -> int:
+    global DEV, SMALL
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("scenario", choices=sorted(SCENARIOS))
+    ap.add_argument("--labels", help="append the job's own phase labels (JSON lines) here")
+    ap.add_argument("--scale", type=float, default=1.0, help="multiply every phase's length")
+    ap.add_argument("--cpu", action="store_true", help="a dry run on the CPU at tiny sizes")
+    a = ap.parse_args()
+    if a.cpu:
+        DEV, SMALL = "cpu", True
+    rank = int(os.environ["RANK"]) if "RANK" in os.environ else None
+    L = Labels(a.labels, rank)
+    SCENARIOS[a.scenario](L, a)
+    L("done")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
