@@ -7,7 +7,7 @@ from traintop import sessions
 from traintop.analyze import analyze
 from traintop.collectors.simulated import Simulator
 from traintop.monitor import Monitor
-from traintop.rules.engine import HOLDS, LAPSED, REVERSED, Finding, RulesEngine, informative
+from traintop.rules.engine import SETTLE_S, HOLDS, LAPSED, REVERSED, Finding, RulesEngine, informative
 from traintop.samples import REASON_SW_POWER_CAP, Frame, GpuProcess, GpuSample, ProcessSample, ProcInfo, RankSample
 from traintop.store import Store
 from traintop.units import GiB
@@ -58,10 +58,12 @@ def _rising_then_flat(t):
                                              power_w=600, power_limit_w=700, processes=(GpuProcess(10, used),)),))
 
 
-def test_memory_that_only_stops_rising_keeps_the_usual_clear_delay():
+def test_memory_that_stops_rising_ends_once_the_rise_is_gone_from_now():
+    """A finding holds *now*: memory that stopped rising at 60 s ends when its recent slope is flat,
+    not a minute later; the end is when it stopped holding."""
     mon = run([_rising_then_flat(t) for t in range(300)])
     (a,) = [a for a in mon.engine.alerts if a.rule == "memory_creep"]
-    assert a.end is not None and a.end - 60 >= 60  # not ended the moment the rise paused
+    assert a.start < 60 and a.end is not None and 60 <= a.end <= 60 + 30
     assert "rising" in a.evidence
 
 
@@ -70,14 +72,16 @@ def _capped(t, util):
                                              reasons=REASON_SW_POWER_CAP),))
 
 
-def test_evidence_follows_the_numbers_while_the_alert_waits_to_clear():
-    frames = [_capped(t, 99.0) for t in range(40)] + [_capped(t, 60.0) for t in range(40, 52)]
+def test_a_load_that_falls_ends_the_power_cap_once_it_no_longer_holds_now():
+    frames = [_capped(t, 99.0) for t in range(40)] + [_capped(t, 60.0) for t in range(40, 46)]
     mon = run(frames)
     (a,) = [a for a in mon.engine.alerts if a.rule == "power_cap"]
-    assert a.active  # 60 % is not full load, but not plainly reversed either: it waits to clear
+    assert a.active  # 60 % for a few seconds: it settles first (SETTLE_S)
     now = int(re.search(r"at (\d+) % utilization", a.evidence).group(1))
-    assert 60 < now < 85  # the numbers of the window now, not the 99 % it was raised with
-    mon.engine.close_all(52.0)
+    assert 60 < now < 99  # the evidence follows the numbers meanwhile
+    for f in [_capped(t, 60.0) for t in range(46, 52)]:
+        mon.ingest(f)
+    assert a.end is not None and 40 <= a.end <= 46  # soon after it stopped holding (not once the window emptied)
     kept = int(re.search(r"at (\d+) % utilization", a.evidence).group(1))
     assert kept >= 85  # the recorded alert keeps a sentence from while its condition held
 
@@ -119,7 +123,7 @@ class _Scripted:
         return self.say
 
 
-def test_engine_states_reversed_ends_now_lapsed_waits_and_best_evidence_is_kept():
+def test_engine_states_reversed_ends_now_lapsed_settles_and_best_evidence_is_kept():
     rule = _Scripted()
     eng, store = RulesEngine([rule]), Store(capacity=10)
     rule.say = [Finding("gpu0", "GPU 0 at 10 % for 20 s, 3 gaps")]
@@ -130,13 +134,18 @@ def test_engine_states_reversed_ends_now_lapsed_waits_and_best_evidence_is_kept(
     assert a.evidence == "GPU 0 at 12 %"  # the live sentence
     rule.say = [Finding("gpu0", "GPU 0 at 55 % now", state=LAPSED)]
     eng.evaluate(store, 2.0)
-    assert a.active and a.evidence == "GPU 0 at 55 % now"
-    eng.evaluate(store, 20.0)
-    assert a.active  # lapsed: the usual delay
-    rule.say = [Finding("gpu0", "GPU 0 at 99 %", state=REVERSED)]
-    eng.evaluate(store, 21.0)
-    assert a.end == 21.0 and a.evidence == "GPU 0 at 10 % for 20 s, 3 gaps"  # most figures
+    assert a.active and a.evidence == "GPU 0 at 55 % now"  # lapsed: it settles, the evidence follows
+    eng.evaluate(store, 2.0 + SETTLE_S)
+    assert a.end == 2.0 and a.evidence == "GPU 0 at 10 % for 20 s, 3 gaps"  # ended when it stopped; most figures
     assert informative(a.evidence) == 4
+    rule.say = [Finding("gpu0", "GPU 0 at 10 % for 30 s, 4 gaps")]
+    for t in (20.0, 21.0):
+        eng.evaluate(store, t)
+    b = eng.alerts[-1]
+    assert b is not a and b.active
+    rule.say = [Finding("gpu0", "GPU 0 at 99 %", state=REVERSED)]
+    eng.evaluate(store, 22.0)
+    assert b.end == 22.0  # plainly reversed: at once
 
 
 def test_alert_changes_count_starts_and_ends_not_evidence_that_moves():

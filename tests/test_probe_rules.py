@@ -4,6 +4,7 @@ import dataclasses
 
 from traintop.collectors.simulated import Simulator
 from traintop.monitor import Monitor
+from traintop.rules import Severity
 from traintop.samples import Frame, GpuProcess, GpuSample, ProcessSample, ProcInfo, RankSample
 from traintop.units import GiB
 
@@ -50,9 +51,24 @@ def test_fragmentation_needs_unused_cache_and_retries():
                      ranks=(RankSample(pid=10, rank=0, cuda=True, allocated=20 * GiB, reserved=60 * GiB,
                                        alloc_retries=retries, ooms=0),))
     assert not [a for a in run([frame(t, 0) for t in range(60)]).engine.alerts if a.rule == "fragmentation"]
+    # retries are the out-of-memory finding (a warning); fragmentation does not say them again
     mon = run([frame(t, t // 5) for t in range(60)])
-    a = next(a for a in mon.engine.alerts if a.rule == "fragmentation")
-    assert "67 % held unused" in a.evidence and "expandable_segments" in a.remedies[0]
+    assert not [a for a in mon.engine.alerts if a.rule == "fragmentation"]
+    a = next(a for a in mon.engine.alerts if a.rule == "oom")
+    assert a.severity == Severity.WARNING and "allocation retries" in a.evidence and "reserves 60.0 GiB" in a.evidence
+
+
+def test_out_of_memory_errors_the_job_survived_are_critical_and_stay_said():
+    """A caught OutOfMemoryError: num_ooms rises once; the finding stays up while it is recent."""
+    def frame(t):
+        return Frame(t=float(t), gpus=gpu(), process=job(t),
+                     ranks=(RankSample(pid=10, rank=0, cuda=True, allocated=10 * GiB, reserved=12 * GiB, peak=14 * GiB,
+                                       alloc_retries=3 if t >= 20 else 0, ooms=1 if t >= 21 else 0),))
+    mon = run([frame(t) for t in range(90)])
+    a = next(a for a in mon.engine.alerts if a.rule == "oom")
+    assert a.severity == Severity.CRITICAL and a.start <= 23 and a.end is None
+    assert "1 allocation failed (out of memory) and 3 allocation retries" in a.evidence
+    assert any("smaller batch" in r for r in a.remedies)
 
 
 def test_split_blocks_are_fragmentation_info_until_memory_is_tight():
@@ -60,9 +76,8 @@ def test_split_blocks_are_fragmentation_info_until_memory_is_tight():
         return Frame(t=float(t), gpus=gpu(used=used), process=job(t),
                      ranks=(RankSample(pid=10, rank=0, cuda=True, allocated=16 * GiB, reserved=32 * GiB,
                                        inactive_split=15 * GiB, alloc_retries=0, ooms=0),))
-    from traintop.rules import Severity
     a = next(a for a in run([frame(t, 33 * GiB) for t in range(60)]).engine.alerts if a.rule == "fragmentation")
-    assert a.severity == Severity.INFO and "15.0 GiB of it in split blocks" in a.evidence
+    assert a.severity == Severity.INFO and "15.0 GiB of it (47 %) in split blocks" in a.evidence
     a = next(a for a in run([frame(t, 130 * GiB) for t in range(60)]).engine.alerts if a.rule == "fragmentation")
     assert a.severity == Severity.WARNING and "nearly full" in a.evidence
 

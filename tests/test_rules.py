@@ -106,7 +106,8 @@ def test_hysteresis_does_not_flap_on_brief_gaps():
     assert len(eng.alerts) == 1
     a = eng.alerts[0]
     assert a.start == 3.0
-    assert a.end == 24.0  # last true at 19, cleared 5 s later
+    # last true at 19: the end is when it stopped holding (20), said once that has lasted SETTLE_S
+    assert a.end == 20.0
 
 
 def test_thresholds_are_configurable():

@@ -4,7 +4,7 @@ Each scenario plays one or more phases (``train``, ``input_bound``, ``hung_colle
 labels them itself while it runs: one JSON line at every phase change and one a second with
 the phase and the allocator's own figures (``torch.cuda.memory_allocated()`` …). Those labels
 are the ground truth ``bench/diagnosis_score.py`` scores traintop's findings against; the
-vocabulary (what each label expects, allows and contradicts) is ``traintop/corpus_labels.py``.
+vocabulary (what each label expects, allows and contradicts) is ``bench/corpus_labels.py``.
 
     python bench/workloads/corpus.py starved_then_fed --labels run.labels.jsonl
     torchrun --nproc_per_node=2 bench/workloads/corpus.py gloo_hang --labels run.labels.jsonl
@@ -406,23 +406,32 @@ def cpu_training(L, a):
     train_for(a.scale * 30, model, opt, x, dtype=None)
 
 
+_HOLDER = """
+import sys, time, torch
+hold = torch.empty(int(sys.argv[1]), dtype=torch.uint8, device="cuda")
+hold.fill_(1)
+torch.cuda.synchronize()
+open(sys.argv[2], "w").close()
+time.sleep(float(sys.argv[3]))
+"""
+
+
 def other_process(L, a):
     """A process outside the job's tree holds 20 GiB of the job's GPU while the job trains."""
-    r, wfd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # double fork: the holder is re-parented away from the job's tree
-        os.close(r)
-        if os.fork() == 0:
-            os.setsid()
-            hold = torch.empty(size(20 * 2**30, 1024), dtype=torch.uint8, device=dev())
-            hold.fill_(1)
-            os.write(wfd, b"1")
-            time.sleep(a.scale * 45 + 10)
-            os._exit(0)
-        os._exit(0)
-    os.close(wfd)
-    os.waitpid(pid, 0)
-    os.read(r, 1)
+    import subprocess
+    import tempfile
+
+    ready = os.path.join(tempfile.mkdtemp(), "ready")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TRAINTOP_PROBE_DIR")}
+    # spawned twice over: its parent exits at once, so it is re-parented away from the job's tree
+    launcher = ("import subprocess, sys; subprocess.Popen(sys.argv[1:], start_new_session=True, "
+                "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)")
+    subprocess.run([sys.executable, "-c", launcher, sys.executable, "-c", _HOLDER, str(size(20 * 2**30, 1024)),
+                    ready, str(a.scale * 40 + 10)], env=env, check=True)
+    for _ in range(600):
+        if os.path.exists(ready):
+            break
+        time.sleep(0.1)
     model, opt, x = big_model()
     L("train_other")
     train_for(a.scale * 30, model, opt, x)

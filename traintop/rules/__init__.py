@@ -10,6 +10,7 @@ from traintop.rules.idle_gpu import IdleWhileAlive
 from traintop.rules.imbalance import Imbalance
 from traintop.rules.low_clocks import ClocksBelowMax
 from traintop.rules.memory_creep import MemoryCreep
+from traintop.rules.oom import OutOfMemory
 from traintop.rules.other_process import OtherProcess
 from traintop.rules.pcie import PcieBottleneck
 from traintop.rules.power_cap import PowerCapAtFullLoad
@@ -23,15 +24,15 @@ from traintop.rules.underuse import Underuse
 
 # Bump when a rule's logic or default thresholds change: recordings made with another
 # version get their rules re-run by `traintop analyze` instead of trusting their alerts.
-RULES_VERSION = 7  # 7: the power cap needs the load now (2026-12-01)
+RULES_VERSION = 8  # 8: findings hold now, explained findings, out of memory (2026-12-02)
 
 
 def default_rules() -> list:
     # Order matters: starvation defers to a saturated PCIe link, underuse to starvation (and does not
     # advise a larger batch while memory creeps or fragments); the straggler to a stall; imbalance
-    # to the straggler.
+    # to the straggler; fragmentation to out-of-memory.
     return [PcieBottleneck(), Stall(), Straggler(), Starvation(), ThermalThrottle(), PowerCapAtFullLoad(), MemoryCreep(),
-            Fragmentation(), Underuse(), TrainingOnCpu(), StepTimeRegression(), IdleWhileAlive(), OtherProcess(),
+            OutOfMemory(), Fragmentation(), Underuse(), TrainingOnCpu(), StepTimeRegression(), IdleWhileAlive(), OtherProcess(),
             HostMemoryPressure(), Imbalance(), ClocksBelowMax(), GpuErrors()]
 
 

@@ -8,6 +8,17 @@ them flap. A rule may also say, for a raised alert, that its condition has plain
 reversed (``REVERSED``: the alert ends at once) or that it lapsed, with the current
 numbers (``LAPSED``: the evidence follows them while the alert waits to clear).
 
+A finding must also hold *now*: besides its own window, each rule is asked again over only the
+last few seconds (``now_s``, at least a dozen samples), with every window it reads cut to that.
+An alert starts only when both say so, and ends once the recent verdict has failed for
+``SETTLE_S`` (its end is when it stopped holding), however much of the old cause its longer
+window still holds. A rule whose verdict is already about now (a stall counts the seconds since
+the last step, an error is an event) says ``now_s = None``.
+
+A stronger finding explains weaker ones (``explains``: a stall explains idle GPUs, a slow rank
+the others' waiting): while both are up the weaker one carries ``explained_by`` and is shown
+under it, never as a cause of its own.
+
 While an alert is up its evidence is the latest sentence (the numbers now); when it ends,
 it keeps the most informative sentence seen while its condition fully held: the one
 quoting the most measured figures, the latest of those on a tie, with the advice that came
@@ -68,6 +79,11 @@ REVERSED = "reversed"  # it has plainly reversed (not noise): a raised alert end
 
 _FIGURE = re.compile(r"\d+(?:\.\d+)?")
 
+DEFAULT_NOW_S = 5.0  # "now": the last few seconds a rule is asked about again
+NOW_MIN_SAMPLES = 12  # ... and never fewer samples than this (12 s at 1 Hz): rules count their samples
+RECENT_MIN_N = 4  # the fewest samples a rule's series may hold there
+SETTLE_S = 4.0  # a raised alert ends once its recent verdict has failed this long
+
 
 def _pid_for(ctx: "RuleContext", subject: str) -> int | None:
     """The process a remedy's ``--pid PID`` means: the attached job, else the one process on that GPU."""
@@ -104,6 +120,7 @@ class Alert:
     remedies: tuple[str, ...]
     end: float | None = None
     id: int = 0
+    explained_by: str | None = None  # "rule subject" of the stronger finding that explains this one
 
     @property
     def active(self) -> bool:
@@ -213,6 +230,24 @@ class RuleContext:
         return self.values(metrics.proc_key(name), window_s)
 
 
+class RecentContext(RuleContext):
+    """The same store, every window cut to the last ``recent_s`` seconds: what holds *now*."""
+
+    __slots__ = ("recent_s",)
+
+    def __init__(self, base: RuleContext, recent_s: float) -> None:
+        super().__init__(store=base.store, now=base.now, config=base.config, is_active=base.is_active,
+                         is_holding=base.is_holding, _cache={})
+        object.__setattr__(self, "recent_s", recent_s)
+
+    def values(self, key: str, window_s: float) -> list[float]:
+        return super().values(key, min(window_s, self.recent_s))
+
+    def pairs(self, key: str, window_s: float, *, min_n: int = 0, min_span: float = 0.0) -> list[tuple[float, float]]:
+        # a rule's sample count is for its whole window: a few seconds at 1 Hz hold fewer
+        return super().pairs(key, min(window_s, self.recent_s), min_n=min(min_n, RECENT_MIN_N), min_span=min_span)
+
+
 class Rule(Protocol):
     id: str
     title: str
@@ -223,6 +258,8 @@ class Rule(Protocol):
 
     def evaluate(self, ctx: RuleContext) -> Iterable[Finding]: ...
 
+    # optional: now_s (float | None, DEFAULT_NOW_S when absent), explains (rule ids), explains_all_gpus
+
 
 @dataclass
 class _Track:
@@ -232,6 +269,7 @@ class _Track:
     best: str = ""  # the most informative evidence while the condition fully held
     best_remedies: tuple[str, ...] | None = None  # the advice that came with it
     best_figures: int | None = None  # informative(best), counted once
+    not_now_since: float | None = None  # a raised alert's recent verdict has failed since then
 
     def keep_if_better(self, evidence: str, remedies: tuple[str, ...]) -> None:
         # advice that changed (underuse once memory creeps) makes the older sentence stale
@@ -246,6 +284,7 @@ class _Track:
     def end(self, now: float) -> Alert:
         a = self.alert
         a.end = now
+        self.not_now_since = None
         if self.best:
             a.evidence = self.best
             if self.best_remedies is not None:
@@ -312,11 +351,13 @@ class RulesEngine:
         holding_now: set[tuple[str, str]] = set()
         ctx = RuleContext(store=store, now=now, config=self.config, is_active=self._is_active,
                           is_holding=lambda rule_id, subject: (rule_id, subject) in holding_now)
+        recent_min_s = NOW_MIN_SAMPLES * _interval(store)
         changed: list[Alert] = []
         for rule in self.rules:  # in order: a later rule may defer to an earlier one's verdict
             verdicts = {f.subject: f for f in rule.evaluate(ctx)}
             holding = {subject: f for subject, f in verdicts.items() if f.holding}
             holding_now.update((rule.id, subj) for subj in holding)
+            now_check = _NowCheck(rule, ctx, max(getattr(rule, "now_s", DEFAULT_NOW_S) or 0.0, recent_min_s))
             for subject, finding in holding.items():
                 tr = self._tracks.setdefault((rule.id, subject), _Track())
                 if tr.first_true is None:
@@ -337,33 +378,69 @@ class RulesEngine:
                         tr.alert.severity = severity
                         tr.alert.remedies = remedies
                         changed.append(tr.alert)
-                elif finding.state == HOLDS and now - tr.first_true >= rule.raise_after:
+                elif finding.state == HOLDS and now - tr.first_true >= rule.raise_after and now_check(subject):
                     tr.alert = Alert(rule.id, rule.title, subject, severity, now, finding.evidence,
                                      remedies, id=self._next_id)
                     tr.best, tr.best_remedies, tr.best_figures = finding.evidence, tr.alert.remedies, None
+                    tr.not_now_since = None
                     self._next_id += 1
                     self.alerts.append(tr.alert)
                     changed.append(tr.alert)
             for (rule_id, subject), tr in self._tracks.items():
-                if rule_id != rule.id or subject in holding:
+                if rule_id != rule.id:
                     continue
-                tr.first_true = None
+                if subject not in holding:
+                    tr.first_true = None
                 if tr.alert is None or not tr.alert.active:
                     continue
                 verdict = verdicts.get(subject)
                 if verdict is not None and verdict.state == REVERSED:
                     changed.append(tr.end(now))
-                elif tr.last_true is not None and now - tr.last_true >= rule.clear_after:
+                    continue
+                if not now_check(subject):  # its cause has ended, whatever the longer window still holds
+                    if tr.not_now_since is None:
+                        tr.not_now_since = now
+                    elif now - tr.not_now_since >= SETTLE_S:
+                        changed.append(tr.end(tr.not_now_since))
+                        tr.first_true = now if subject in holding else None  # raised again only after raise_after
+                        continue
+                else:
+                    tr.not_now_since = None
+                if subject in holding:
+                    continue
+                if tr.last_true is not None and now - tr.last_true >= rule.clear_after:
                     changed.append(tr.end(now))
                 elif verdict is not None and verdict.state == LAPSED and tr.alert.evidence != verdict.evidence:
                     tr.alert.evidence = verdict.evidence
                     changed.append(tr.alert)
+        changed.extend(self._explain())
         if len(self.alerts) > self.max_history:
             keep_from = len(self.alerts) - self.max_history
             dropped = [a for a in self.alerts[:keep_from] if not a.active]
             if dropped:
                 ids = {a.id for a in dropped}
                 self.alerts = [a for a in self.alerts if a.id not in ids]
+        return changed
+
+    def _explain(self) -> list[Alert]:
+        """Mark each active alert that a stronger active one explains (see ``explains``)."""
+        active = [tr.alert for tr in self._tracks.values() if tr.alert is not None and tr.alert.active]
+        if not active:
+            return []
+        rules = {r.id: r for r in self.rules}
+        strong = [(a, rules[a.rule]) for a in active if getattr(rules.get(a.rule), "explains", ())]
+        changed = []
+        for a in active:
+            by = None
+            for b, rule in strong:
+                if b is a or a.rule not in rule.explains:
+                    continue
+                if b.subject == a.subject or (getattr(rule, "explains_all_gpus", False) and a.subject.startswith("gpu")):
+                    by = f"{b.rule} {b.subject}"
+                    break
+            if by != a.explained_by:
+                a.explained_by = by
+                changed.append(a)
         return changed
 
     def close_all(self, now: float) -> list[Alert]:
@@ -374,3 +451,30 @@ class RulesEngine:
                 a.end = now
                 ended.append(a)
         return ended
+
+
+def _interval(store: Store) -> float:
+    """The sampling interval, from the last 10 s of samples (0.5 s before there are any)."""
+    times = store.times(10.0)
+    if len(times) < 2:
+        return 0.5
+    return max((times[-1] - times[0]) / (len(times) - 1), 0.01)
+
+
+class _NowCheck:
+    """Whether a rule's verdict for a subject holds over the last ``recent_s`` seconds too
+    (the rule is asked again, once, only if somebody needs to know)."""
+
+    __slots__ = ("rule", "ctx", "recent_s", "verdicts")
+
+    def __init__(self, rule, ctx: RuleContext, recent_s: float) -> None:
+        self.rule, self.ctx, self.recent_s = rule, ctx, recent_s
+        self.verdicts: dict | None = None
+
+    def __call__(self, subject: str) -> bool:
+        if getattr(self.rule, "now_s", DEFAULT_NOW_S) is None:
+            return True  # its verdict is about now already
+        if self.verdicts is None:
+            self.verdicts = {f.subject: f for f in self.rule.evaluate(RecentContext(self.ctx, self.recent_s))}
+        f = self.verdicts.get(subject)
+        return f is not None and f.holding

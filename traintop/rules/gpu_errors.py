@@ -38,6 +38,7 @@ class GpuErrors:
     severity = Severity.CRITICAL
     raise_after = 0.0
     clear_after = 300.0  # an error stays on screen for five minutes after the last one
+    now_s = None  # an event: it happened
     remedies = (
         "Read the driver's log for the XID (dmesg | grep -i xid) and look the code up in NVIDIA's XID document.",
         "XID 13/31/43/45 are usually the application (an illegal memory access): rerun with "

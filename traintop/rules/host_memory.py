@@ -12,6 +12,7 @@ class HostMemoryPressure:
     severity = Severity.WARNING
     raise_after = 10.0
     clear_after = 30.0
+    now_s = None  # RAM now; swap growth needs its minute
     remedies = (
         "Fewer DataLoader workers or a smaller prefetch_factor: each worker holds its own copy of what it loads.",
         "Load the dataset lazily (memory-map it) instead of into RAM in every process.",

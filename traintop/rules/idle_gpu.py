@@ -14,6 +14,7 @@ class IdleWhileAlive:
     severity = Severity.WARNING
     raise_after = 20.0
     clear_after = 10.0
+    now_s = None  # 0 % for the whole window, up to now
     remedies = (
         "Check what the job is doing: py-spy dump --pid PID shows where every thread is.",
         "With several ranks, one waiting on a collective (NCCL) for a straggler or a dead peer looks like this.",

@@ -12,8 +12,9 @@ class MemoryCreep:
     id = "memory_creep"
     title = "Creeping GPU memory"
     severity = Severity.WARNING
-    raise_after = 10.0
+    raise_after = 5.0  # the window already asks for a steady rise; and it must hold now
     clear_after = 60.0
+    now_s = 20.0  # a slope needs a few seconds more than a mean
     remedies = (
         "Look for tensors kept across steps: losses or outputs appended to lists without .item() or .detach().",
         "Check for graphs retained by accident (retain_graph=True, tensors stored with their history).",

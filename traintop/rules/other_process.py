@@ -13,6 +13,7 @@ class OtherProcess:
     severity = Severity.WARNING
     raise_after = 10.0
     clear_after = 10.0
+    now_s = None  # the process list now
     remedies = (
         "Check that it should be there (a stale notebook kernel, an old run, an evaluation job).",
         "Its memory is not available to the job: out-of-memory errors and smaller batches follow.",

@@ -19,7 +19,7 @@ class PcieBottleneck:
     id = "pcie"
     title = "Host-to-device copies limit the GPU"
     severity = Severity.WARNING
-    raise_after = 10.0
+    raise_after = 5.0  # the window already asks for a steady flow; and it must hold now
     clear_after = 20.0
     remedies = (
         "Pin host memory (DataLoader(pin_memory=True)) and copy with .to(device, non_blocking=True): "

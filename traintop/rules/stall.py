@@ -42,6 +42,10 @@ class Stall:
     severity = Severity.CRITICAL
     raise_after = 1.0  # the condition already says how long: max(30 s, 3x the usual step)
     clear_after = 5.0
+    now_s = None  # the condition counts the seconds since the last step, up to now
+    explains = ("idle_gpu", "underuse", "starvation", "imbalance", "power_cap", "step_regression", "pcie",
+                "straggler", "cpu_training")
+    explains_all_gpus = True  # a stalled job waits on every one of its GPUs
     remedies = (
         "See where every thread is: press s in the dashboard (with the probe: traintop run -- CMD), or "
         "`traintop analyze` on the recording; without the probe, py-spy dump --pid PID.",

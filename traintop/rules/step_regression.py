@@ -18,6 +18,7 @@ class StepTimeRegression:
     severity = Severity.WARNING
     raise_after = 10.0
     clear_after = 30.0
+    now_s = None  # it compares the last window with the minutes before: cut to now, nothing is before
     remedies = (
         "Look at what changed at that moment: throttling (clock-event reasons), another process on the GPU, "
         "a data-loading phase, evaluation or checkpointing inside the loop.",

@@ -113,6 +113,8 @@ class Straggler:
     severity = Severity.WARNING
     raise_after = 10.0
     clear_after = 20.0
+    explains = ("underuse", "imbalance", "idle_gpu")  # the others wait for it
+    explains_all_gpus = True
     remedies = (
         "Find what only the slow rank does: its input pipeline (more DataLoader workers, faster decoding), "
         "CPU work in its step, logging or evaluation on rank 0 only.",

@@ -18,7 +18,7 @@ class Underuse:
     id = "underuse"
     title = "GPU underused"
     severity = Severity.WARNING
-    raise_after = 15.0
+    raise_after = 8.0  # the window already asks for 15 s of low draw; and it must hold now
     clear_after = 20.0
     RAISE_BATCH = "Raise the batch size while memory allows (scale the learning rate with it)."
     remedies = (
@@ -41,6 +41,11 @@ class Underuse:
                 continue  # starvation, the copies, a hang or a slow rank explain the low draw better
             if any(x.involves(i) for x in waits):
                 continue  # waiting for (or being) the slow rank: a bigger batch would not help
+            rx = ctx.gpu_window(i, "pcie_rx", w)
+            if rx and sum(rx) / len(rx) >= c.pcie_pageable_min_gbs * 1e9:
+                continue  # steady copies to the GPU explain the low draw: the PCIe rule judges them
+            if (now := ctx.gpu_window(i, "util", 5.0)) and max(now) < 1.0:
+                continue  # nothing runs now: idle (or stalled), not underused
             sm = self._sm_finding(ctx, g)
             if sm is not None:
                 yield sm
