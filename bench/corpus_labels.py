@@ -9,7 +9,9 @@ second). For each one:
   training).
 - ``wrong``: findings whose advice the label contradicts ("raise the batch size" on a job that
   waits for its input or for another rank; "more loader workers" for CPU work in the step; a
-  stall on a job that evaluates). Each second one of them is up is a wrong-advice second.
+  stall on a job that evaluates). Each second one of them is up is a wrong-advice second, where
+  the source carries what tells the two apart (``needs``); where it does not (an nvidia-smi log
+  cannot see that two ranks share a GPU, nor PCIe traffic), the seconds are counted as *blind*.
 
 Any other finding is a false one: it lowers that rule's precision.
 """
@@ -21,9 +23,9 @@ from dataclasses import dataclass
 # what a source carries (where a label needs something no source of that kind has, its
 # recall is not scored there: the table says why instead)
 CAPS = {
-    "probe-10Hz": {"probe", "process", "gpm", "pcie", "memory", "power", "window"},
-    "noprobe-10Hz": {"process", "gpm", "pcie", "memory", "power", "window"},
-    "noprobe-1Hz": {"process", "gpm", "pcie", "memory", "power"},
+    "probe-10Hz": {"probe", "process", "gpm", "pcie", "link", "memory", "power", "window"},
+    "noprobe-10Hz": {"process", "gpm", "pcie", "link", "memory", "power", "window"},
+    "noprobe-1Hz": {"process", "gpm", "pcie", "link", "memory", "power"},
     "smi-100ms": {"memory", "power"},
     "dmon-1s": {"pcie", "power"},
 }
@@ -68,8 +70,9 @@ LABELS: dict[str, Label] = {
                         needs=_n("probe")),
     "tiny_kernels": Label(("underuse",), wrong=frozenset({"starvation", "stall", "power_cap"}), needs=_n("gpm")),
     "pageable_copy": Label(("pcie",), wrong=frozenset({"underuse", "stall", "power_cap"}), needs=_n("pcie")),
+    # a full link reads as "utilization": only its speed (or GPM) tells copies from compute
     "pinned_copy": Label(("pcie",), wrong=frozenset({"underuse", "starvation", "stall", "power_cap"}),
-                         needs=_n("pcie")),
+                         needs=_n("pcie+link")),
     "hung_collective": Label(("stall",), allow=frozenset({"idle_gpu"}),
                              wrong=frozenset({"underuse", "starvation", "pcie", "power_cap", "cpu_training"}),
                              needs=_n("probe", "process")),

@@ -13,6 +13,7 @@ source:
   start      the longest wait from a situation's start to its finding's (a miss shows as "miss")
   end        the longest a finding stayed up after its situation ended
   wrong      seconds a finding was up whose advice the label contradicts (never allowed)
+  blind      such seconds in a source that cannot carry what tells them apart (reported)
 
     python bench/diagnosis_score.py                      # the table
     python bench/diagnosis_score.py --detail             # and every run's segments and findings
@@ -120,6 +121,7 @@ class Cell:
     up: float = 0.0  # finding-seconds
     good: float = 0.0  # of those, expected or allowed
     wrong: float = 0.0
+    blind: float = 0.0  # wrong-advice seconds where the source cannot carry what tells them apart
     wrong_where: list = dataclasses.field(default_factory=list)
     false_where: list = dataclasses.field(default_factory=list)
 
@@ -141,9 +143,17 @@ def _label_at(segs: list[Segment], t: float) -> str:
     return "ended"
 
 
-def _active(alerts, t: float, t_last: float) -> set[str]:
-    return {a.rule for a in alerts
-            if a.start <= t < (a.end if a.end is not None else t_last + 1) and not getattr(a, "explained_by", None)}
+def _active(alerts, t: float, t_last: float) -> dict[str, float]:
+    """The rules with a finding up at ``t`` (not explained by a stronger one), each with its start."""
+    out: dict[str, float] = {}
+    for a in alerts:
+        if a.start <= t < (a.end if a.end is not None else t_last + 1) and not getattr(a, "explained_by", None):
+            out[a.rule] = min(a.start, out.get(a.rule, a.start))
+    return out
+
+
+def _segment_start(segs: list[Segment], t: float) -> float:
+    return next((s.t0 for s in segs if s.t0 <= t < s.t1), segs[-1].t0 if t >= segs[-1].t0 else -math.inf)
 
 
 def score_run(name: str, source: str, cells: dict, detail: list | None = None, config=None,
@@ -161,11 +171,14 @@ def score_run(name: str, source: str, cells: dict, detail: list | None = None, c
         lab = label(s.label)
         if not lab.expect or not carried(lab, source):
             continue
-        if i and label(segs[i - 1].label).expect == lab.expect:
-            continue  # the same situation, carried on under another name (the loader's timeout)
+        def same(other: Segment) -> bool:  # the same situation, carried on under another name
+            return label(other.label).expect == lab.expect and carried(label(other.label), source)
+
+        if i and same(segs[i - 1]):
+            continue
         t1 = s.t1
         j = i + 1
-        while j < len(segs) and label(segs[j].label).expect == lab.expect:
+        while j < len(segs) and same(segs[j]):
             t1 = segs[j].t1
             j += 1
         lo, hi = max(s.t0, t_first), min(t1, t_last)
@@ -174,7 +187,7 @@ def score_run(name: str, source: str, cells: dict, detail: list | None = None, c
         cell = cells[(lab.expect[0], source)]
         cell.segments += 1
         inside = [t for t in grid if lo <= t < hi]
-        hit = [t for t in inside if up[t] & set(lab.expect)]
+        hit = [t for t in inside if set(up[t]) & set(lab.expect)]
         if not hit:
             cell.misses.append(name)
             cell.due += len(inside)
@@ -188,7 +201,7 @@ def score_run(name: str, source: str, cells: dict, detail: list | None = None, c
         after = [t for t in grid if t >= hi]
         still = 0.0
         for t in after:
-            if not up[t] & set(lab.expect):
+            if not set(up[t]) & set(lab.expect):
                 break
             still = t - hi + 1
         if t1 < t_last:
@@ -202,17 +215,24 @@ def score_run(name: str, source: str, cells: dict, detail: list | None = None, c
         lab = label(_label_at(segs, t))
         if lab.ignore:
             continue
-        for rule in up[t]:
+        began = _segment_start(segs, t)
+        for rule, since in up[t].items():
             cell = cells[(rule, source)]
             cell.up += 1
+            # a finding right before may take END_GRACE_S to go; one already up when the situation
+            # changed gets as long to go before its advice counts as wrong
             grace = any(e <= t < e + END_GRACE_S and rule in exp for e, exp in ends)
+            carried_over = since < began <= t < began + END_GRACE_S
             if rule in lab.expect or rule in lab.allow or grace:
                 cell.good += 1
             else:
                 where = f"{name}:{_label_at(segs, t)}"
                 if where not in cell.false_where:
                     cell.false_where.append(where)
-            if rule in lab.wrong and not grace:
+            if rule in lab.wrong and not grace and not carried_over:
+                if not carried(lab, source):
+                    cell.blind += 1
+                    continue
                 cell.wrong += 1
                 where = f"{name}:{_label_at(segs, t)}"
                 if where not in cell.wrong_where:
@@ -233,7 +253,7 @@ def _pct(x: float | None) -> str:
 
 def table(cells: dict, sources=SOURCES) -> str:
     rules = sorted({r for r, _ in cells})
-    head = f"{'rule':15} {'source':13} {'seg':>3} {'recall':>7} {'start':>6} {'end':>5} {'precision':>9} {'up s':>5} {'wrong':>5}"
+    head = f"{'rule':15} {'source':13} {'seg':>3} {'recall':>7} {'start':>6} {'end':>5} {'precision':>9} {'up s':>5} {'wrong':>5} {'blind':>5}"
     out = [head, "-" * len(head)]
     for rule in rules:
         for source in sources:
@@ -242,7 +262,7 @@ def table(cells: dict, sources=SOURCES) -> str:
                 continue
             start = "miss" if c.misses and not c.found else (f"{c.start:.0f} s" if c.segments else "—")
             out.append(f"{rule:15} {source:13} {c.segments:>3} {_pct(c.recall):>7} {start:>6} "
-                       f"{(f'{c.end:.0f} s' if c.segments else '—'):>5} {_pct(c.precision):>9} {c.up:>5.0f} {c.wrong:>5.0f}"
+                       f"{(f'{c.end:.0f} s' if c.segments else '—'):>5} {_pct(c.precision):>9} {c.up:>5.0f} {c.wrong:>5.0f} {c.blind:>5.0f}"
                        + (f"  misses: {', '.join(c.misses)}" if c.misses else "")
                        + (f"  wrong: {', '.join(c.wrong_where)}" if c.wrong_where else ""))
     return "\n".join(out)
@@ -250,7 +270,7 @@ def table(cells: dict, sources=SOURCES) -> str:
 
 def to_json(cells: dict) -> dict:
     return {f"{rule}|{source}": {"segments": c.segments, "recall": c.recall, "precision": c.precision,
-                                 "start_s": c.start, "end_s": c.end, "up_s": c.up, "wrong_s": c.wrong,
+                                 "start_s": c.start, "end_s": c.end, "up_s": c.up, "wrong_s": c.wrong, "blind_s": c.blind,
                                  "misses": c.misses, "wrong_where": c.wrong_where, "false_where": c.false_where}
             for (rule, source), c in sorted(cells.items())}
 

@@ -80,7 +80,7 @@ REVERSED = "reversed"  # it has plainly reversed (not noise): a raised alert end
 _FIGURE = re.compile(r"\d+(?:\.\d+)?")
 
 DEFAULT_NOW_S = 5.0  # "now": the last few seconds a rule is asked about again
-NOW_MIN_SAMPLES = 12  # ... and never fewer samples than this (12 s at 1 Hz): rules count their samples
+NOW_MIN_SAMPLES = 6  # ... and never fewer samples than this (6 s at 1 Hz; a rule that counts more says so)
 RECENT_MIN_N = 4  # the fewest samples a rule's series may hold there
 SETTLE_S = 4.0  # a raised alert ends once its recent verdict has failed this long
 

@@ -17,6 +17,7 @@ class Imbalance:
     severity = Severity.WARNING
     raise_after = 20.0
     clear_after = 30.0
+    now_s = 10.0  # it counts ten samples or more
     remedies = (
         "Check the lagging GPU for throttling (clock-event reasons, temperature) and for other processes.",
         "Uneven batches (variable sequence lengths) make ranks wait for the slowest: bucket by length.",

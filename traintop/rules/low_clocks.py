@@ -13,6 +13,7 @@ class ClocksBelowMax:
     severity = Severity.WARNING
     raise_after = 15.0
     clear_after = 30.0
+    now_s = 10.0  # it counts ten samples or more
     remedies = (
         "Check for application clocks or a clock lock set by an administrator (nvidia-smi -q -d CLOCK).",
         "Check the GPU's power and performance state (nvidia-smi -q -d PERFORMANCE); a low P-state under load is a fault.",

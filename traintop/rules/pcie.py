@@ -20,6 +20,7 @@ class PcieBottleneck:
     title = "Host-to-device copies limit the GPU"
     severity = Severity.WARNING
     raise_after = 5.0  # the window already asks for a steady flow; and it must hold now
+    now_s = 3.0  # a flow: a few seconds say whether it still runs
     clear_after = 20.0
     remedies = (
         "Pin host memory (DataLoader(pin_memory=True)) and copy with .to(device, non_blocking=True): "
@@ -41,6 +42,8 @@ class PcieBottleneck:
             link = pcie_bandwidth(g.pcie_gen_max, g.pcie_width_max) or pcie_bandwidth(g.pcie_gen, g.pcie_width)
             if not rx or u_mean is None:
                 continue
+            if max(v for _, v in rx[-3:]) < c.pcie_pageable_min_gbs * 1e9 / 2:
+                continue  # nothing crosses the link now, whatever the window still holds
             rx_mean = sum(v for _, v in rx) / len(rx)
             sm_mean = ctx.gpu_mean(i, "sm_active", w)
             pageable = self._pageable(ctx, g, rx, u_mean, sm_mean, link)

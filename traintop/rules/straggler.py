@@ -129,6 +129,9 @@ class Straggler:
             return  # nobody steps: that is a stall, not a slow rank
         waits = collective_waits(ctx, w)
         if waits is None:
+            found = _busy_rank(ctx)  # ranks sharing GPUs: their processes tell the slow one
+            if found is not None:
+                yield found
             return
         # the last seconds too, or the numbers are of a job that is ending: keep the alert, not them
         recent = collective_waits(ctx, 6.0, min_n=3)
@@ -144,3 +147,39 @@ class Straggler:
             specific = (why is not None and UNEXPLAINED not in why) or not ctx.is_active(self.id, gpu_subject(i))
             strong = specific and recent is not None and i in recent.lagging
             yield Finding(gpu_subject(i), text, state=HOLDS if strong else WEAK)
+
+
+BUSY_CPU = 85.0  # % of a core: the slow rank's process, working on the CPU in every step
+WAITING_CPU = 50.0  # ... while the others sleep in the collective
+SAME_STEP = 1.25  # synchronous ranks step together: their step times agree within this factor
+
+
+def _busy_rank(ctx: RuleContext) -> Finding | None:
+    """Ranks that share GPUs (or whose GPUs NVML cannot tell apart): one rank's process is busy on the
+    CPU in every step while the others' sleep, and all step together: the others wait for it."""
+    proc = ctx.process
+    if proc is None or not proc.alive:
+        return None
+    ranks = [(s, r) for s, r in ctx.ranks() if r.rank is not None and r.steps and r.step_time]
+    if len(ranks) < 2:
+        return None
+    cpu = {m.pid: m.cpu_percent for m in proc.members}
+    loads = {s: cpu.get(r.pid) for s, r in ranks}
+    if any(v is None for v in loads.values()):
+        return None
+    hot = [s for s, v in loads.items() if v >= BUSY_CPU]
+    if len(hot) != 1 or any(v > WAITING_CPU for s, v in loads.items() if s != hot[0]):
+        return None
+    steps = [r.step_time for _, r in ranks]
+    if max(steps) > SAME_STEP * min(steps):
+        return None
+    subject = hot[0]
+    slow = dict(ranks)[subject]
+    if (slow.input_wait or 0) >= 0.3:
+        return None  # it waits for its input: data starvation says so
+    others = ", ".join(f"{r.label} {loads[s]:.0f} %" for s, r in ranks if s != subject)
+    step = sorted(steps)[len(steps) // 2]
+    return Finding(subject, f"{slow.label} (PID {slow.pid}) is busy on the CPU ({loads[subject]:.0f} % of a core) "
+                            f"while the other ranks' processes sleep ({others} of a core), and every rank steps "
+                            f"once every {step:.2f} s: the others wait for {slow.label} at each all-reduce. "
+                            f"Why it is slow: CPU work in its own step (input wait {(slow.input_wait or 0) * 100:.0f} %)")

@@ -39,6 +39,10 @@ class Underuse:
             i, subject = g.index, gpu_subject(g.index)
             if any(ctx.is_holding(r, subject) for r in ("starvation", "pcie", "stall", "straggler")):
                 continue  # starvation, the copies, a hang or a slow rank explain the low draw better
+            if any(ctx.is_holding("straggler", rank) for rank, _ in ctx.feed(i).ranks):
+                continue  # one of its ranks holds back the others
+            if self._ranks_wait(ctx, i):
+                continue  # its ranks wait on each other, not on a small batch
             if any(x.involves(i) for x in waits):
                 continue  # waiting for (or being) the slow rank: a bigger batch would not help
             rx = ctx.gpu_window(i, "pcie_rx", w)
@@ -86,6 +90,20 @@ class Underuse:
             if sm_active is not None:
                 text += f"; SMs active {sm_active:.0f} % of the time (GPM)"
             yield Finding(subject, text, remedies=tuple(r for r in self.remedies if r != self.RAISE_BATCH) if memory_risk else None)
+
+    @staticmethod
+    def _ranks_wait(ctx: RuleContext, i: int) -> bool:
+        """Several rank processes on this GPU, one of them asleep most of the time (and, with the
+        probe, slow steps that are not input waits): they wait for each other, or for something off
+        the GPU. A larger batch would not shorten the wait."""
+        feed = ctx.feed(i)
+        if len(feed.main) < 2:
+            return False
+        ranks = [r for _, r in feed.ranks if r.step_time]
+        if ranks and not all(r.step_time >= 0.05 and (r.input_wait or 0) < 0.1 for r in ranks):
+            return False  # quick steps, or input waits: not this
+        # launch-bound ranks keep their main threads busy; a rank that sleeps waits for another
+        return min(m.cpu_percent or 0 for m in feed.main) <= 50
 
     MEMORY_RISKS = (("memory_creep", "its memory is creeping"), ("fragmentation", "its memory is fragmented"))
 
