@@ -57,9 +57,11 @@ LABELS: dict[str, Label] = {
     "eval": Label(allow=_HEALTHY_ALLOW, wrong=_NOT_RUNNING),
     "checkpoint": Label(allow=frozenset({"power_cap"}),
                         wrong=frozenset({"starvation", "underuse", "stall", "cpu_training"})),
+    # a loader so slow that the GPU is rarely busy is no spiky trace: only the loader workers' CPU
+    # (the process tree) or the probe's input wait tell it from a small batch
     "input_bound": Label(("starvation",), allow=frozenset({"straggler"}),
                          wrong=frozenset({"underuse", "stall", "cpu_training", "power_cap"}),
-                         needs=_n("power", "window", "probe")),
+                         needs=_n("process", "probe")),
     "underused": Label(("underuse",), wrong=frozenset({"starvation", "stall", "power_cap"}), needs=_n("power")),
     "leak": Label(("memory_creep",), allow=frozenset({"power_cap", "fragmentation", "underuse"}),
                   wrong=_NOT_RUNNING, needs=_n("memory")),

@@ -261,3 +261,85 @@ def test_simulated_ddp_ranks_step_together_within_the_hosts_cpu_and_memory():
         h, p = f.host, f.process
         assert p.cpu_percent <= sum(h.per_core) + 0.5 * len(h.per_core), mix  # 100 % = one core
         assert p.cpu_percent <= 100 * len(h.per_core) and p.rss <= h.mem_used <= h.mem_total, mix
+
+
+# -- findings hold now, and one finding explains the others ---------------------------------------------
+class WindowMean:
+    """A rule judged on a 20-s window mean (as most rules are): "busy" while the mean util >= 50 %."""
+
+    id, title, severity = "busy", "Busy", Severity.WARNING
+    raise_after, clear_after, remedies = 5.0, 30.0, ("calm down",)
+
+    def evaluate(self, ctx):
+        u = ctx.gpu_window(0, "util", 20.0)
+        if len(u) >= 4 and sum(u) / len(u) >= 50:
+            yield Finding("gpu0", f"mean {sum(u) / len(u):.0f} % over 20 s")
+
+
+def _run_util(rule, utils, interval=1.0):
+    eng = RulesEngine(rules=[rule])
+    store = Store(capacity=1000)
+    for k, u in enumerate(utils):
+        t = k * interval
+        store.add(Frame(t=t, gpus=(GpuSample(index=0, util=u),)))
+        eng.evaluate(store, t)
+    return eng
+
+
+def test_a_finding_does_not_start_after_its_cause_has_ended():
+    """The window still holds 15 s of the busy phase when the rule would raise, but the last seconds
+    do not: no finding (it was raised 6 s after the last step, from a stale window)."""
+    eng = _run_util(WindowMean(), [100.0] * 3 + [0.0] * 30)
+    assert eng.alerts == []
+
+
+def test_a_finding_ends_once_it_stops_holding_now_not_when_its_window_empties():
+    eng = _run_util(WindowMean(), [100.0] * 40 + [0.0] * 40)
+    (a,) = eng.alerts
+    assert 5 <= a.start <= 9
+    assert a.end is not None and 40 <= a.end <= 46  # the 20-s window held the busy phase until ~50
+    assert int(a.evidence.split()[1]) >= 50  # the recorded sentence is from while it held, now too
+
+
+def test_a_rule_whose_verdict_is_about_now_already_is_not_asked_again():
+    rule = WindowMean()
+    rule.now_s = None
+    eng = _run_util(rule, [100.0] * 40 + [0.0] * 40)
+    (a,) = eng.alerts
+    assert a.end is not None and a.end >= 50 + rule.clear_after - 1  # the window and clear_after decide
+
+
+class Explainer:
+    id, title, severity = "stall", "Stalled", Severity.CRITICAL
+    raise_after, clear_after, remedies, now_s = 0.0, 5.0, (), None
+    explains, explains_all_gpus = ("idle_gpu",), True
+
+    def __init__(self):
+        self.on = False
+
+    def evaluate(self, ctx):
+        if self.on:
+            yield Finding("gpu0", "nobody steps")
+
+
+class Weak:
+    id, title, severity = "idle_gpu", "Idle", Severity.WARNING
+    raise_after, clear_after, remedies, now_s = 0.0, 5.0, (), None
+
+    def evaluate(self, ctx):
+        yield Finding("gpu1", "GPU 1 idle")
+
+
+def test_a_stronger_finding_explains_the_weaker_ones_while_both_are_up():
+    stall, idle = Explainer(), Weak()
+    eng = RulesEngine(rules=[stall, idle])
+    store = Store(capacity=100)
+    for t in range(30):
+        stall.on = 10 <= t < 20
+        store.add(Frame(t=float(t), gpus=(GpuSample(index=0, util=0.0), GpuSample(index=1, util=0.0))))
+        eng.evaluate(store, float(t))
+        (w,) = [a for a in eng.alerts if a.rule == "idle_gpu"]
+        if t == 5 or t >= 26:
+            assert w.explained_by is None, t
+        if 10 <= t < 20:
+            assert w.explained_by == "stall gpu0", t

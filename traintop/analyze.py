@@ -26,8 +26,9 @@ from traintop.metrics import gpu_index
 # What a finding costs, in GPU time: the GPU's idle share (or its clock's shortfall) while it
 # lasted. A finding about the job's GPUs together ("gpus": imbalance) costs every GPU's idle
 # share: a rank waiting for a slower one loses that time as surely as a starved one.
-WASTE_FROM_UTIL = {"starvation", "underuse", "imbalance"}
+WASTE_FROM_UTIL = {"starvation", "underuse", "imbalance", "idle_gpu"}
 WASTE_FROM_CLOCK = {"thermal"}
+WASTE_ALL = {"stall"}  # nothing trains: the GPU's whole time is lost (a spinning collective reads 100 %)
 
 
 @dataclass
@@ -58,6 +59,7 @@ class ReportFinding:
     remedies: list[str]
     gpu_hours_lost: float
     energy_kwh: float = 0.0  # what the finding's GPU(s) drew while it lasted
+    explained_by: str = ""  # the stronger finding that explains this one ("stall gpu0"); its hours go there
 
 
 @dataclass
@@ -236,14 +238,18 @@ def _report(source, name, alerts, accs, first, last, n, notes=()) -> Report:
     for a in sorted(alerts, key=lambda a: (a.start, a.rule)):
         lost = energy = 0.0
         for acc in _gpus_of(a.subject, accs):
-            if a.rule in WASTE_FROM_UTIL:
+            if a.explained_by:
+                pass  # counted once, by the finding that explains it
+            elif a.rule in WASTE_ALL:
+                lost += max(0.0, min(a.end, acc.t[-1] if acc.t else a.end) - max(a.start, acc.t[0] if acc.t else a.start)) / 3600
+            elif a.rule in WASTE_FROM_UTIL:
                 lost += acc.lost_hours(a.start, a.end, acc.unused_util)
             elif a.rule in WASTE_FROM_CLOCK:
                 lost += acc.lost_hours(a.start, a.end, acc.unused_clock)
             energy += acc.energy_kwh(a.start, a.end)
         findings.append(ReportFinding(a.rule, a.title, a.subject, a.severity.label, round(a.start - first, 1),
                                       round(a.end - first, 1), round(a.end - a.start, 1), a.evidence,
-                                      list(a.remedies), round(lost, 4), round(energy, 4)))
+                                      list(a.remedies), round(lost, 4), round(energy, 4), a.explained_by or ""))
     duration = last - first
     gpus = [accs[i].finish() for i in sorted(accs)]
     notes = list(getattr(source, "notes", [])) + list(notes)
@@ -437,12 +443,15 @@ def render_text(r: Report) -> str:
                    f"temperature peak {f(g.temp_peak)} °C")
     for note in r.notes:
         out.append(f"  note: {note}")
-    if not r.findings:
+    causes = [fd for fd in r.findings if not fd.explained_by]
+    explained = [fd for fd in r.findings if fd.explained_by]
+    if not causes:
         out.append("No findings: nothing wasted GPU time that traintop recognises.")
     by_rule: dict[str, float] = {}
     for fd in r.findings:
         by_rule[fd.title] = by_rule.get(fd.title, 0.0) + fd.gpu_hours_lost
-    for fd in r.findings:
+    titles = {fd.rule: fd.title for fd in r.findings}
+    for fd in causes:
         out.append("")
         out.append(f"[{fd.severity.upper()}] {fd.title} — {fd.subject.replace('gpu', 'GPU ')}, "
                    f"{fmt_duration(fd.start_s)} to {fmt_duration(fd.end_s)} ({fmt_duration(fd.duration_s)})"
@@ -451,6 +460,13 @@ def render_text(r: Report) -> str:
         out.append(f"  {fd.evidence}")
         for rem in fd.remedies:
             out.append(f"  → {rem}")
+    if explained:
+        out.append("")
+        out.append("Explained by a stronger finding (not causes of their own; their GPU-hours are counted there):")
+        for fd in explained:
+            rule, _, subject = fd.explained_by.partition(" ")
+            out.append(f"  {fd.title} — {fd.subject.replace('gpu', 'GPU ')}, {fmt_duration(fd.start_s)} to "
+                       f"{fmt_duration(fd.end_s)}: explained by {titles.get(rule, rule)} ({subject.replace('gpu', 'GPU ')})")
     if any(by_rule.values()):
         out.append("")
         out.append("GPU-hours lost by finding: " + "; ".join(f"{k} {v:.3f}" for k, v in by_rule.items() if v))

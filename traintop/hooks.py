@@ -41,24 +41,32 @@ class FindingEvents:
         self._active: dict[tuple[str, str], tuple] = {}
 
     def update(self, alerts: Iterable[tuple], t: float) -> list[dict]:
-        """``alerts``: (rule, severity, subject, title, evidence, start) of every active alert."""
+        """``alerts``: (rule, severity, subject, title, evidence, start[, explained_by]) of every active alert.
+
+        A finding that a stronger one explains when it starts is not announced: the stronger one
+        is (one situation, one page). One announced before it was explained ends as usual, saying
+        what explains it."""
         from traintop.rules import Severity
 
-        now = {(rule, subj): (sev, title, ev, start) for rule, sev, subj, title, ev, start in alerts
-               if sev >= Severity.WARNING}
+        now = {}
+        for rule, sev, subj, title, ev, start, *by in alerts:
+            explained = by[0] if by else None
+            if sev >= Severity.WARNING and (explained is None or (rule, subj) in self._active):
+                now[(rule, subj)] = (sev, title, ev, start, explained)
         events = []
-        for key, (sev, title, ev, start) in now.items():
+        for key, (sev, title, ev, start, explained) in now.items():
             if key not in self._active:
-                events.append(self._event("start", key, sev.label, title, ev, start, None))
-        for key, (sev, title, ev, start) in self._active.items():
+                events.append(self._event("start", key, sev.label, title, ev, start, None, explained))
+        for key, (sev, title, ev, start, explained) in self._active.items():
             if key not in now:
-                events.append(self._event("end", key, sev.label, title, ev, start, t))
+                events.append(self._event("end", key, sev.label, title, ev, start, t, explained))
         self._active = now
         return events
 
-    def _event(self, kind, key, severity, title, evidence, start, end) -> dict:
+    def _event(self, kind, key, severity, title, evidence, start, end, explained_by=None) -> dict:
         return {"event": kind, "host": self.host, "rule": key[0], "subject": key[1], "severity": severity,
-                "title": title, "evidence": one_line(evidence, 4000), "start": start, "end": end}
+                "title": title, "evidence": one_line(evidence, 4000), "start": start, "end": end,
+                "explained_by": explained_by}
 
 
 class FindingHook:

@@ -101,13 +101,14 @@ class Monitor:
             changed = self.engine.evaluate(self.store, frame.t) if evaluate else []
             if changed:  # something started, ended, or only its evidence moved: which?
                 active = self.engine.active
-                shown = frozenset((a.id, a.severity) for a in active)
+                shown = frozenset((a.id, a.severity, a.explained_by) for a in active)
                 if shown != self._alerts_shown:
                     self._alerts_shown = shown
                     self.alert_changes += 1
                     if self.hook is not None:
                         events = self._finding_events.update(
-                            ((a.rule, a.severity, a.subject, a.title, a.evidence, a.start) for a in active), frame.t)
+                            ((a.rule, a.severity, a.subject, a.title, a.evidence, a.start, a.explained_by)
+                             for a in active), frame.t)
         for event in events:
             self.hook.submit(event)  # a queue: the command runs on the hook's own thread
         self._record(frame, changed)

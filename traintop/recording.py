@@ -37,7 +37,7 @@ CREATE TABLE IF NOT EXISTS chunks(id INTEGER PRIMARY KEY, t0 REAL NOT NULL, t1 R
 CREATE INDEX IF NOT EXISTS chunks_t0 ON chunks(t0);
 CREATE TABLE IF NOT EXISTS alerts(id INTEGER PRIMARY KEY, rule TEXT NOT NULL, subject TEXT NOT NULL,
                                   severity TEXT NOT NULL, title TEXT NOT NULL, start REAL NOT NULL,
-                                  end REAL, evidence TEXT NOT NULL, remedies TEXT NOT NULL);
+                                  end REAL, evidence TEXT NOT NULL, remedies TEXT NOT NULL, explained_by TEXT);
 CREATE TABLE IF NOT EXISTS stacks(id INTEGER PRIMARY KEY, t REAL NOT NULL, pid INTEGER NOT NULL, rank INTEGER,
                                   reason TEXT NOT NULL, since_step REAL, threads TEXT NOT NULL);
 """
@@ -209,9 +209,10 @@ class RecordingWriter:
                     new_id = cur.lastrowid
                 for a in self._dirty_alerts.values():
                     self._db.execute(
-                        "INSERT OR REPLACE INTO alerts VALUES (?,?,?,?,?,?,?,?,?)",
+                        "INSERT OR REPLACE INTO alerts(id, rule, subject, severity, title, start, end, evidence, "
+                        "remedies, explained_by) VALUES (?,?,?,?,?,?,?,?,?,?)",
                         (a.id, a.rule, a.subject, a.severity.label, a.title, a.start, a.end, a.evidence,
-                         json.dumps(list(a.remedies))))
+                         json.dumps(list(a.remedies)), a.explained_by))
                 self._db.executemany(
                     "INSERT INTO stacks(t, pid, rank, reason, since_step, threads) VALUES (?,?,?,?,?,?)",
                     [(d.t, d.pid, d.rank, d.reason, d.since_step,
@@ -521,11 +522,14 @@ class RecordingReader:
         try:
             if not self._has_alerts:
                 return out
-            rows = self._query("SELECT id, rule, subject, severity, title, start, end, evidence, remedies "
+            # explained_by came with version 8 of the rules: older files have no such column
+            have = {str(r[1]) for r in self._query("PRAGMA table_xinfo(alerts)")}
+            explained = "explained_by" if "explained_by" in have else "NULL"
+            rows = self._query(f"SELECT id, rule, subject, severity, title, start, end, evidence, remedies, {explained} "
                                f"FROM alerts ORDER BY start LIMIT {MAX_ALERTS}")
         except sqlite3.Error:
             return out
-        for aid, rule, subject, sev, title, start, end, evidence, remedies in rows:
+        for aid, rule, subject, sev, title, start, end, evidence, remedies, by in rows:
             try:
                 rem = json.loads(remedies)
                 if not isinstance(rem, list) or not all(isinstance(r, str) for r in rem) or len(rem) > 64:
@@ -533,7 +537,8 @@ class RecordingReader:
                 if not plausible.time_ok(start) or not (end is None or plausible.time_ok(end)):
                     raise ValueError("bad time")
                 out.append(Alert(str(rule), str(title), str(subject), Severity.parse(str(sev)), float(start),
-                                 str(evidence), tuple(rem), None if end is None else float(end), id=int(aid)))
+                                 str(evidence), tuple(rem), None if end is None else float(end), id=int(aid),
+                                 explained_by=None if by is None else str(by)[:200]))
             except (ValueError, TypeError, OverflowError, RecursionError, TraintopError):
                 continue
         return out

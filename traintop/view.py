@@ -88,6 +88,7 @@ class AlertView:
     evidence: str
     remedies: tuple[str, ...]
     id: int = 0
+    explained_by: str | None = None  # "rule subject" of the stronger finding that explains this one
 
     @property
     def active(self) -> bool:
@@ -95,7 +96,8 @@ class AlertView:
 
     @classmethod
     def of(cls, a: Alert) -> "AlertView":
-        return cls(a.rule, a.title, a.subject, int(a.severity), a.start, a.end, a.evidence, tuple(a.remedies), a.id)
+        return cls(a.rule, a.title, a.subject, int(a.severity), a.start, a.end, a.evidence, tuple(a.remedies), a.id,
+                   a.explained_by)
 
 
 @dataclass(frozen=True)
@@ -138,12 +140,14 @@ def build_view(monitor: Monitor, points: int = SERIES_POINTS) -> View:
         frame: Frame | None = store.latest
         info = monitor.info
         infos = {g.index: g for g in info.gpus}
-        active = tuple(AlertView.of(a) for a in sorted(monitor.engine.active, key=lambda a: (-a.severity, a.start)))
+        # causes first, most severe first; what a stronger finding explains after them
+        active = tuple(AlertView.of(a) for a in sorted(monitor.engine.active,
+                                                       key=lambda a: (a.explained_by is not None, -a.severity, a.start)))
         recent = tuple(AlertView.of(a) for a in [a for a in reversed(monitor.engine.alerts) if not a.active][:10])
         gpus = []
         for g in frame.gpus if frame else ():
             i = g.index
-            mine = [a for a in active if a.subject == f"gpu{g.index}"]  # most severe first
+            mine = [a for a in active if a.subject == f"gpu{g.index}" and not a.explained_by]  # most severe first
             gpus.append(GpuView(
                 info=infos.get(g.index) or GpuInfo(index=g.index, name="GPU"),
                 sample=g,

@@ -66,6 +66,9 @@ def alert_paragraphs(active, recent, now: float | None, compact: bool, watching:
         if now is not None and watching:
             line.append(f" — {watching}.", "bold green dim")
         out.append((line, 2))
+    explained = [a for a in active if a.explained_by]
+    active = [a for a in active if not a.explained_by]
+    titles = {a.rule: a.title for a in active}
     for k, a in enumerate(active):
         if k:
             out.append((Line(), 0))
@@ -78,6 +81,14 @@ def alert_paragraphs(active, recent, now: float | None, compact: bool, watching:
         out.append((Line("  " + keep_units(one_line(a.evidence, 2000))), 2))
         for r in (a.remedies if k == 0 else a.remedies[:1]):
             out.append((Line("  → ", "bold cyan").append(keep_units(one_line(r, 2000)), "bold cyan"), 4))
+    if explained:
+        # one situation, one finding: what a stronger finding explains is listed under it, not as a cause
+        said = "; ".join(f"{one_line(a.title, 200)} ({subject_label(a.subject)})" for a in explained[:6])
+        by = {a.explained_by.partition(" ")[0] for a in explained}
+        cause = ", ".join(titles.get(r, r) for r in sorted(by))
+        out.append((Line(), 0))
+        out.append((Line("Explained by ", "dim bold").append(f"{cause}: ", "dim bold")
+                    .append(keep_units(said) + (f" +{len(explained) - 6}" if len(explained) > 6 else ""), "dim"), 2))
     if recent and not compact:
         out.append((Line(), 0))
         ended = "; ".join(f"{one_line(a.title, 200)} ({subject_label(a.subject)}) {_clock(a.start)}–{_clock(a.end)}"
@@ -157,7 +168,7 @@ class AlertsPanel(VerticalScroll, can_focus=False):
         paras = alert_paragraphs(active, recent, view.t, compact, watched(view))
         if others:
             paras = [(Line(f"+{others} on other GPUs (Esc: all GPUs)", "bold yellow"), 2), (Line(), 0)] + paras
-        n = len(active)
+        n = len([a for a in active if not a.explained_by])  # causes: what they explain is listed under them
         title = f"Alerts ({n} active)" if n else "Alerts"
         if focus is not None:
             title = f"Alerts: GPU {focus}, job and host ({n} active)"

@@ -367,7 +367,7 @@ class RulesEngine:
                 remedies = fill_pid(rule.remedies if finding.remedies is None else finding.remedies,
                                     _pid_for(ctx, subject))
                 if tr.alert is not None and tr.alert.active:
-                    if finding.state == HOLDS:
+                    if finding.state == HOLDS and now_check(subject):  # the kept sentence held now too
                         tr.keep_if_better(finding.evidence, remedies)
                         severity = max(tr.alert.severity, severity)
                     else:

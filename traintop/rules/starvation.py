@@ -53,6 +53,7 @@ class Starvation:
     severity = Severity.WARNING
     raise_after = 8.0
     clear_after = 15.0
+    now_s = 12.0  # gaps of 1-2 s: a pattern needs a few of them
     remedies = (
         "Raise DataLoader num_workers (try the number of free CPU cores per GPU).",
         "Set pin_memory=True and persistent_workers=True; raise prefetch_factor.",
