@@ -178,11 +178,12 @@ def require_terminal(monitor=None) -> None:
         raise TraintopError(NO_TERMINAL)
 
 
-def _run_app(args, monitor, feed, mode: str, banner: str | None = None, prepare=None) -> int:
+def _run_app(args, monitor, feed, mode: str, banner: str | None = None, prepare=None, job=None) -> int:
     from traintop.app.factory import build_app
 
     require_terminal(monitor)
-    app = build_app(monitor, feed, mode=mode, banner=banner, max_fps=args.fps)
+    app = build_app(monitor, feed, mode=mode, banner=banner, max_fps=args.fps, job=job,
+                    grace=getattr(args, "grace", 10.0))
     if prepare is not None:
         prepare(app)
     app.run()
@@ -341,10 +342,13 @@ def _run_job_in_app(args, job, monitor, feed) -> int:
         # Replaces the handlers installed by cmd_run (which restores the originals at the end).
         forward_signals(job, args.grace, then=on_signal)
 
-    _run_app(args, monitor, feed, "live", prepare=close_app)
+    banner = f"Started PID {job.pid}; its output goes to {job.log_path}. q asks whether to stop it."
+    _run_app(args, monitor, feed, "live", prepare=close_app, job=job, banner=banner)
     if job.end is None and not job.signals_received:
         echo(f"the job (PID {job.pid}) goes on; its output: {job.log_path}")
         return 0
+    if job.end is None:
+        echo(f"stopping the job (PID {job.pid}): SIGTERM sent, SIGKILL in {args.grace:g} s if any of it is left")
     end = job.finish()
     echo(end.describe())
     return end.status
