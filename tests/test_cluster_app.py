@@ -188,3 +188,28 @@ def test_large_cluster_dashboard(snap_compare):
     a = _Shown(lambda: snap, url="http://prometheus:9090", poll=False)
     a._snap = snap
     assert snap_compare(a, terminal_size=(100, 30))
+
+
+def test_findings_that_come_after_the_first_frame_are_drawn_without_a_resize():
+    """At 80x24 the findings panel stayed 0 rows tall under "Findings (N active)" when the first
+    snapshot came after the empty first frame (agents just started, Prometheus restarted)."""
+    from traintop.widgets.alerts_panel import AlertsBody
+
+    async def go():
+        snap = fixed_snapshot()
+        a = ClusterApp(lambda: snap, url="http://prometheus:9090", poll=False)
+        async with a.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            a.show_problem("cannot reach http://prometheus:9090")
+            await pilot.pause()
+            a.show_snapshot(snap)
+            for _ in range(50):  # bounded: the layout pass that follows
+                await pilot.pause(0.05)
+                if a.query_one(AlertsBody).size.height:
+                    break
+            body = a.query_one(AlertsBody)
+            return body.size.height, len(body.text_lines(body.size.width or 78)), a.query_one("#alerts").border_title
+
+    height, lines, title = asyncio.run(go())
+    assert title.startswith("Findings (") and lines > 1
+    assert height == lines
