@@ -20,6 +20,11 @@ T0 = 1_790_000_000.0
 
 def fixed_snapshot():
     """Three hosts of one job: node-a's loader starves, node-b's rank 3 lags, node-c runs hot."""
+    d = fixed_data()
+    return snapshot_from(d, findings_of(d)[0])
+
+
+def fixed_data():
     d = ClusterData("http://prometheus:9090", T0, T0 + 299, 5.0, [T0 + 5.0 * k for k in range(60)])
     for h_i, h in enumerate(("node-a", "node-b", "node-c")):
         for local in range(2):
@@ -42,7 +47,7 @@ def fixed_snapshot():
             for gi in range(2):
                 d.findings.append(AgentFinding(h, "starvation", "warning", f"gpu{gi}", list(d.grid[10:])))
     d.loader_cpu["node-a"] = {t: 0.98 for t in d.grid}
-    return snapshot_from(d, findings_of(d)[0])
+    return d
 
 
 
@@ -213,3 +218,35 @@ def test_findings_that_come_after_the_first_frame_are_drawn_without_a_resize():
     height, lines, title = asyncio.run(go())
     assert title.startswith("Findings (") and lines > 1
     assert height == lines
+
+
+def test_a_node_that_stopped_reporting_is_dimmed_with_how_long_and_counted_so():
+    d = fixed_data()
+    for series in [g for (h, _), g in d.gpus.items() if h == "node-c"]:
+        for t in d.grid[-12:]:  # its last minute: nothing
+            for col in (series.util, series.power, series.mem_used, series.temp, series.clock_ratio):
+                col.pop(t, None)
+    for r in d.ranks.values():
+        if r.host == "node-c":
+            for t in d.grid[-12:]:
+                r.step.pop(t, None), r.wait.pop(t, None), r.steps.pop(t, None)
+    snap = snapshot_from(d, findings_of(d)[0])
+    assert [h for h, _ in snap.silent] == ["node-c"] and snap.silent_for("node-c") >= 55
+
+    async def go():
+        a = ClusterApp(lambda: snap, url="http://prometheus:9090", poll=False)
+        async with a.run_test(size=(160, 48)) as pilot:
+            a.show_snapshot(snap)
+            await pilot.pause()
+            from traintop.widgets.cluster_panels import status_line
+            return a.query_one(HostsBody).render(), status_line(snap, "", None, None, False, None).plain
+
+    body, status = asyncio.run(go())
+    lines = body.plain.split("\n")
+    head = next(k for k, line in enumerate(lines) if line.startswith("node-c"))
+    assert "no data for 1 min" in lines[head] or "no data for 60 s" in lines[head], lines[head]
+    dim_from = len("\n".join(lines[:head + 1])) + 1  # node-c's GPU lines: drawn dim
+    assert any("dim" in str(span.style) and span.start <= dim_from < span.end for span in body.spans)
+    assert "3 hosts (1 without data) · 6 GPUs (2 without data) · 6 ranks (2 without data)" in status
+    node_a = next(k for k, line in enumerate(lines) if line.startswith("node-a"))
+    assert "no data" not in lines[node_a]
