@@ -57,7 +57,9 @@ def rank_line(rv: RankView, thresholds: Thresholds = DEFAULT) -> Line:
         if r.step_time:
             out.append(f" ({r.step_time * 1000:.0f} ms)", "dim")
     wait = rv.input_wait_10s if rv.input_wait_10s is not None else r.input_wait
-    if wait is not None:
+    if r.loader is False:  # the input wait is measured in DataLoader iterators: none here
+        out.append(" · no DataLoader seen", "dim")
+    elif wait is not None:
         out.append(f" · input wait {wait * 100:.0f} %", "bold yellow" if wait >= thresholds.starvation_input_wait else "dim")
     return out
 
@@ -70,7 +72,9 @@ def compact_rank_line(rv: RankView, ranks: int, thresholds: Thresholds = DEFAULT
     if ranks > 1:
         out.append(f" (+{ranks - 1})", "dim")
     wait = rv.input_wait_10s if rv.input_wait_10s is not None else r.input_wait
-    if wait is not None:
+    if r.loader is False:
+        out.append(" · no DataLoader seen", "dim")
+    elif wait is not None:
         out.append(f" · input wait {wait * 100:.0f} %",
                    "bold yellow" if wait >= thresholds.starvation_input_wait else "")
     if r.steps:
