@@ -250,3 +250,48 @@ def test_a_node_that_stopped_reporting_is_dimmed_with_how_long_and_counted_so():
     assert "3 hosts (1 without data) · 6 GPUs (2 without data) · 6 ranks (2 without data)" in status
     node_a = next(k for k, line in enumerate(lines) if line.startswith("node-a"))
     assert "no data" not in lines[node_a]
+
+
+def test_a_node_whose_agent_cannot_read_its_gpus_is_no_cpu_node():
+    """Its agent serves traintop_gpus_unreadable 1 and no GPU series: the read keeps the host, the
+    dashboard says its GPUs are unreadable, the top line counts it."""
+    from traintop.cluster.fetch import fetch_grid
+    from traintop.cluster.promapi import Grid, GridSeries, Series
+    from traintop.widgets.cluster_panels import status_line
+
+    grid = Grid(T0, 5.0, 12)
+
+    class FakeProm:
+        shown = "http://prometheus:9090"
+
+        def query(self, promql, at=None):
+            if "gpus_unreadable" in promql:
+                return [Series({"Hostname": "gpu-b"}, ((at, 1.0),))]
+            if "agent_info" in promql:
+                return [Series({}, ((at, 2.0),))]
+            return []
+
+        def query_grid(self, promql, g):
+            if promql.endswith("gpu_utilization_ratio"):
+                return [GridSeries({"Hostname": "gpu-a", "gpu": "0"}, {t: 1.0 for t in g.times})]
+            if promql.endswith("steps_total"):
+                return [GridSeries({"Hostname": "gpu-b", "exported_job": "7", "rank": "1", "local_rank": "0",
+                                    "world_size": "2"}, {t: k * 10.0 for k, t in enumerate(g.times)})]
+            return []
+
+    data = fetch_grid(FakeProm(), grid, grid.times[-1])
+    assert data.unreadable == {"gpu-b"} and data.hosts == ["gpu-a", "gpu-b"]
+    snap = snapshot_from(data, findings_of(data)[0])
+    assert snap.unreadable == ("gpu-b",)
+
+    async def go():
+        a = ClusterApp(lambda: snap, url="http://prometheus:9090", poll=False)
+        async with a.run_test(size=(160, 48)) as pilot:
+            a.show_snapshot(snap)
+            await pilot.pause()
+            return a.query_one(HostsBody).render().plain
+
+    body = asyncio.run(go())
+    line = next(line for line in body.split("\n") if line.startswith("gpu-b"))
+    assert "0 GPUs" in line and "GPUs unreadable" in line
+    assert "GPUs unreadable on 1 host" in status_line(snap, "", None, None, False, None).plain

@@ -124,6 +124,8 @@ class HostsBody(TextLines):
             silent = s.silent_for(h)
             if silent is not None:
                 out.append(f"  no data for {fmt_duration(silent)}: its last numbers", style="bold yellow")
+            if h in s.unreadable:
+                out.append("  GPUs unreadable: its agent cannot read them (NVML)", style="bold red")
             for g in gpus:
                 out.append("\n")
                 start = len(out)
@@ -171,6 +173,8 @@ class HostsBody(TextLines):
             if silent is not None:
                 out.stylize("dim", start, len(out))
                 out.append(f" no data for {fmt_duration(silent)}", style="bold yellow")
+            if h.host in s.unreadable:
+                out.append(" GPUs unreadable", style="bold red")
 
 
 def finding_paragraphs(s: ClusterSnapshot | None, focus_host: str | None, compact: bool) -> list:
@@ -218,6 +222,9 @@ def status_line(s: ClusterSnapshot | None, url: str, job: str | None, focus_host
             count(len(s.hosts), "hosts", len(silent)),
             count(len(s.gpus), "GPUs", sum(g.host in silent for g in s.gpus)),
             count(len(s.ranks), "ranks", sum(r.host in silent for r in s.ranks)))), style="bold")
+    if s is not None and s.unreadable:
+        n = len(s.unreadable)
+        out.append(f"  GPUs unreadable on {n} host{'s' if n != 1 else ''}", style="bold red")
     if paused:
         out.append("  ‖ PAUSED", style="bold yellow")
     if problem:
