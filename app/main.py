@@ -169,6 +169,7 @@ class TraintopApp(App):
         Binding("n", "unavailable('next_page')", show=False),
         Binding(",".join(["left", "right", "comma", "full_stop", "home", "end", "left_square_bracket",
                           "right_square_bracket"] + [str(d) for d in range(10)]), "unavailable('seek')", show=False),
+        Binding("h,H,j,a", "cluster_key", show=False),  # the cluster view's keys: a line says so
         Binding("comma", "step(-1)", "step back", show=False),
         Binding("full_stop", "step(1)", "step", show=False),
         Binding("home", "seek_fraction(0)", "start", show=False),
@@ -580,6 +581,9 @@ class TraintopApp(App):
             n = len(self.last_view.gpus) if self.last_view else 0
             self.say("One GPU only: nothing to focus." if n == 1
                      else "No GPU in view: nothing to focus.")
+
+    def action_cluster_key(self) -> None:
+        self.say("h, j, a are traintop cluster's keys; here g focuses a GPU.")
 
     def action_all_gpus(self) -> None:
         self.focused_gpu = None

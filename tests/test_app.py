@@ -1185,3 +1185,19 @@ def test_speed_keys_at_their_limits_and_scroll_keys_with_nothing_to_scroll_say_w
             await pilot.pause()
             assert "The alerts fit their panel: nothing to scroll." in screen_lines(app)[0]
     run(go())
+
+
+def test_the_cluster_views_keys_in_the_dashboard_say_where_they_work(sim_app):
+    async def go():
+        app, _, _ = sim_app("healthy")
+        said = []
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            for key in ("h", "j", "a"):
+                app._status.show_notice(None)
+                await pilot.press(key)
+                said.append(app._status.notice)
+        return said
+
+    said = run(go())
+    assert all(s and "traintop cluster" in s for s in said), said

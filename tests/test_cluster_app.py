@@ -295,3 +295,53 @@ def test_a_node_whose_agent_cannot_read_its_gpus_is_no_cpu_node():
     line = next(line for line in body.split("\n") if line.startswith("gpu-b"))
     assert "0 GPUs" in line and "GPUs unreadable" in line
     assert "GPUs unreadable on 1 host" in status_line(snap, "", None, None, False, None).plain
+
+
+def test_host_then_job_focus_shows_that_hosts_job_and_its_findings_only():
+    async def go():
+        a = shown_app()
+        async with a.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            await pilot.press("h", "h")  # node-b
+            await pilot.press("j")
+            body = a.query_one(HostsBody).render().plain
+            findings = [f.host for f in a.snapshot.findings]
+            from traintop.widgets.alerts_panel import AlertsBody
+            shown = a.query_one(AlertsBody).render().plain
+            return a.focus_host, a.focus_job, body, findings, shown
+
+    host, job, body, findings, shown = asyncio.run(go())
+    assert (host, job) == ("node-b", "1234")
+    assert "node-b" in body and "r2" in body and "r3" in body and "node-a" not in body
+    assert "node-b" in shown and "node-a ·" not in shown and "node-c ·" not in shown
+
+
+def test_findings_scroll_and_keys_that_do_nothing_here_say_why():
+    async def go():
+        a = shown_app()
+        said = {}
+        async with a.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            alerts = a.query_one("#alerts")
+            assert alerts.max_scroll_y > 0  # at 80x24 the findings run past their panel
+            await pilot.press("down", "down")
+            said["scrolled"] = alerts.scroll_y
+            for key in ("g", "n", "s", "r", "left", "5", "enter", "x"):
+                a.notice = None
+                await pilot.press(key)
+                said[key] = a.notice
+            status = a.query_one("#status").render().plain
+        return said, status
+
+    said, status = asyncio.run(go())
+    assert said.pop("scrolled") == 2
+    assert all(said.values()), said
+    assert "h/H focus a host" in said["g"] and "replays" in said["left"] and "? lists" in said["x"]
+    assert said["x"] in status or status.strip()  # the line is drawn where the status goes
+
+
+def test_the_cluster_help_wraps_at_the_width_of_its_box():
+    from traintop.app.cluster import HELP
+
+    first = HELP.split("\n\n")[0]
+    assert "\n" not in first.strip()  # one paragraph: wrapped by the box, never broken by hand

@@ -177,12 +177,14 @@ class HostsBody(TextLines):
                 out.append(" GPUs unreadable", style="bold red")
 
 
-def finding_paragraphs(s: ClusterSnapshot | None, focus_host: str | None, compact: bool) -> list:
-    """The cluster's findings as (line, hanging indent) paragraphs, like the local alerts."""
+def finding_paragraphs(s: ClusterSnapshot | None, focus_host: str | None, compact: bool,
+                       hosts: set[str] | None = None) -> list:
+    """The cluster's findings as (line, hanging indent) paragraphs, like the local alerts.
+    ``hosts``: only those of these hosts (the hosts of the job in focus)."""
     out = []
     if s is None:
         return out
-    fs = [f for f in s.findings if focus_host in (None, f.host)]
+    fs = [f for f in s.findings if focus_host in (None, f.host) and (hosts is None or f.host in hosts)]
     fs.sort(key=lambda f: (-int(Severity.parse(f.severity)), f.scope != "cluster", f.host, f.rule))
     if not fs:
         line = Text("✔ No problems detected", style="bold green")
