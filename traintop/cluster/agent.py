@@ -194,7 +194,7 @@ class HostAgent:
 def build_hosts(args) -> list[HostAgent]:
     from traintop import sessions
 
-    hook = finding_hook(args.on_finding, lambda msg: print(msg, file=sys.stderr, flush=True))
+    hook = finding_hook(args.on_finding, lambda msg: print(f"traintop: {one_line(msg)}", file=sys.stderr, flush=True))
     job = args.job or job_from_env()
     n_hosts = args.hosts
     if args.simulate and args.only_gpus is not None:
