@@ -315,3 +315,12 @@ def test_stacks_shown_after_the_job_ended_say_so_and_the_popup_takes_a_wide_term
     assert "The job has ended: these stacks were taken before it did (the latest at" in text
     assert "rank 0 (PID 954), stalled" in text and "(PID 954) (PID" not in text
     assert width > 140  # not the help's 84 columns
+
+
+def test_analyze_names_a_process_without_a_rank_by_its_pid_once():
+    from traintop.analyze import Report, render_text
+
+    stack = {"t_s": 3.0, "label": "PID 23472", "pid": 23472, "rank": None, "reason": "requested",
+             "since_step_s": None, "threads": []}
+    text = render_text(Report("x", "recording", 10.0, 10, 1.0, [], [], 0.0, 0.0, stacks=[stack]))
+    assert "PID 23472 at 3 s, on request:" in text and "(PID 23472)" not in text
