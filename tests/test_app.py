@@ -1206,7 +1206,7 @@ def test_the_cluster_views_keys_in_the_dashboard_say_where_they_work(sim_app):
 def test_at_120x36_no_figure_is_parted_from_its_unit_and_the_pcie_figure_stays(tmp_path):
     """A real H200 replay of pageable copies (a PCIe finding) in a real terminal at 120x36: the GPU
     panel keeps the PCIe figure whole (it dropped lesser fields), the process lines keep "I/O ↓0 B/s",
-    "input wait N %" and the chart legend whole."""
+    "wait N %" and the chart legend whole."""
     import os
 
     from terminal import Terminal
@@ -1220,10 +1220,10 @@ def test_at_120x36_no_figure_is_parted_from_its_unit_and_the_pcie_figure_stays(t
         pcie = [line for line in screen.splitlines() if "PCIe ↑" in line]
         assert pcie and all("↓" in line.split("PCIe ↑")[1] and "/s …" not in line and "/…" not in line
                             for line in pcie), pcie
-        assert "I/O ↓0 B/s ↑0 B/s" in screen and "input wait 0 %" in screen
+        assert "I/O ↓0 B/s ↑0 B/s" in screen and "wait 0 %" in screen
         for line in screen.splitlines():
             right = line.split("││")[-1] if "││" in line else line
-            assert not right.rstrip(" │").endswith(("I/O ↓0", "input wait", "input wait 0")), line
+            assert not right.rstrip(" │").endswith(("I/O ↓0", "wait", "wait 0")), line
         assert "━ alloca\n" not in screen and "━ allocated" in screen
         term.press("q")
         assert term.wait_exit() == 0

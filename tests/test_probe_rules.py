@@ -221,4 +221,5 @@ def test_the_process_line_says_no_dataloader_seen_instead_of_an_input_wait_of_no
         text = line.to_text().plain
         assert "no DataLoader seen" in text and "input wait" not in text
     fed = dataclasses.replace(r, input_wait=0.4, loader=True)
-    assert "input wait 40 %" in rank_line(RankView(fed, 0, None, [], [], [], [], None)).to_text().plain
+    shown = rank_line(RankView(fed, 0, None, [], [], [], [], None)).to_text().plain
+    assert "input wait\u00a040\u00a0%" in shown  # the figure kept with its words and unit when the line wraps
