@@ -257,7 +257,7 @@ def _job_in_terminal(tmp_path, env, marker, cols=100, rows=30):
 def test_q_in_the_dashboard_asks_whether_to_stop_the_job(answer, env, tmp_path):
     marker = tmp_path / "pgid"
     with _job_in_terminal(tmp_path, env, marker) as term:
-        term.wait_text("LIVE", "Started PID")
+        term.wait_text("LIVE", "Job started (PID")
         wait_for(lambda: marker.exists() and marker.read_text().strip(), what="the job's pid")
         pgid = int(marker.read_text())
         try:

@@ -376,7 +376,9 @@ def _run_job_in_app(args, job, monitor, feed) -> int:
         # Replaces the handlers installed by cmd_run (which restores the originals at the end).
         forward_signals(job, args.grace, then=on_signal)
 
-    banner = f"Started PID {job.pid}; its output goes to {job.log_path}. q asks whether to stop it."
+    # Said in turn where the top line is short: the PID, then the log (its path whole), then q.
+    banner = f"Job started (PID {job.pid}). Its output goes to: {job.log_path}. " \
+             "? says it again; q asks whether to stop the job."
     _run_app(args, monitor, feed, "live", prepare=close_app, job=job, banner=banner)
     if job.end is None and not job.signals_received:
         echo(f"the job (PID {job.pid}) goes on; its output: {job.log_path}")
