@@ -18,22 +18,29 @@ from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
 
 from traintop.errors import TraintopError
+from traintop.text import one_line
 from traintop.widgets.alerts_panel import AlertsBody
 from traintop.widgets.cluster_panels import HostsBody, finding_paragraphs, status_line
 from traintop.widgets.lines import TextLines
 
 COMPACT_WIDTH = 120
 
+# The first paragraph is one line: the help box wraps it at its own width (lines broken by hand
+# here were broken again in a narrow terminal: "straggler rank or" / "node").
 HELP = """\
-[b]traintop cluster[/b] reads Prometheus (traintop agents, or dcgm-exporter alone)
-and shows every host's GPUs, every rank's step time and input wait, and the
-cluster's findings: each agent's, and the cross-host ones (straggler rank or node,
-stalled job, one node's loader starving, slow node, GPU errors, a missing node).
+[b]traintop cluster[/b] reads Prometheus (traintop agents, or dcgm-exporter alone) \
+and shows every host's GPUs, every rank's step time and input wait, and the \
+cluster's findings: each agent's, and the cross-host ones (straggler rank or node, \
+stalled job, one node's loader starving, slow node, GPU errors, a missing node). \
+A host that stopped reporting is dimmed ("no data for N s"); "GPUs unreadable": \
+its agent cannot read its GPUs.
 
 [b]Keys[/b]
   q            quit                       ?       this help
   p, space     pause (stop reading Prometheus)
-  h / H        focus the next / previous host   j   the next job
+  ↑ ↓ PgUp PgDn  scroll the findings     shift+↑ ↓  scroll the hosts
+  h / H        focus the next / previous host (of the job in focus)
+  j            the next job (of the host in focus)
   a, escape    every host and job again
 
 Press any key to close.
@@ -77,6 +84,21 @@ class ClusterApp(App):
         Binding("H", "host(-1)", "prev host", show=False),
         Binding("j", "job", "next job"),
         Binding("a,escape", "all", "all"),
+        Binding("up", "scroll_findings(-1)", "findings", show=False),
+        Binding("down", "scroll_findings(1)", "findings", key_display="↑↓"),
+        Binding("pageup", "scroll_findings(-10)", show=False),
+        Binding("pagedown", "scroll_findings(10)", show=False),
+        Binding("shift+up", "scroll_hosts(-1)", show=False),
+        Binding("shift+down", "scroll_hosts(1)", show=False),
+        # the local dashboard's keys, here: a line says what to use instead, never silence
+        Binding("g,G", "elsewhere('g')", show=False),
+        Binding("n", "elsewhere('n')", show=False),
+        Binding("s", "elsewhere('s')", show=False),
+        Binding("r", "elsewhere('r')", show=False),
+        Binding(",".join(["left", "right", "comma", "full_stop", "home", "end", "left_square_bracket",
+                          "right_square_bracket"] + [str(d) for d in range(10)]), "elsewhere('seek')", show=False),
+        Binding("enter", "elsewhere('enter')", show=False),
+        Binding("x,b", "elsewhere('other')", show=False),
     ]
 
     def __init__(self, source, *, url: str = "", job: str | None = None, refresh: float = 5.0,
@@ -101,9 +123,13 @@ class ClusterApp(App):
 
     def compose(self) -> ComposeResult:
         yield ClusterStatus(id="status")
-        with VerticalScroll(id="gpus"):
+        # Neither pane takes the focus: the app's keys scroll them (a focused pane took ↑↓ for
+        # itself, and the findings could not be scrolled from the keyboard at all).
+        hosts, findings = VerticalScroll(id="gpus"), VerticalScroll(id="alerts")
+        hosts.can_focus = findings.can_focus = False
+        with hosts:
             yield HostsBody(id="cluster-hosts")
-        with VerticalScroll(id="alerts"):
+        with findings:
             yield AlertsBody(id="alerts-body")
         yield Footer()
 
@@ -159,15 +185,46 @@ class ClusterApp(App):
 
     def redraw(self) -> None:
         status = self.query_one(ClusterStatus)
-        status.text = status_line(self.snapshot, self.url, self.focus_job, self.focus_host, self.paused, self.problem)
+        if self.notice is not None:
+            status.text = Text(" " + self.notice, style="bold yellow", no_wrap=True, overflow="ellipsis")
+        else:
+            status.text = status_line(self.snapshot, self.url, self.focus_job, self.focus_host, self.paused,
+                                      self.problem)
         status.refresh()
         self.query_one(HostsBody).show(self.snapshot, self.focus_host, self.focus_job)
-        paras = finding_paragraphs(self.snapshot, self.focus_host, self.has_class("compact"))
+        hosts = self._shown_hosts()
+        paras = finding_paragraphs(self.snapshot, self.focus_host, self.has_class("compact"), hosts)
         self.query_one(AlertsBody).set_paragraphs(paras)
         alerts = self.query_one("#alerts")
-        n = len([f for f in (self.snapshot.findings if self.snapshot else ()) if self.focus_host in (None, f.host)])
+        n = len([f for f in (self.snapshot.findings if self.snapshot else ())
+                 if self.focus_host in (None, f.host) and (hosts is None or f.host in hosts)])
         alerts.border_title = f"Findings ({n} active)" if n else "Findings"
         alerts.set_class(bool(n), "-firing")
+
+    def _job_hosts(self, job: str | None) -> set[str] | None:
+        """The hosts that run ranks of ``job`` (None: every host)."""
+        if job is None or self.snapshot is None:
+            return None
+        return {r.host for r in self.snapshot.ranks if r.job == job}
+
+    def _shown_hosts(self) -> set[str] | None:
+        """The hosts whose findings show: with a job in focus, those that run it."""
+        return self._job_hosts(self.focus_job)
+
+    # -- messages: the top line, for a few seconds -----------------------------------
+    notice: str | None = None
+    _notice_timer = None
+
+    def say(self, message: str) -> None:
+        self.notice = message
+        if self._notice_timer is not None:
+            self._notice_timer.stop()
+        self._notice_timer = self.set_timer(6.0, self._clear_notice)
+        self.redraw()
+
+    def _clear_notice(self) -> None:
+        self.notice, self._notice_timer = None, None
+        self.redraw()
 
     # -- keys --------------------------------------------------------------------
     def action_help(self) -> None:
@@ -177,9 +234,40 @@ class ClusterApp(App):
         self.paused = not self.paused
         self.redraw()
 
+    def action_scroll_findings(self, lines: int) -> None:
+        alerts = self.query_one("#alerts", VerticalScroll)
+        if alerts.max_scroll_y == 0:
+            self.say("The findings fit their panel: nothing to scroll.")
+            return
+        alerts.scroll_relative(y=int(lines), animate=False)
+
+    def action_scroll_hosts(self, lines: int) -> None:
+        hosts = self.query_one("#gpus", VerticalScroll)
+        if hosts.max_scroll_y == 0:
+            self.say("The hosts fit their panel: nothing to scroll.")
+            return
+        hosts.scroll_relative(y=int(lines), animate=False)
+
+    ELSEWHERE = {
+        "g": "g focuses a GPU in the local dashboard; here h/H focus a host, j a job.",
+        "n": "n pages GPUs in the local dashboard; here ↑↓ scroll the findings, h a host's GPUs.",
+        "s": "s shows a job's stacks in the local dashboard (traintop --pid N on its node).",
+        "r": "r records in the local dashboard; Prometheus keeps the cluster's history.",
+        "seek": "Seek keys are for replays; the cluster view shows the last 5 minutes.",
+        "enter": "Nothing to open: h/H focus a host, j a job, a shows all again.",
+        "other": "Not a key of the cluster view: ? lists its keys.",
+    }
+
+    def action_elsewhere(self, key: str) -> None:
+        self.say(self.ELSEWHERE.get(key, self.ELSEWHERE["other"]))
+
     def action_host(self, delta: int) -> None:
         hosts = list(self.snapshot.hosts) if self.snapshot else []
+        job_hosts = self._job_hosts(self.focus_job)
+        if job_hosts is not None:  # with a job in focus, the hosts that run it
+            hosts = [h for h in hosts if h in job_hosts]
         if not hosts:
+            self.say("No host to focus yet." if self.snapshot is None else "No host runs this job now.")
             return
         if self.focus_host not in hosts:
             self.focus_host = hosts[0 if delta > 0 else -1]
@@ -189,7 +277,14 @@ class ClusterApp(App):
 
     def action_job(self) -> None:
         jobs = list(self.snapshot.jobs) if self.snapshot else []
+        if self.focus_host is not None and self.snapshot is not None:  # the jobs that run on the host in focus
+            here = {r.job for r in self.snapshot.ranks if r.host == self.focus_host}
+            jobs = [j for j in jobs if j in here]
+            if not jobs:
+                self.say(f"No job runs on {one_line(self.focus_host, 40)}: a shows every host, then j.")
+                return
         if not jobs:
+            self.say("No job with probed ranks here: j has nothing to focus.")
             return
         self.focus_job = jobs[(jobs.index(self.focus_job) + 1) % len(jobs)] if self.focus_job in jobs else jobs[0]
         self.redraw()

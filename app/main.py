@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import os
 import re
+import signal
 import threading
 import time
 from collections import deque
@@ -21,13 +22,14 @@ from traintop.errors import RecordingError, TraintopError
 from traintop.feeds import Feed
 from traintop.monitor import Monitor
 from traintop.app.screen import DashboardScreen
-from traintop.recording import new_recording_path
+from traintop.recording import default_recording_dir, new_recording_path
 from traintop.text import one_line
 from traintop.view import View, build_view
 from traintop.widgets.alerts_panel import AlertsPanel
 from traintop.widgets.gpu_panel import GpuPanel
 from traintop.widgets.gpu_table import GpuTable
 from traintop.widgets.help_screen import HelpScreen
+from traintop.widgets.quit_screen import QuitJobScreen
 from traintop.widgets.stacks_screen import StacksScreen
 from traintop.widgets.host_panel import HostPanel
 from traintop.widgets.process_panel import ProcessPanel
@@ -167,6 +169,7 @@ class TraintopApp(App):
         Binding("n", "unavailable('next_page')", show=False),
         Binding(",".join(["left", "right", "comma", "full_stop", "home", "end", "left_square_bracket",
                           "right_square_bracket"] + [str(d) for d in range(10)]), "unavailable('seek')", show=False),
+        Binding("h,H,j,a", "cluster_key", show=False),  # the cluster view's keys: a line says so
         Binding("comma", "step(-1)", "step back", show=False),
         Binding("full_stop", "step(1)", "step", show=False),
         Binding("home", "seek_fraction(0)", "start", show=False),
@@ -174,8 +177,12 @@ class TraintopApp(App):
     ] + [Binding(str(d), f"seek_fraction({d / 10})", show=False) for d in range(10)]
 
     def __init__(self, monitor: Monitor, feed: Feed, *, mode: str = "live", start_feed: bool = True,
-                 record_dir: str | None = None, banner: str | None = None, max_fps: float | None = None) -> None:
+                 record_dir: str | None = None, banner: str | None = None, max_fps: float | None = None,
+                 job=None, grace: float = 10.0) -> None:
         super().__init__()
+        # `traintop run`: the job it started (a traintop.job.Job), so q can ask whether to stop it.
+        self.job = job
+        self.grace = grace
         # Redraws are the UI's main cost; sampling and recording keep the feed's interval.
         self.min_redraw_s = 1.0 / max_fps if max_fps else 0.0
         self._last_redraw = 0.0
@@ -477,11 +484,48 @@ class TraintopApp(App):
     def _overlay_open(self) -> bool:
         # Keys typed fast can all reach the dashboard before the first overlay is shown: open
         # one overlay at a time, never a stack of them.
-        return isinstance(self.screen, (HelpScreen, StacksScreen))
+        return isinstance(self.screen, (HelpScreen, StacksScreen, QuitJobScreen))
+
+    def _job_running(self) -> bool:
+        return self.job is not None and self.job.end is None and not self.job.signals_received
+
+    async def action_quit(self) -> None:
+        """q (and Ctrl-Q): with a job that `traintop run` started still running, ask whether to
+        stop it, leave it running or stay; otherwise quit."""
+        if not self._job_running():
+            self.exit()
+            return
+        if isinstance(self.screen, QuitJobScreen):
+            return
+        self.push_screen(QuitJobScreen(self.job.pid, self.grace, self.job.log_path), self._quit_answered)
+
+    def _quit_answered(self, answer: str | None) -> None:
+        if answer == "stop":
+            self.stop_job()
+        elif answer == "leave":
+            self.exit()
+
+    def stop_job(self) -> None:
+        """The path a SIGTERM to traintop takes: SIGTERM to the job's whole group, SIGKILL after
+        the grace period (the CLI waits for that once the dashboard is gone), then quit."""
+        if self._job_running():
+            self.job.forward(signal.SIGTERM, self.grace)
+        self.exit()
+
+    def where_things_go(self) -> list[tuple[str, str]]:
+        """Where the files traintop writes go: said in the help."""
+        out = []
+        if self.replay is None:
+            rec = self.monitor.recorder
+            out.append(("recording", rec.path) if rec is not None
+                       else ("recordings", f"{self.record_dir or default_recording_dir()} (key r)"))
+        if self.job is not None:
+            out.append(("job's output", self.job.log_path))
+        return out
 
     def action_help(self) -> None:
         if not self._overlay_open():
-            self.push_screen(HelpScreen())
+            self.push_screen(HelpScreen(self.where_things_go()))
 
     def action_stacks(self, _anyway: bool = False) -> None:
         """Every thread's Python stack in the job (from the probe): where a stalled job hangs."""
@@ -537,6 +581,9 @@ class TraintopApp(App):
             n = len(self.last_view.gpus) if self.last_view else 0
             self.say("One GPU only: nothing to focus." if n == 1
                      else "No GPU in view: nothing to focus.")
+
+    def action_cluster_key(self) -> None:
+        self.say("h, j, a are traintop cluster's keys; here g focuses a GPU.")
 
     def action_all_gpus(self) -> None:
         self.focused_gpu = None

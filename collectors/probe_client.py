@@ -55,6 +55,7 @@ def parse_message(line: bytes) -> dict | None:
     ok = (_count(msg.get("pid"), plausible.PID) and _count(msg.get("rank"), _RANK["rank"])
           and _count(msg.get("local_rank"), _RANK["rank"]) and _count(msg.get("world_size"), _RANK["world_size"])
           and msg.get("cuda") in (None, True, False) and msg.get("hooks") in (None, True, False)
+          and msg.get("torch") in (None, True, False) and msg.get("loader") in (None, True, False)
           and _count(msg.get("steps")) and _count(msg.get("drops"))
           and _seconds(msg.get("input_wait")) and _seconds(msg.get("window"))
           and (msg.get("t") is None or plausible.number(msg.get("t"), (0.0, plausible.T_MAX)) is not None))
@@ -268,8 +269,10 @@ class ProbeClient:
             alloc_retries=i(main.get("alloc_retries")), ooms=i(main.get("ooms")), steps=i(m.get("steps")),
             step_time=plausible.number(step_time, plausible.RANK["step_time"]),
             steps_per_s=plausible.number(steps_per_s, plausible.RANK["steps_per_s"]),
-            input_wait=min(1.0, c.wait / c.window) if c.window > 0 else None,
+            # no DataLoader iterator entered yet: a wait of 0 would measure nothing (and rule out starvation)
+            input_wait=min(1.0, c.wait / c.window) if c.window > 0 and m.get("loader") is not False else None,
             age=now - c.last_seen, local_rank=i(m.get("local_rank")), job=_job(m.get("job")),
+            torch=m.get("torch"), loader=m.get("loader"),
         )
 
     def close(self) -> None:

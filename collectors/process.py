@@ -11,6 +11,25 @@ from traintop.errors import TraintopError
 from traintop.samples import ProcessSample, ProcInfo
 
 LOADER_NAMES = ("pt_data_worker",)
+# Programs that start the real job: a shell, a pyenv shim, `conda run`, env and the like. Where
+# the job's process is one of them with a single child, that child is what the job is called
+# (a pyenv shim execs python in the same process: the name is read again every sample).
+WRAPPERS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "fish", "env", "conda", "mamba", "micromamba", "pyenv",
+                      "uv", "poetry", "pipenv", "nohup", "timeout", "time", "nice", "ionice", "stdbuf",
+                      "setsid", "taskset", "numactl", "chrt", "srun"})
+TORCH_CHECK_S = 10.0  # a process not (yet) seen with torch is looked at again this often
+
+
+def maps_torch(pid: int) -> bool | None:
+    """Whether torch's libraries are mapped into ``pid`` (None: cannot tell)."""
+    try:
+        with open(f"/proc/{pid}/maps", "rb") as fh:
+            for line in fh:
+                if b"/libtorch" in line or b"/libc10" in line:
+                    return True
+    except OSError:
+        return None
+    return False
 
 
 def _is_loader_worker(name: str, cmdline: list[str]) -> bool:
@@ -75,6 +94,40 @@ class ProcessCollector:
         except psutil.Error:
             self.cmdline = self.name
         self.ended_at: float | None = None
+        self._torch: dict[int, tuple[bool | None, float]] = {}  # pid -> (torch mapped, when looked)
+
+    def _has_torch(self, pids: list[int], now: float) -> bool | None:
+        """torch's libraries mapped into any of ``pids``; a process seen with them keeps them."""
+        answers = []
+        for pid in pids:
+            seen = self._torch.get(pid)
+            if seen is None or (not seen[0] and now - seen[1] >= TORCH_CHECK_S):
+                seen = self._torch[pid] = (maps_torch(pid), now)
+            answers.append(seen[0])
+            if seen[0]:
+                return True
+        for pid in [p for p in self._torch if p not in pids]:
+            del self._torch[pid]
+        return False if any(a is False for a in answers) else None
+
+    def _named(self, members: list[ProcInfo], cmds: dict[int, list[str]]) -> None:
+        """The job's name and command line: its own process's, now (a shim that execs python
+        is python from then on), or, through a wrapper with one child, that child's."""
+        by_pid = {m.pid: m for m in members}
+        pid = self.pid
+        for _ in range(8):
+            m = by_pid.get(pid)
+            if m is None:
+                break
+            children = [c for c in members if c.ppid == pid]
+            if m.name not in WRAPPERS or len(children) != 1:
+                break
+            pid = children[0].pid
+        m = by_pid.get(pid)
+        if m is not None and m.name:
+            self.name = m.name
+            if cmds.get(pid):
+                self.cmdline = " ".join(cmds[pid])
 
     def _tree(self) -> list[psutil.Process]:
         procs = [self._root]
@@ -111,6 +164,7 @@ class ProcessCollector:
             self.ended_at = self.ended_at or time.time()
             return ProcessSample(pid=self.pid, alive=False, name=self.name, cmdline=self.cmdline)
         members = []
+        cmds: dict[int, list[str]] = {}
         read = write = 0
         io_ok = True
         for p in self._tree():
@@ -136,10 +190,13 @@ class ProcessCollector:
             if p.pid not in self._ns:
                 self._ns[p.pid] = ns_pids(p.pid)
             members.append(ProcInfo(p.pid, name, cpu, rss, threads, _is_loader_worker(name, cmd), ppid))
+            cmds[p.pid] = cmd
         if not members:
             self.ended_at = time.time()
             return ProcessSample(pid=self.pid, alive=False, name=self.name, cmdline=self.cmdline)
+        self._named(members, cmds)
         now = self._clock()
+        torch = self._has_torch([m.pid for m in members if not m.is_loader_worker], now)
         r_rate = w_rate = None
         if io_ok:
             if self._last_io is not None:
@@ -151,5 +208,5 @@ class ProcessCollector:
             pid=self.pid, alive=True, name=self.name, cmdline=self.cmdline,
             cpu_percent=sum(m.cpu_percent or 0 for m in members), rss=sum(m.rss or 0 for m in members),
             threads=sum(m.threads or 0 for m in members), read_rate=r_rate, write_rate=w_rate,
-            members=tuple(members),
+            members=tuple(members), torch=torch,
         )

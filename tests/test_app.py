@@ -1185,3 +1185,78 @@ def test_speed_keys_at_their_limits_and_scroll_keys_with_nothing_to_scroll_say_w
             await pilot.pause()
             assert "The alerts fit their panel: nothing to scroll." in screen_lines(app)[0]
     run(go())
+
+
+def test_the_cluster_views_keys_in_the_dashboard_say_where_they_work(sim_app):
+    async def go():
+        app, _, _ = sim_app("healthy")
+        said = []
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            for key in ("h", "j", "a"):
+                app._status.show_notice(None)
+                await pilot.press(key)
+                said.append(app._status.notice)
+        return said
+
+    said = run(go())
+    assert all(s and "traintop cluster" in s for s in said), said
+
+
+def test_at_120x36_no_figure_is_parted_from_its_unit_and_the_pcie_figure_stays(tmp_path):
+    """A real H200 replay of pageable copies (a PCIe finding) in a real terminal at 120x36: the GPU
+    panel keeps the PCIe figure whole (it dropped lesser fields), the process lines keep "I/O ↓0 B/s",
+    "wait N %" and the chart legend whole."""
+    import os
+
+    from terminal import Terminal
+
+    path = os.path.join(os.path.dirname(__file__), "fixtures", "h200", "pageable-10hz.ttrec")
+    with Terminal(["replay", path], 120, 36, home=str(tmp_path)) as term:
+        term.wait_text("REPLAY")
+        term.press("space", "6")  # paused, at 60 %: copies under way
+        screen = term.wait_for(lambda s: "━ allocated" in s and "PCIe ↑" in s and "Host-to-device" in s,
+                               "the panels at 60 %").replace("\u00a0", " ")  # no-break spaces read as spaces
+        pcie = [line for line in screen.splitlines() if "PCIe ↑" in line]
+        assert pcie and all("↓" in line.split("PCIe ↑")[1] and "/s …" not in line and "/…" not in line
+                            for line in pcie), pcie
+        assert "I/O ↓0 B/s ↑0 B/s" in screen and "wait 0 %" in screen
+        for line in screen.splitlines():
+            right = line.split("││")[-1] if "││" in line else line
+            assert not right.rstrip(" │").endswith(("I/O ↓0", "wait", "wait 0")), line
+        assert "━ alloca\n" not in screen and "━ allocated" in screen
+        term.press("q")
+        assert term.wait_exit() == 0
+
+
+def test_a_finished_jobs_cpu_peak_keeps_its_unit_on_its_line(sim_app):
+    import dataclasses
+
+    from traintop.widgets.process_panel import ProcessPanel
+
+    async def go():
+        app, monitor, feed = sim_app()
+        async with app.run_test(size=(120, 36)) as pilot:
+            last = monitor.store.latest
+            monitor.ingest(dataclasses.replace(last, t=last.t + 0.5,
+                                               process=dataclasses.replace(last.process, alive=False, members=())))
+            app.refresh_view()
+            await pilot.pause()
+            return str(app.query_one(ProcessPanel).render())
+
+    text = run(go())
+    (peak,) = [line for line in text.splitlines() if "peak" in line]
+    assert peak.rstrip().endswith("%"), text
+
+
+def test_the_same_finding_on_several_gpus_is_one_entry(sim_app):
+    async def go():
+        app, _, _ = sim_app("starved", gpus=8)
+        async with app.run_test(size=(160, 48)) as pilot:
+            await pilot.pause()
+            return alerts_text(app), app._alerts.border_title
+
+    text, title = run(go())
+    assert title == "Alerts (8 active)"
+    assert text.count("Data starvation") == 1 and "Data starvation · GPUs 0–7 · since" in text
+    assert "The same on GPUs 1–7" in text

@@ -39,6 +39,11 @@ def test_version_and_help():
     (["frobnicate"], "invalid choice"),
     (["simulate", "--scenario", "nope"], "unknown scenario"),
     (["record", "x.ttrec", "--fast"], "--fast needs"),
+    (["replay", "x.ttrec", "--speed", "0"], "expected a speed above 0"),
+    (["analyze", "--prometheus", "http://127.0.0.1:1", "--since", "-5m"], "expected a positive duration, got '-5m'"),
+    (["analyze", "x.ttrec", "--since", "2m"], "--since picks a time range of --prometheus URL"),
+    (["analyze", "x.ttrec", "--job", "7", "--until", "5"], "--until, --job pick a time range"),
+    (["--interval", "-1"], "positive number of seconds"),
 ])
 def test_bad_input_is_one_line_and_nonzero(args, needle, tmp_path):
     r = traintop(*args, cwd=tmp_path)
@@ -288,3 +293,10 @@ def test_cluster_without_a_terminal_refuses_after_checking_prometheus(monkeypatc
     assert cli.main(["cluster", "--prometheus", "http://prometheus:9090"]) == 2  # pytest's output: no terminal
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("traintop: no terminal here") and closed
+
+
+def test_a_jobs_own_arguments_are_never_rewritten():
+    assert cli._join_dashed_values(["run", "python", "t.py", "--since", "-5m"]) == \
+        ["run", "python", "t.py", "--since", "-5m"]
+    assert cli._join_dashed_values(["run", "--grace", "-1", "--", "x", "--since", "-1"]) == \
+        ["run", "--grace=-1", "--", "x", "--since", "-1"]

@@ -254,3 +254,59 @@ def test_root_accepts_another_users_private_probe_directory_as_that_user(tmp_pat
     assert private_dir_problem(str(d), owner=1000) is None
     os.chmod(d, 0o755)
     assert "open to others" in private_dir_problem(str(d), owner=1000)
+
+
+def test_an_agent_that_reads_no_gpu_says_so_once_and_serves_whether_gpus_are_unread():
+    """This machine has no NVML: the agent says why in one line, and its series say that no GPU
+    went unread (a CPU node); a node with NVIDIA hardware NVML cannot read says 1."""
+    from traintop.cluster.agent import gpu_note
+    from traintop.cluster.exporter import HostState
+
+    p = subprocess.Popen([sys.executable, "-m", "traintop", "agent", "--listen", "127.0.0.1:0", "--hostname", "cpu-a"],
+                         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    try:
+        lines = []
+        while not any("/metrics" in line for line in lines):
+            line = p.stderr.readline()
+            assert line, f"agent exited: {p.wait()} {lines}"
+            lines.append(line)
+        url = re.search(r"(http://\S+/metrics)", lines[-1]).group(1)
+        notes = [line for line in lines if "NVIDIA GPU" in line]
+        if not notes:
+            pytest.skip("NVML reads GPUs on this machine")
+        assert len(notes) == 1 and notes[0].startswith("traintop: cpu-a: ")
+        fams, _ = scrape(url)
+        (s,) = samples(fams, "traintop_gpus_unreadable")
+        assert s.value in (0.0, 1.0) and s.labels == {"Hostname": "cpu-a"}
+        assert (s.value == 1.0) == ("cannot read" in notes[0])
+    finally:
+        p.terminate()
+        p.wait(10)
+
+    class Unread:
+        gpu_problem, gpus_unreadable = "NVML could not start (Insufficient Permissions)", True
+
+    monitor, feed = simulated_session("healthy", gpus=1, interval=0.5)
+    feed.source = Unread()
+    h = HostAgent("gpu-b", monitor, feed, None, "live")
+    note = gpu_note(h)
+    assert "NVIDIA GPUs that NVML cannot read (NVML could not start (Insufficient Permissions))" in note
+    from traintop.cluster.exporter import HostCollector
+    fam = next(f for f in HostCollector(HostState("gpu-b", gpus_unreadable=True)).collect()
+               if f.name == "traintop_gpus_unreadable")
+    assert [x.value for x in fam.samples] == [1]
+    assert not [f for f in HostCollector(HostState("sim")).collect() if f.name == "traintop_gpus_unreadable"]
+    monitor.close()
+
+
+def test_nvidia_hardware_is_seen_without_nvml(tmp_path):
+    from traintop.cluster.live_source import nvidia_hardware_present
+
+    assert not nvidia_hardware_present(str(tmp_path))
+    dev = tmp_path / "sys" / "bus" / "pci" / "devices" / "0000:17:00.0"
+    dev.mkdir(parents=True)
+    (dev / "vendor").write_text("0x10de\n")
+    (dev / "class").write_text("0x068000\n")  # an NVSwitch bridge: no GPU
+    assert not nvidia_hardware_present(str(tmp_path))
+    (dev / "class").write_text("0x030200\n")  # a 3D controller: an H200
+    assert nvidia_hardware_present(str(tmp_path))

@@ -13,6 +13,7 @@ from traintop.cluster import series as S
 
 DEPLOY = os.path.join(os.path.dirname(__file__), "..", "deploy")
 RULES = os.path.join(DEPLOY, "prometheus")
+UNIT_TESTS = os.path.join(os.path.dirname(__file__), "prometheus")  # promtool's unit tests of the rules
 DASHBOARD = os.path.join(DEPLOY, "grafana", "traintop-dashboard.json")
 PROMTOOL = shutil.which("promtool")
 needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="no promtool (scripts/test installs Debian's prometheus)")
@@ -49,8 +50,19 @@ def test_promtool_checks_the_rules():
 def test_promtool_unit_tests_of_the_alerts_pass():
     # a finding pages at once when critical and after 5 minutes as a warning; a job whose step
     # counters stay flat, and a rank 1.75x slower than its job, raise their alerts
-    r = subprocess.run([PROMTOOL, "test", "rules", "traintop-alerts.test.yml"], cwd=RULES, capture_output=True,
+    r = subprocess.run([PROMTOOL, "test", "rules", "traintop-alerts.test.yml"], cwd=UNIT_TESTS, capture_output=True,
                        text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+@needs_promtool
+def test_promtool_checks_every_file_in_the_rules_folder():
+    """`promtool check rules deploy/prometheus/*.yml`, as a user runs it: rule files only there."""
+    import glob
+
+    files = sorted(glob.glob(os.path.join(RULES, "*.yml")))
+    assert len(files) >= 2
+    r = subprocess.run([PROMTOOL, "check", "rules", *files], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
 
 

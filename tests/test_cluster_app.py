@@ -20,6 +20,11 @@ T0 = 1_790_000_000.0
 
 def fixed_snapshot():
     """Three hosts of one job: node-a's loader starves, node-b's rank 3 lags, node-c runs hot."""
+    d = fixed_data()
+    return snapshot_from(d, findings_of(d)[0])
+
+
+def fixed_data():
     d = ClusterData("http://prometheus:9090", T0, T0 + 299, 5.0, [T0 + 5.0 * k for k in range(60)])
     for h_i, h in enumerate(("node-a", "node-b", "node-c")):
         for local in range(2):
@@ -42,7 +47,7 @@ def fixed_snapshot():
             for gi in range(2):
                 d.findings.append(AgentFinding(h, "starvation", "warning", f"gpu{gi}", list(d.grid[10:])))
     d.loader_cpu["node-a"] = {t: 0.98 for t in d.grid}
-    return snapshot_from(d, findings_of(d)[0])
+    return d
 
 
 
@@ -188,3 +193,155 @@ def test_large_cluster_dashboard(snap_compare):
     a = _Shown(lambda: snap, url="http://prometheus:9090", poll=False)
     a._snap = snap
     assert snap_compare(a, terminal_size=(100, 30))
+
+
+def test_findings_that_come_after_the_first_frame_are_drawn_without_a_resize():
+    """At 80x24 the findings panel stayed 0 rows tall under "Findings (N active)" when the first
+    snapshot came after the empty first frame (agents just started, Prometheus restarted)."""
+    from traintop.widgets.alerts_panel import AlertsBody
+
+    async def go():
+        snap = fixed_snapshot()
+        a = ClusterApp(lambda: snap, url="http://prometheus:9090", poll=False)
+        async with a.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            a.show_problem("cannot reach http://prometheus:9090")
+            await pilot.pause()
+            a.show_snapshot(snap)
+            for _ in range(50):  # bounded: the layout pass that follows
+                await pilot.pause(0.05)
+                if a.query_one(AlertsBody).size.height:
+                    break
+            body = a.query_one(AlertsBody)
+            return body.size.height, len(body.text_lines(body.size.width or 78)), a.query_one("#alerts").border_title
+
+    height, lines, title = asyncio.run(go())
+    assert title.startswith("Findings (") and lines > 1
+    assert height == lines
+
+
+def test_a_node_that_stopped_reporting_is_dimmed_with_how_long_and_counted_so():
+    d = fixed_data()
+    for series in [g for (h, _), g in d.gpus.items() if h == "node-c"]:
+        for t in d.grid[-12:]:  # its last minute: nothing
+            for col in (series.util, series.power, series.mem_used, series.temp, series.clock_ratio):
+                col.pop(t, None)
+    for r in d.ranks.values():
+        if r.host == "node-c":
+            for t in d.grid[-12:]:
+                r.step.pop(t, None), r.wait.pop(t, None), r.steps.pop(t, None)
+    snap = snapshot_from(d, findings_of(d)[0])
+    assert [h for h, _ in snap.silent] == ["node-c"] and snap.silent_for("node-c") >= 55
+
+    async def go():
+        a = ClusterApp(lambda: snap, url="http://prometheus:9090", poll=False)
+        async with a.run_test(size=(160, 48)) as pilot:
+            a.show_snapshot(snap)
+            await pilot.pause()
+            from traintop.widgets.cluster_panels import status_line
+            return a.query_one(HostsBody).render(), status_line(snap, "", None, None, False, None).plain
+
+    body, status = asyncio.run(go())
+    lines = body.plain.split("\n")
+    head = next(k for k, line in enumerate(lines) if line.startswith("node-c"))
+    assert "no data for 1 min" in lines[head] or "no data for 60 s" in lines[head], lines[head]
+    dim_from = len("\n".join(lines[:head + 1])) + 1  # node-c's GPU lines: drawn dim
+    assert any("dim" in str(span.style) and span.start <= dim_from < span.end for span in body.spans)
+    assert "3 hosts (1 without data) · 6 GPUs (2 without data) · 6 ranks (2 without data)" in status
+    node_a = next(k for k, line in enumerate(lines) if line.startswith("node-a"))
+    assert "no data" not in lines[node_a]
+
+
+def test_a_node_whose_agent_cannot_read_its_gpus_is_no_cpu_node():
+    """Its agent serves traintop_gpus_unreadable 1 and no GPU series: the read keeps the host, the
+    dashboard says its GPUs are unreadable, the top line counts it."""
+    from traintop.cluster.fetch import fetch_grid
+    from traintop.cluster.promapi import Grid, GridSeries, Series
+    from traintop.widgets.cluster_panels import status_line
+
+    grid = Grid(T0, 5.0, 12)
+
+    class FakeProm:
+        shown = "http://prometheus:9090"
+
+        def query(self, promql, at=None):
+            if "gpus_unreadable" in promql:
+                return [Series({"Hostname": "gpu-b"}, ((at, 1.0),))]
+            if "agent_info" in promql:
+                return [Series({}, ((at, 2.0),))]
+            return []
+
+        def query_grid(self, promql, g):
+            if promql.endswith("gpu_utilization_ratio"):
+                return [GridSeries({"Hostname": "gpu-a", "gpu": "0"}, {t: 1.0 for t in g.times})]
+            if promql.endswith("steps_total"):
+                return [GridSeries({"Hostname": "gpu-b", "exported_job": "7", "rank": "1", "local_rank": "0",
+                                    "world_size": "2"}, {t: k * 10.0 for k, t in enumerate(g.times)})]
+            return []
+
+    data = fetch_grid(FakeProm(), grid, grid.times[-1])
+    assert data.unreadable == {"gpu-b"} and data.hosts == ["gpu-a", "gpu-b"]
+    snap = snapshot_from(data, findings_of(data)[0])
+    assert snap.unreadable == ("gpu-b",)
+
+    async def go():
+        a = ClusterApp(lambda: snap, url="http://prometheus:9090", poll=False)
+        async with a.run_test(size=(160, 48)) as pilot:
+            a.show_snapshot(snap)
+            await pilot.pause()
+            return a.query_one(HostsBody).render().plain
+
+    body = asyncio.run(go())
+    line = next(line for line in body.split("\n") if line.startswith("gpu-b"))
+    assert "0 GPUs" in line and "GPUs unreadable" in line
+    assert "GPUs unreadable on 1 host" in status_line(snap, "", None, None, False, None).plain
+
+
+def test_host_then_job_focus_shows_that_hosts_job_and_its_findings_only():
+    async def go():
+        a = shown_app()
+        async with a.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            await pilot.press("h", "h")  # node-b
+            await pilot.press("j")
+            body = a.query_one(HostsBody).render().plain
+            findings = [f.host for f in a.snapshot.findings]
+            from traintop.widgets.alerts_panel import AlertsBody
+            shown = a.query_one(AlertsBody).render().plain
+            return a.focus_host, a.focus_job, body, findings, shown
+
+    host, job, body, findings, shown = asyncio.run(go())
+    assert (host, job) == ("node-b", "1234")
+    assert "node-b" in body and "r2" in body and "r3" in body and "node-a" not in body
+    assert "node-b" in shown and "node-a ·" not in shown and "node-c ·" not in shown
+
+
+def test_findings_scroll_and_keys_that_do_nothing_here_say_why():
+    async def go():
+        a = shown_app()
+        said = {}
+        async with a.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            alerts = a.query_one("#alerts")
+            assert alerts.max_scroll_y > 0  # at 80x24 the findings run past their panel
+            await pilot.press("down", "down")
+            said["scrolled"] = alerts.scroll_y
+            for key in ("g", "n", "s", "r", "left", "5", "enter", "x"):
+                a.notice = None
+                await pilot.press(key)
+                said[key] = a.notice
+            status = a.query_one("#status").render().plain
+        return said, status
+
+    said, status = asyncio.run(go())
+    assert said.pop("scrolled") == 2
+    assert all(said.values()), said
+    assert "h/H focus a host" in said["g"] and "replays" in said["left"] and "? lists" in said["x"]
+    assert said["x"] in status or status.strip()  # the line is drawn where the status goes
+
+
+def test_the_cluster_help_wraps_at_the_width_of_its_box():
+    from traintop.app.cluster import HELP
+
+    first = HELP.split("\n\n")[0]
+    assert "\n" not in first.strip()  # one paragraph: wrapped by the box, never broken by hand

@@ -506,3 +506,20 @@ def test_cluster_dashboard_reads_the_real_prometheus_and_focuses_a_host(cluster)
         asyncio.run(go())
     finally:
         source.close()
+
+
+def test_the_cluster_view_in_a_real_terminal_at_80x24(cluster, tmp_path):
+    """`traintop cluster` on a pty against the real Prometheus: the findings are drawn without a
+    resize, the arrows scroll them, a key of the local dashboard says what to use instead."""
+    sys.path.insert(0, os.path.dirname(__file__))
+    from terminal import Terminal
+
+    with Terminal(["cluster", "--prometheus", cluster["url"], "--refresh", "1"], 80, 24, home=str(tmp_path)) as term:
+        screen = term.wait_for(lambda s: "Findings (" in s and ("▲" in s or "✖" in s), "findings drawn", timeout=60)
+        body = screen.split("Findings (")[1]
+        assert any(ch in body for ch in "▲✖ℹ")  # under the title, not a blank panel
+        term.press("g")
+        term.wait_text("g focuses a GPU in the local dashboard")
+        term.press("down", "down", "pagedown")
+        term.press("q")
+        assert term.wait_exit() == 0

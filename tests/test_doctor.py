@@ -97,6 +97,31 @@ def test_cli_exit_code_and_json():
     assert '"status": "fail"' in r.stdout and "Traceback" not in r.stderr
 
 
+@pytest.mark.parametrize("python, reason", [
+    ("/etc/passwd", "is not executable"), ("/etc", "is a directory"), ("/bin/false", "did not run as Python"),
+    ("/nonexistent/python", "no Python at")])
+def test_a_python_that_is_not_one_is_one_fail_with_the_right_reason(python, reason):
+    r = subprocess.run([sys.executable, "-m", "traintop", "doctor", "--python", python],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "Traceback" not in r.stderr + r.stdout
+    lines = [line for line in r.stdout.splitlines() if line.startswith("FAIL  PyTorch")]
+    assert len(lines) == 1 and reason in lines[0], r.stdout
+    assert "Reinstall torch" not in r.stdout
+
+
+def test_traintops_own_venv_is_judged_as_information(fake_nvml, monkeypatch, tmp_path):
+    nv, _ = fake_nvml(n=1)
+    cpu_torch = [doctor.Check("PyTorch", "pass", "torch 2.13.0+cpu (CUDA runtime none)"),
+                 doctor.Check("CUDA build", "fail", "this torch is a CPU-only build", "Install a CUDA build")]
+    monkeypatch.setattr(doctor, "torch_checks", lambda *a, **k: list(cpu_torch))
+    monkeypatch.setattr(doctor.sys, "prefix", str(tmp_path))
+    assert statuses(doctor.run(None, nvml=nv))["CUDA build"] == "fail"  # any other Python: a failure
+    (tmp_path / ".traintop-test").write_text("x\n")  # the marker scripts/test leaves in its .venv
+    checks = doctor.run(None, nvml=nv)
+    assert statuses(checks)["CUDA build"] == "info" and "traintop's own .venv" in doctor.render(checks)
+    assert statuses(doctor.run("/usr/bin/python3", nvml=nv))["CUDA build"] == "fail"  # --python: the user's
+
+
 def test_health_lines_pcie_ecc_gpm_and_events(fake_nvml, with_hopper_extras):
     nv, calls = fake_nvml(n=1)
     checks, _ = doctor.nvml_checks(with_hopper_extras(nv, calls))

@@ -90,7 +90,23 @@ def test_a_failing_command_is_counted_its_output_logged_and_shown_in_the_status_
     missing = FindingHook(str(tmp_path / "no-such-command"))
     missing.submit({"event": "start"})
     missing.close(wait=20)
-    assert "cannot start it" in missing.problem()
+    assert "exit status 127 (command not found)" in missing.problem()
+
+
+def test_the_command_runs_through_the_shell_even_a_builtin(tmp_path):
+    """`exit 3` is no program: given to /bin/sh -c, it fails with 3, said once, one prefix."""
+    said = []
+    hook = FindingHook("exit 3", on_first_failure=said.append)
+    hook.submit({"event": "start"})
+    hook.submit({"event": "end"})
+    hook.close(wait=20)
+    assert hook.failures == 2 and "last: exit status 3" in hook.problem()
+    assert said == ["--on-finding command failed: exit status 3"]
+    out = tmp_path / "read"
+    ok = FindingHook(f"read line; echo \"$line\" > {out}")
+    ok.submit({"event": "start", "rule": "x"})
+    ok.close(wait=20)
+    assert ok.failures == 0 and json.loads(out.read_text())["rule"] == "x"
 
 
 def test_record_runs_the_hook_headless(tmp_path):
@@ -106,6 +122,7 @@ def test_record_runs_the_hook_headless(tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0  # the recording is what was asked; the hook's failure is said, once
     assert r.stderr.count("--on-finding command failed: exit status 1") == 1
+    assert "traintop: traintop:" not in r.stderr
     assert "--on-finding: 1 of 1 run(s) failed" in r.stderr
 
 

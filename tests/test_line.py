@@ -60,10 +60,16 @@ def test_a_line_wraps_where_rich_wraps_it():
         text.no_wrap = False
         width = rng.randint(1, 30)
         rows = line.wrap(width) if line.cell_len > width else [line]
-        expected = fit_lines(text, width, console)
-        assert [r.plain for r in rows] == [t.plain for t in expected]
+        # A no-break space joins a number to its unit ("12 GiB"): never a break, where rich breaks
+        # at it. Rich is asked with a letter in its place (as wide, no whitespace).
+        nb = "\u00a0"
+        asked = text.copy()
+        asked.plain = text.plain.replace(nb, "_")  # same length: its styles stay where they were
+        expected = fit_lines(asked, width, console)
+        assert [r.plain.replace(nb, "_") for r in rows] == [t.plain for t in expected]
         for row, want in zip(rows, expected):
-            assert _drawn(row, console, base) == _drawn_text(want, console, base)
+            if nb not in row.plain:
+                assert _drawn(row, console, base) == _drawn_text(want, console, base)
 
 
 def test_a_line_slices_and_converts_like_text():
@@ -117,4 +123,5 @@ def test_word_breaks_measured_by_length_are_rich_s_for_one_cell_text():
     for _ in range(20000):
         plain = "".join(rng.choice(words) + rng.choice(["", " ", "  "]) for _ in range(rng.randint(0, 15)))
         width = rng.randint(1, 30)
-        assert narrow_breaks(plain, width) == divide_line(plain, width, fold=False)
+        # a no-break space is no break (rich's would be): rich is asked with a letter in its place
+        assert narrow_breaks(plain, width) == divide_line(plain.replace("\u00a0", "_"), width, fold=False)

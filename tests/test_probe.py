@@ -71,6 +71,33 @@ def test_message_carries_memory_steps_and_input_wait(fake_torch, probe_dir):
     assert json.loads(p.message())["step_times"] == []  # per window
 
 
+def test_message_says_whether_torch_and_a_dataloader_were_seen(fake_torch, probe_dir, monkeypatch):
+    p = Probe()
+    p._install_hooks()
+    msg = json.loads(p.message())
+    assert msg["torch"] is True and msg["loader"] is False  # no batch yet: the input wait measures nothing
+    next(fake_torch.dl._BaseDataLoaderIter(0.0))
+    assert json.loads(p.message())["loader"] is True
+    monkeypatch.delitem(sys.modules, "torch")
+    assert json.loads(Probe().message())["torch"] is False
+
+
+def test_without_a_dataloader_the_client_reports_no_input_wait():
+    from traintop.collectors.probe_client import parse_message
+
+    base = {"v": 1, "pid": 42, "t": time.time(), "window": 1.0, "cuda": False, "steps": 3, "input_wait": 0.0,
+            "torch": True, "loader": False}
+    assert parse_message(json.dumps(base).encode()) is not None
+    assert parse_message(json.dumps(dict(base, loader="yes")).encode()) is None  # outside input: checked
+    client = ProbeClient.__new__(ProbeClient)
+    client._clock = time.monotonic
+    conn = types.SimpleNamespace(pid=42, last=base, step_times=[], wait=0.0, window=1.0, last_seen=time.monotonic())
+    r = client._rank(conn, time.monotonic())
+    assert r.input_wait is None and r.loader is False and r.torch is True
+    conn.last = dict(base, loader=True)
+    assert client._rank(conn, time.monotonic()).input_wait == 0.0
+
+
 def test_a_long_wait_is_split_across_windows(fake_torch, probe_dir):
     import threading
 

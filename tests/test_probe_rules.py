@@ -198,3 +198,43 @@ def test_a_starvation_alert_ends_within_seconds_once_the_measured_wait_drops():
     (a,) = [a for a in mon.engine.alerts if a.rule == "starvation"]
     assert a.start < 60 and a.end is not None and a.end <= 60 + 5
     assert "% of the time over the last 20 s" in a.evidence  # the kept sentence names its window
+
+
+def test_a_busy_process_that_never_imported_torch_is_not_training_on_the_cpu():
+    """A preprocessing script or a shell loop: busy, no GPU memory, and no sign of torch."""
+    def frames(torch):
+        return [Frame(t=float(t), gpus=gpu(util=0.0, pid=None),
+                      process=dataclasses.replace(job(t, cpu=390.0), torch=torch)) for t in range(60)]
+    for no_torch in (False, None):  # None: not known (a recording)
+        assert not [a for a in run(frames(no_torch)).engine.alerts if a.rule == "cpu_training"]
+    a = next(a for a in run(frames(True)).engine.alerts if a.rule == "cpu_training")  # torch mapped in
+    assert "holds no memory on any of the 1 GPU(s)" in a.evidence
+    probed = [Frame(t=float(t), gpus=gpu(util=0.0, pid=None), process=job(t, cpu=390.0),
+                    ranks=(RankSample(pid=10, cuda=False, torch=t >= 0, steps=0),)) for t in range(60)]
+    assert [a for a in run(probed).engine.alerts if a.rule == "cpu_training"]  # the probe saw torch imported
+    no_torch = [dataclasses.replace(f, ranks=(RankSample(pid=10, cuda=False, torch=False, steps=0),)) for f in probed]
+    assert not [a for a in run(no_torch).engine.alerts if a.rule == "cpu_training"]
+
+
+def test_training_on_the_cpu_ends_as_soon_as_the_job_has_ended():
+    live = [Frame(t=float(t), gpus=gpu(util=0.0, pid=None), process=job(t, cpu=390.0),
+                  ranks=(RankSample(pid=10, cuda=False, steps=t * 3),)) for t in range(60)]
+    ended = [Frame(t=60.0 + t, gpus=gpu(util=0.0, pid=None),
+                   process=ProcessSample(pid=10, alive=False, name="python")) for t in range(3)]
+    mon = run(live + ended)
+    a = next(a for a in mon.engine.alerts if a.rule == "cpu_training")
+    assert a.end is not None and a.end <= 61.0  # at the first sample without the job, not 20 s later
+
+
+def test_the_process_line_says_no_dataloader_seen_instead_of_an_input_wait_of_nothing():
+    from traintop.view import RankView
+    from traintop.widgets.process_panel import compact_rank_line, rank_line
+
+    r = RankSample(pid=10, rank=0, cuda=True, steps=30, steps_per_s=3.0, input_wait=None, loader=False)
+    for line in (rank_line(RankView(r, 0, None, [], [], [], [], 0.0)),
+                 compact_rank_line(RankView(r, 0, None, [], [], [], [], 0.0), 1)):
+        text = line.to_text().plain
+        assert "no DataLoader seen" in text and "input wait" not in text
+    fed = dataclasses.replace(r, input_wait=0.4, loader=True)
+    shown = rank_line(RankView(fed, 0, None, [], [], [], [], None)).to_text().plain
+    assert "input wait\u00a040\u00a0%" in shown  # the figure kept with its words and unit when the line wraps

@@ -76,3 +76,69 @@ def test_missing_pid_is_one_line():
 def test_nonsense_pid():
     with pytest.raises(TraintopError, match="positive"):
         ProcessCollector(0)
+
+
+def _wait(predicate, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    return predicate()
+
+
+def test_behind_a_shim_the_job_is_called_by_the_process_it_execs(tmp_path):
+    """A pyenv shim is a script that execs python in the same process: the name follows the exec."""
+    shim = tmp_path / "python3"
+    shim.write_text(f"#!/bin/bash\nread _\nexec {sys.executable} -c 'import time; time.sleep(30)'\n")
+    shim.chmod(0o755)
+    p = subprocess.Popen([str(shim)], stdin=subprocess.PIPE)
+    try:
+        c = ProcessCollector(p.pid)
+        assert c.sample().name in ("python3", "bash")  # the shim, before the exec
+        p.stdin.write(b"go\n")
+        p.stdin.flush()
+        s = _wait(lambda: (x := c.sample()).name.startswith("python") and x)
+        assert s and s.name.startswith("python") and "time.sleep(30)" in s.cmdline
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_through_a_wrapper_with_one_child_the_job_is_called_by_the_child():
+    """`conda run`, `bash -c 'python …; echo done'`: the wrapper's only child is the job."""
+    p = subprocess.Popen(["bash", "-c", f"{sys.executable} -c 'import time; time.sleep(30)'; echo done"])
+    try:
+        c = ProcessCollector(p.pid)
+        s = _wait(lambda: (x := c.sample()).name.startswith("python") and x)
+        assert s and s.pid == p.pid and "time.sleep(30)" in s.cmdline
+    finally:
+        for child in __import__("psutil").Process(p.pid).children(recursive=True):
+            child.kill()
+        p.kill()
+        p.wait()
+
+
+def test_torch_is_seen_in_the_process_maps():
+    from traintop.collectors.process import maps_torch
+
+    assert maps_torch(os.getpid()) in (False, True)  # readable
+    assert maps_torch(1 << 30) is None  # no such process: not known
+    pytest.importorskip("torch")
+    p = subprocess.Popen([sys.executable, "-c", "import torch, time; print('ready', flush=True); time.sleep(60)"],
+                         stdout=subprocess.PIPE)
+    try:
+        assert p.stdout.readline().strip() == b"ready"
+        assert maps_torch(p.pid) is True
+        c = ProcessCollector(p.pid)
+        assert c.sample().torch is True
+    finally:
+        p.kill()
+        p.wait()
+    q = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert ProcessCollector(q.pid).sample().torch is False
+    finally:
+        q.kill()
+        q.wait()

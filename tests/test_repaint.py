@@ -83,7 +83,10 @@ def test_frames_repaint_only_changed_lines_and_end_where_a_full_repaint_does(sim
                 await pilot.pause()
             drawn = sum(map(len, counts.values()))
             rows = sum(p.content_size.height for p in panels if p.display)
-            assert 0 < drawn < 5 * rows / 2  # the borders, labels and steady text are not repainted
+            # The borders, labels and steady text are not repainted. At 120x36 with 8 ranks most of the
+            # process panel's lines (each rank's rates, the step sparkline) change with every sample,
+            # and the alerts (the same finding on several GPUs drawn as one entry) take few rows: 2/3.
+            assert 0 < drawn < 5 * rows * 2 / 3
             partial = _screen_text(app)
             for p in panels:
                 p.refresh()

@@ -245,6 +245,66 @@ def test_in_the_dashboard_sigterm_stops_the_job_and_restores_the_terminal(env, t
             os.killpg(pgid, signal.SIGKILL)
 
 
+def _job_in_terminal(tmp_path, env, marker, cols=100, rows=30):
+    from terminal import Terminal
+
+    e = {k: v for k, v in env.items() if k in ("TRAINTOP_PROBE_DIR", "TMPDIR")}
+    return Terminal(["run", "--interval", "0.2", "--grace", "2", "--", "bash", "-c",
+                     f"echo $$ > {marker}; sleep 300 & sleep 300"], cols, rows, home=str(tmp_path), env=e)
+
+
+@pytest.mark.parametrize("answer", ["s", "l", "c"])
+def test_q_in_the_dashboard_asks_whether_to_stop_the_job(answer, env, tmp_path):
+    marker = tmp_path / "pgid"
+    with _job_in_terminal(tmp_path, env, marker) as term:
+        term.wait_text("LIVE", "Job started (PID")
+        wait_for(lambda: marker.exists() and marker.read_text().strip(), what="the job's pid")
+        pgid = int(marker.read_text())
+        try:
+            term.press("q")
+            screen = term.wait_text("is still running", "stop the job", "leave it running", "cancel")
+            assert "Its output:" in screen
+            if answer == "c":
+                term.press("c")
+                term.wait_for(lambda s: "is still running" not in s, "the question gone")
+                assert term.alive() and not group_gone(pgid)
+                term.press("q")
+                term.wait_text("is still running")
+                term.press("escape")
+                term.wait_for(lambda s: "is still running" not in s, "the question gone")
+                assert term.alive() and not group_gone(pgid)
+                return
+            term.press(answer)
+            code = term.wait_exit()
+            out = term.raw_bytes().decode(errors="replace")
+            if answer == "s":  # the path of a SIGTERM to traintop: the whole group, then its status
+                assert code == 143, out[-2000:]
+                assert group_gone(pgid)
+                assert "job killed by SIGTERM" in out
+            else:
+                assert code == 0, out[-2000:]
+                assert not group_gone(pgid)
+                assert "goes on; its output:" in out
+        finally:
+            if not group_gone(pgid):
+                os.killpg(pgid, signal.SIGKILL)
+
+
+def test_the_help_says_where_the_jobs_output_and_recordings_go(env, tmp_path):
+    marker = tmp_path / "pgid"
+    with _job_in_terminal(tmp_path, env, marker, cols=160, rows=48) as term:
+        term.wait_text("No probe message yet")
+        wait_for(lambda: marker.exists() and marker.read_text().strip(), what="the job's pid")
+        pgid = int(marker.read_text())
+        try:
+            term.press("?")
+            screen = term.wait_text("Where things go")
+            assert "job's output" in screen and "run-" in screen
+            assert "recordings" in screen and os.path.join("traintop", "recordings") in screen
+        finally:
+            os.killpg(pgid, signal.SIGKILL)
+
+
 def test_the_app_is_told_how_the_job_ended_and_the_job_is_reaped(env, monkeypatch, tmp_path):
     import asyncio
 

@@ -290,3 +290,37 @@ def test_the_stacks_screen_scrolls_with_the_arrows_and_closes_with_any_other_key
             await pilot.press("x")
             assert not isinstance(app.screen, StacksScreen)
     asyncio.run(go())
+
+
+def test_stacks_shown_after_the_job_ended_say_so_and_the_popup_takes_a_wide_terminal(sim_app):
+    import asyncio
+
+    from traintop.widgets.stacks_screen import StacksScreen
+
+    async def go():
+        app, monitor, feed = sim_app()
+        feed.kind, monitor.probe_seen_at, monitor.ended_at = "live", 1.0, 2.0
+        with monitor.lock:
+            for d in latest_per_process(_dumps(), reason="stalled"):
+                monitor.stacks[d.pid] = d
+        async with app.run_test(size=(160, 48)) as pilot:
+            await pilot.press("s")
+            await pilot.pause()
+            assert isinstance(app.screen, StacksScreen)
+            text = str(app.screen.query_one("#stacks-text").render())
+            width = app.screen.query_one("#help-box").outer_size.width
+        return text, width
+
+    text, width = asyncio.run(go())
+    assert "The job has ended: these stacks were taken before it did (the latest at" in text
+    assert "rank 0 (PID 954), stalled" in text and "(PID 954) (PID" not in text
+    assert width > 140  # not the help's 84 columns
+
+
+def test_analyze_names_a_process_without_a_rank_by_its_pid_once():
+    from traintop.analyze import Report, render_text
+
+    stack = {"t_s": 3.0, "label": "PID 23472", "pid": 23472, "rank": None, "reason": "requested",
+             "since_step_s": None, "threads": []}
+    text = render_text(Report("x", "recording", 10.0, 10, 1.0, [], [], 0.0, 0.0, stacks=[stack]))
+    assert "PID 23472 at 3 s, on request:" in text and "(PID 23472)" not in text

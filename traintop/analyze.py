@@ -476,7 +476,8 @@ def render_text(r: Report) -> str:
         for d in r.stacks:
             since = f", {fmt_duration(d['since_step_s'])} after its last step" if d["since_step_s"] is not None else ""
             why = "stalled" if d["reason"] == "stalled" else "on request"
-            out.append(f"  {d['label']} (PID {d['pid']}) at {fmt_duration(d['t_s'])}, {why}{since}:")
+            who = d["label"] if d["rank"] is None else f"{d['label']} (PID {d['pid']})"  # never "PID 7 (PID 7)"
+            out.append(f"  {who} at {fmt_duration(d['t_s'])}, {why}{since}:")
             for th in d["threads"]:
                 out.append(f"    {th['name']}{' (main)' if th['main'] else ''}:")
                 out.extend(f"      {line}" for line in th["innermost"])

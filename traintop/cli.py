@@ -58,6 +58,40 @@ def _seconds(text: str) -> float:
     return v
 
 
+def _speed(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a speed (1 plays in real time, 2 twice as fast), got {text!r}") \
+            from None
+    if not 0 < v <= 1000:
+        raise argparse.ArgumentTypeError(f"expected a speed above 0 and at most 1000 (1 plays in real time), "
+                                         f"got {text!r}")
+    return v
+
+
+# Options whose value may start with "-" ("--since -5m"): argparse takes such a value for an
+# option and says "expected one argument"; joined to its option, the value's own check speaks.
+NEGATIVE_OK = ("--since", "--until", "--speed", "--interval", "--fps", "--grace", "--duration", "--step")
+
+
+def _join_dashed_values(argv: list[str]) -> list[str]:
+    out, k, run = [], 0, False
+    while k < len(argv):
+        a = argv[k]
+        if a == "--" or (run and not a.startswith("-")):  # the job's own command line: as it is
+            return out + argv[k:]
+        run = run or a == "run"
+        nxt = argv[k + 1] if k + 1 < len(argv) else None
+        if a in NEGATIVE_OK and nxt is not None and len(nxt) > 1 and nxt[0] == "-" and (nxt[1].isdigit() or nxt[1] == "."):
+            out.append(f"{a}={nxt}")
+            k += 2
+            continue
+        out.append(a)
+        k += 1
+    return out
+
+
 def _gpu_list(text: str) -> frozenset[int]:
     try:
         out = frozenset(int(x) for x in text.split(",") if x.strip())
@@ -178,11 +212,12 @@ def require_terminal(monitor=None) -> None:
         raise TraintopError(NO_TERMINAL)
 
 
-def _run_app(args, monitor, feed, mode: str, banner: str | None = None, prepare=None) -> int:
+def _run_app(args, monitor, feed, mode: str, banner: str | None = None, prepare=None, job=None) -> int:
     from traintop.app.factory import build_app
 
     require_terminal(monitor)
-    app = build_app(monitor, feed, mode=mode, banner=banner, max_fps=args.fps)
+    app = build_app(monitor, feed, mode=mode, banner=banner, max_fps=args.fps, job=job,
+                    grace=getattr(args, "grace", 10.0))
     if prepare is not None:
         prepare(app)
     app.run()
@@ -341,10 +376,15 @@ def _run_job_in_app(args, job, monitor, feed) -> int:
         # Replaces the handlers installed by cmd_run (which restores the originals at the end).
         forward_signals(job, args.grace, then=on_signal)
 
-    _run_app(args, monitor, feed, "live", prepare=close_app)
+    # Said in turn where the top line is short: the PID, then the log (its path whole), then q.
+    banner = f"Job started (PID {job.pid}). Its output goes to: {job.log_path}. " \
+             "? says it again; q asks whether to stop the job."
+    _run_app(args, monitor, feed, "live", prepare=close_app, job=job, banner=banner)
     if job.end is None and not job.signals_received:
         echo(f"the job (PID {job.pid}) goes on; its output: {job.log_path}")
         return 0
+    if job.end is None:
+        echo(f"stopping the job (PID {job.pid}): SIGTERM sent, SIGKILL in {args.grace:g} s if any of it is left")
     end = job.finish()
     echo(end.describe())
     return end.status
@@ -386,6 +426,11 @@ def cmd_analyze(args) -> int:
         return cmd_analyze_prometheus(args)
     if not args.file:
         raise TraintopError("analyze needs a FILE (a recording or an nvidia-smi log), or --prometheus URL")
+    ranged = [flag for flag, value in (("--since", args.since), ("--until", args.until), ("--job", args.job),
+                                       ("--step", args.step)) if value is not None]
+    if ranged:
+        verb = "picks" if len(ranged) == 1 else "pick"
+        raise TraintopError(f"{', '.join(ranged)} {verb} a time range of --prometheus URL: a FILE is analyzed whole")
     source = sessions.open_source(args.file, _fields(args))
     report = analyze(source, config=args.thresholds, name=os.path.basename(args.file), rerun=args.rerun)
     print(render_json(report) if args.json else render_text(report))
@@ -583,7 +628,7 @@ def add_replay(sub) -> None:
     p.add_argument("file", metavar="FILE", help="a traintop recording (.ttrec) or an nvidia-smi CSV/dmon log")
     g = p.add_argument_group("replay")
     g.add_argument("--fields", metavar="F1,F2,...", help="field names, in order, of a header-less nvidia-smi CSV")
-    g.add_argument("--speed", type=_seconds, default=1.0, metavar="X", help="playback speed (default 1)")
+    g.add_argument("--speed", type=_speed, default=1.0, metavar="X", help="playback speed (default 1)")
     add_display(p)
     add_thresholds(p)
     p.set_defaults(handler=cmd_replay)
@@ -678,6 +723,7 @@ def _option_dests(parser: argparse.ArgumentParser) -> set[str]:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     # Which command: parsed with every command a placeholder (they take anything); then
     # parsed for real with that command's parser.
+    argv = _join_dashed_values(list(sys.argv[1:] if argv is None else argv))
     command = build_parser(None).parse_known_args(argv)[0].command
     parser = build_parser(command)
     args, extra = parser.parse_known_args(argv)

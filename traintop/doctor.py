@@ -16,7 +16,7 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from traintop.text import plain
 from traintop.units import fmt_bytes
@@ -163,11 +163,18 @@ OWN_PYTHON_HAS_NO_TORCH = ("no PyTorch in traintop's own Python (it never needs 
 
 def torch_checks(python: str, driver_cuda: str | None, timeout: float = 180.0, own: bool = False) -> list[Check]:
     """``own``: ``python`` is traintop's own interpreter (no --python given), where torch may well be absent."""
+    problem = python_problem(python)
+    if problem is not None:
+        return [Check("PyTorch", FAIL, problem, "Give --python the training environment's python "
+                      "(e.g. /path/to/env/bin/python).")]
     try:
         r = subprocess.run([python, "-c", TORCH_PROBE], capture_output=True, text=True, timeout=timeout,
                            env=dict(os.environ, TRAINTOP_PROBE_DISABLE="1"))
     except FileNotFoundError:
         return [Check("PyTorch", FAIL, f"no Python at {python}", "Give --python the training environment's python.")]
+    except OSError as e:  # a directory, a file that is not executable or not a program
+        return [Check("PyTorch", FAIL, f"cannot run {python}: {e.strerror or e}",
+                      "Give --python the training environment's python.")]
     except subprocess.TimeoutExpired:
         return [Check("PyTorch", FAIL, f"importing torch and one step took over {timeout:.0f} s",
                       "A hung CUDA initialisation often means a driver problem: check `nvidia-smi` and dmesg.")]
@@ -175,8 +182,12 @@ def torch_checks(python: str, driver_cuda: str | None, timeout: float = 180.0, o
     try:
         info = json.loads(line)
     except json.JSONDecodeError:
-        err = (r.stderr.strip().splitlines() or ["no output"])[-1]
-        return [Check("PyTorch", FAIL, f"the probe crashed: {err}", "Reinstall torch in that environment.")]
+        err = (r.stderr.strip().splitlines() or [""])[-1]
+        if "Traceback (most recent call last)" in r.stderr:  # Python ran, and died importing torch
+            return [Check("PyTorch", FAIL, f"the probe crashed: {err}", "Reinstall torch in that environment.")]
+        said = f", saying: {err}" if err else ", no output"
+        return [Check("PyTorch", FAIL, f"{python} did not run as Python (exit {r.returncode}{said})",
+                      "Give --python the training environment's python (e.g. /path/to/env/bin/python).")]
     return interpret_torch(info, driver_cuda, python, own=own)
 
 
@@ -224,9 +235,40 @@ def interpret_torch(info: dict, driver_cuda: str | None, python: str = "python",
     return checks
 
 
+def python_problem(python: str) -> str | None:
+    """Why ``python`` cannot be the interpreter to check (one line), or None."""
+    if not os.path.exists(python):
+        return f"no Python at {python}"
+    if os.path.isdir(python):
+        return f"{python} is a directory, not a Python interpreter"
+    if not os.access(python, os.X_OK):
+        return f"{python} is not executable, so not a Python interpreter"
+    return None
+
+
+def in_own_venv(prefix: str | None = None) -> bool:
+    """traintop runs from the .venv that scripts/traintop or scripts/test made (they leave a
+    marker in it): never a training environment, though the tests put a CPU-only torch there."""
+    prefix = prefix or sys.prefix
+    return any(os.path.exists(os.path.join(prefix, f".traintop-{kind}")) for kind in ("runtime", "test"))
+
+
+OWN_VENV_NOTE = ("traintop's own .venv (the tests' CPU-only torch), not a training environment: "
+                 "`traintop doctor --python /path/to/your/env/bin/python` checks yours")
+
+
 def run(python: str | None = None, nvml=None, config_error: str | None = None) -> list[Check]:
     checks, driver_cuda = nvml_checks(nvml)
-    checks += torch_checks(python or sys.executable, driver_cuda, own=python is None)
+    torch = torch_checks(python or sys.executable, driver_cuda, own=python is None)
+    if python is None and in_own_venv():  # what its torch can do says nothing about the user's jobs
+        said, judged = False, []
+        for c in torch:
+            if c.status in (FAIL, WARN):
+                c = replace(c, status=INFO, detail=c.detail if said else f"{c.detail} — {OWN_VENV_NOTE}")
+                said = True
+            judged.append(c)
+        torch = judged
+    checks += torch
     if config_error:  # every other command refuses to start with it; doctor says what to fix
         checks.append(Check("config", FAIL, config_error,
                             "fix the file, or move it away to use the default thresholds"))

@@ -6,7 +6,8 @@ queue drops the event and counts it). Each run gets ``TIMEOUT_S``; past it the c
 everything it started (its own process group) are killed, and the worker reaps the child, so
 no zombie is left. The command's output goes to a log file, not the screen; failures are
 counted and summed up in one line (``problem()``) for the status bar or the end of a run.
-The command runs without a shell when it has no shell syntax.
+The command always runs through ``/bin/sh -c`` (as cron and git hooks run theirs): a builtin
+(``exit 3``), a pipe or a variable works as it would typed in a shell.
 
 The event (one JSON object and a newline on the command's stdin):
     {"event": "start" | "end", "host", "rule", "subject", "severity", "title", "evidence",
@@ -18,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import queue
-import shlex
 import signal
 import subprocess
 import threading
@@ -30,7 +30,6 @@ from traintop.text import one_line
 TIMEOUT_S = 30.0
 QUEUE_MAX = 64
 LOG_MAX_BYTES = 1 << 20  # the log is started afresh (the old one kept as .1) past this
-SHELL_SYNTAX = "|&;<>()$`\\\"'*?[]#~=%\n"
 
 
 class FindingEvents:
@@ -112,9 +111,7 @@ class FindingHook:
         return "--on-finding: " + "; ".join(parts) + where
 
     def _argv(self):
-        if any(c in self.command for c in SHELL_SYNTAX):
-            return self.command, True
-        return shlex.split(self.command), False
+        return ["/bin/sh", "-c", self.command], False
 
     def _work(self) -> None:
         while True:
@@ -154,8 +151,9 @@ class FindingHook:
                 p.wait()
                 self._failed(f"timed out after {self.timeout:g} s, killed")
                 return
-            if rc != 0:
-                self._failed(f"exit status {rc}" if rc > 0 else f"killed by signal {-rc}")
+            if rc != 0:  # the shell's own codes for a command it could not run
+                why = {127: " (command not found)", 126: " (not executable)"}.get(rc, "")
+                self._failed(f"exit status {rc}{why}" if rc > 0 else f"killed by signal {-rc}")
         finally:
             if log is not None:
                 log.close()
@@ -180,7 +178,7 @@ class FindingHook:
         self.last_failure = why
         if self.failures == 1 and self.on_first_failure is not None:
             try:
-                self.on_first_failure(f"traintop: --on-finding command failed: {why}")
+                self.on_first_failure(f"--on-finding command failed: {why}")  # the teller adds "traintop: "
             except Exception:
                 pass
 

@@ -130,6 +130,7 @@ class Probe:
         self._last_step: float | None = None
         self._input_wait = 0.0
         self._waiting_since: float | None = None  # inside DataLoader.__next__ since then
+        self._loader_seen = False  # a DataLoader iterator has handed out a batch: its input wait means something
         self._hooks_installed = False
         self._undo: list = []
         self._window_start = time.perf_counter()
@@ -235,6 +236,7 @@ class Probe:
         def __next__(it):
             t = time.perf_counter()
             probe._waiting_since = t
+            probe._loader_seen = True
             try:
                 return original(it)
             finally:
@@ -309,6 +311,7 @@ class Probe:
             "cuda": bool(cuda is not None and cuda.is_initialized()),
             "memory": self._memory(), "steps": steps, "step_times": step_times,
             "input_wait": wait, "hooks": self._hooks_installed, "drops": self.drops,
+            "torch": torch is not None, "loader": self._loader_seen,
             "since_step": None if last_step is None else now - last_step,
         }
         self._check_stall(now)

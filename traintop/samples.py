@@ -156,6 +156,9 @@ class ProcessSample:
     read_rate: float | None = None
     write_rate: float | None = None
     members: tuple[ProcInfo, ...] = ()
+    # Live only (recordings do not keep it; None: not known): torch's libraries are mapped into a
+    # process of the tree (/proc/PID/maps), the evidence of torch where no probe reports.
+    torch: bool | None = None
 
     @property
     def loader_workers(self) -> tuple[ProcInfo, ...]:
@@ -212,6 +215,10 @@ class RankSample:
     age: float | None = None  # seconds since the probe's last message
     local_rank: int | None = None
     job: str | None = None  # the scheduler's job id (SLURM_JOB_ID, TORCHELASTIC_RUN_ID) seen by the job itself
+    # Live only (recordings do not keep them; None: not known). torch: the process has imported
+    # torch; loader: a DataLoader iterator has handed it a batch (else input_wait measures nothing).
+    torch: bool | None = None
+    loader: bool | None = None
 
     @property
     def label(self) -> str:

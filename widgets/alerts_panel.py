@@ -59,6 +59,36 @@ def watched(view: View | None) -> str:
     return f"{text} {verb} normal" + ("" if view.gpus else " (no GPU in view)")
 
 
+def gpus_label(indices: list[int]) -> str:
+    """"GPUs 0–7" for a run, "GPUs 0, 2, 5" otherwise."""
+    xs = sorted(indices)
+    if xs == list(range(xs[0], xs[-1] + 1)) and len(xs) > 2:
+        return f"GPUs {xs[0]}–{xs[-1]}"
+    return "GPUs " + ", ".join(map(str, xs))
+
+
+def group_alerts(active) -> list[tuple[AlertView, list[int]]]:
+    """Active alerts with the same rule and severity on several GPUs (eight starving GPUs of one
+    job) as one entry: (the first GPU's alert, every GPU's index); others alone, with []."""
+    groups: dict[tuple, list[AlertView]] = {}
+    order: list[tuple] = []
+    for a in active:
+        key = (a.rule, int(a.severity)) if gpu_index(a.subject) is not None else ("", a.id, a.subject)
+        if key not in groups:
+            groups[key] = []
+            order.append(key)
+        groups[key].append(a)
+    out = []
+    for key in order:
+        alerts = groups[key]
+        if len(alerts) == 1:
+            out.append((alerts[0], []))
+        else:
+            alerts.sort(key=lambda a: gpu_index(a.subject))
+            out.append((alerts[0], [gpu_index(a.subject) for a in alerts]))
+    return out
+
+
 def alert_paragraphs(active, recent, now: float | None, compact: bool, watching: str = "") -> list[Paragraph]:
     out: list[Paragraph] = []
     if not active:
@@ -69,16 +99,26 @@ def alert_paragraphs(active, recent, now: float | None, compact: bool, watching:
     explained = [a for a in active if a.explained_by]
     active = [a for a in active if not a.explained_by]
     titles = {a.rule: a.title for a in active}
-    for k, a in enumerate(active):
+    grouped = group_alerts(active)
+    starts = {}
+    for a in active:
+        key = (a.rule, int(a.severity))
+        starts[key] = min(starts.get(key, a.start), a.start)
+    for k, (a, gpus) in enumerate(grouped):
         if k:
             out.append((Line(), 0))
         style = SEVERITY_STYLE.get(int(a.severity), "")
         head = Line(f"{SEVERITY_ICON.get(int(a.severity), '•')} {one_line(a.title, 200)}", style)
-        since = f" · {subject_label(a.subject)} · since {_clock(a.start)}"
+        start = starts[(a.rule, int(a.severity))] if gpus else a.start
+        since = f" · {gpus_label(gpus) if gpus else subject_label(a.subject)} · since {_clock(start)}"
         if now is not None:
-            since += f" ({fmt_duration(now - a.start)})"
+            since += f" ({fmt_duration(now - start)})"
         out.append((head.append(keep_units(since), f"{style} dim".strip()), 2))
         out.append((Line("  " + keep_units(one_line(a.evidence, 2000))), 2))
+        if gpus:  # one GPU's numbers speak for the group; g shows each GPU's own
+            others = [i for i in gpus if i != gpu_index(a.subject)]
+            out.append((Line("  " + keep_units(f"The same on {gpus_label(others) if len(others) > 1 else f'GPU {others[0]}'}"
+                                               " (g: each GPU's own numbers)."), "dim"), 2))
         for r in (a.remedies if k == 0 else a.remedies[:1]):
             out.append((Line("  → ", "bold cyan").append(keep_units(one_line(r, 2000)), "bold cyan"), 4))
     if explained:

@@ -96,6 +96,7 @@ class HostsBody(TextLines):
                 rs = sorted(rs, key=lambda r: (-(r.step or 0.0), -(r.wait or 0.0), r.rank))[:SLOWEST_SHOWN]
             for r in rs:
                 out.append("\n")
+                start = len(out)
                 out.append(f" r{r.rank:<4}", style="bold")
                 out.append(f"{one_line(r.host, 14):<14} ", style="dim")
                 out.append(f"{r.step:6.3f}s " if r.step is not None else "     –s ")
@@ -103,6 +104,8 @@ class HostsBody(TextLines):
                 out.append(f"wait {_pct(r.wait)}% ", style=wait_style)
                 if spark_w:
                     out.append_text(spark(_vals(r.spark)[-spark_w:], 0.0, top * 1.1, spark_w, style="cyan").to_text())
+                if s.silent_for(r.host) is not None:  # its host stopped reporting: the last numbers, not now's
+                    out.stylize("dim", start, len(out))
         return out
 
     @staticmethod
@@ -118,8 +121,14 @@ class HostsBody(TextLines):
             out.append(f"  {len(gpus)} GPU" + ("s" if len(gpus) != 1 else ""), style="dim")
             if n_find:
                 out.append(f"  ▲ {n_find}", style="bold yellow")
+            silent = s.silent_for(h)
+            if silent is not None:
+                out.append(f"  no data for {fmt_duration(silent)}: its last numbers", style="bold yellow")
+            if h in s.unreadable:
+                out.append("  GPUs unreadable: its agent cannot read them (NVML)", style="bold red")
             for g in gpus:
                 out.append("\n")
+                start = len(out)
                 style = level_style(g.util, warn=2.0, crit=2.0) if g.util is not None else "bright_black"
                 out.append(f" {g.index:>2} ", style="bold")
                 out.append_text(bar(g.util, 8, style="green" if (g.util or 0) >= 0.5 else "yellow").to_text())
@@ -134,6 +143,8 @@ class HostsBody(TextLines):
                     out.append(f" {g.temp:3.0f}°", style="yellow" if g.temp >= 83 else "dim")
                 if g.clock_ratio is not None and g.clock_ratio < 0.85:
                     out.append(f" clk {g.clock_ratio * 100:.0f}%", style="yellow")
+                if silent is not None:
+                    out.stylize("dim", start, len(out))
 
     @staticmethod
     def _host_rows(out: Text, s: ClusterSnapshot, shown: set, findings: dict, spark_w: int) -> None:
@@ -142,6 +153,7 @@ class HostsBody(TextLines):
                    "hottest · h: a host's GPUs", style="dim")
         for h in rows:
             out.append("\n")
+            start = len(out)
             out.append(f"{one_line(h.host, 14):<14} ", style="bold")
             out.append_text(bar(h.util, 8, style="green" if (h.util or 0) >= 0.5 else "yellow").to_text())
             out.append(f" {_pct(h.util)}% ")
@@ -157,14 +169,22 @@ class HostsBody(TextLines):
                 out.append(f" clk {h.clock_ratio * 100:.0f}%", style="yellow")
             if findings.get(h.host):
                 out.append(f"  ▲ {findings[h.host]}", style="bold yellow")
+            silent = s.silent_for(h.host)
+            if silent is not None:
+                out.stylize("dim", start, len(out))
+                out.append(f" no data for {fmt_duration(silent)}", style="bold yellow")
+            if h.host in s.unreadable:
+                out.append(" GPUs unreadable", style="bold red")
 
 
-def finding_paragraphs(s: ClusterSnapshot | None, focus_host: str | None, compact: bool) -> list:
-    """The cluster's findings as (line, hanging indent) paragraphs, like the local alerts."""
+def finding_paragraphs(s: ClusterSnapshot | None, focus_host: str | None, compact: bool,
+                       hosts: set[str] | None = None) -> list:
+    """The cluster's findings as (line, hanging indent) paragraphs, like the local alerts.
+    ``hosts``: only those of these hosts (the hosts of the job in focus)."""
     out = []
     if s is None:
         return out
-    fs = [f for f in s.findings if focus_host in (None, f.host)]
+    fs = [f for f in s.findings if focus_host in (None, f.host) and (hosts is None or f.host in hosts)]
     fs.sort(key=lambda f: (-int(Severity.parse(f.severity)), f.scope != "cluster", f.host, f.rule))
     if not fs:
         line = Text("✔ No problems detected", style="bold green")
@@ -195,7 +215,18 @@ def status_line(s: ClusterSnapshot | None, url: str, job: str | None, focus_host
     out.append(" CLUSTER ", style="bold black on cyan")
     if s is not None:
         out.append(" " + time.strftime("%H:%M:%S", time.localtime(s.t)), style="bold")
-        out.append(f"  {len(s.hosts)} hosts · {len(s.gpus)} GPUs · {len(s.ranks)} ranks", style="bold")
+        silent = {h for h, _ in s.silent}
+
+        def count(n: int, what: str, quiet: int) -> str:
+            return f"{n} {what}" + (f" ({quiet} without data)" if quiet else "")
+
+        out.append("  " + " · ".join((
+            count(len(s.hosts), "hosts", len(silent)),
+            count(len(s.gpus), "GPUs", sum(g.host in silent for g in s.gpus)),
+            count(len(s.ranks), "ranks", sum(r.host in silent for r in s.ranks)))), style="bold")
+    if s is not None and s.unreadable:
+        n = len(s.unreadable)
+        out.append(f"  GPUs unreadable on {n} host{'s' if n != 1 else ''}", style="bold red")
     if paused:
         out.append("  ‖ PAUSED", style="bold yellow")
     if problem:

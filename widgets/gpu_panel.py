@@ -62,18 +62,27 @@ class GpuPanel(TextLines):
              f"{_num(s.temp_c)}/{slowdown:.0f} °C"),
         ]
 
-    def _footer(self) -> Line:
+    def _footer(self, width: int = 1 << 30) -> Line:
+        """Clocks, GPM, PCIe and processes in one row; where they do not fit ``width``, the
+        least telling go first (memory clock, process count, tensor and DRAM), never the PCIe
+        figure a finding may be about."""
         s = self.view.sample
-        t = Line()
-        t.append(f"SM {_num(s.sm_clock)}/{_num(s.sm_clock_max)} MHz", "bold" if s.sm_clock and s.sm_clock_max
-                 and s.sm_clock < 0.9 * s.sm_clock_max and (s.util or 0) > 50 else "")
-        t.append(f"  mem {_num(s.mem_clock)} MHz", "dim")
-        if s.sm_active is not None:  # GPM: what the SMs did, not just "a kernel ran"
-            t.append(f"  tensor {_num(s.tensor_active)}% DRAM {_num(s.dram_active)}%", "dim")
-        if s.pcie_tx is not None or s.pcie_rx is not None:
-            t.append(f"  PCIe ↑{fmt_rate(s.pcie_tx)} ↓{fmt_rate(s.pcie_rx)}", "dim")
         n = len(s.processes)
-        t.append(f"  {n} proc{'s' if n != 1 else ''}", "dim")
+        parts = [  # (keep rank: higher stays longer, text, style), in the order shown
+            (5, f"SM {_num(s.sm_clock)}/{_num(s.sm_clock_max)} MHz", "bold" if s.sm_clock and s.sm_clock_max
+             and s.sm_clock < 0.9 * s.sm_clock_max and (s.util or 0) > 50 else ""),
+            (1, f"  mem {_num(s.mem_clock)} MHz", "dim"),
+        ]
+        if s.sm_active is not None:  # GPM: what the SMs did, not just "a kernel ran"
+            parts.append((3, f"  tensor {_num(s.tensor_active)}% DRAM {_num(s.dram_active)}%", "dim"))
+        if s.pcie_tx is not None or s.pcie_rx is not None:
+            parts.append((4, f"  PCIe ↑{fmt_rate(s.pcie_tx)} ↓{fmt_rate(s.pcie_rx)}", "dim"))
+        parts.append((2, f"  {n} proc{'s' if n != 1 else ''}", "dim"))
+        while len(parts) > 1 and sum(len(text) for _, text, _ in parts) > width:
+            parts.remove(min(parts, key=lambda p: p[0]))
+        t = Line()
+        for _, text, style in parts:
+            t.append(text, style)
         return t
 
     def text_lines(self, width: int) -> list[Line]:
@@ -87,7 +96,7 @@ class GpuPanel(TextLines):
         for label, series, lo, hi, style, value in self._rows():
             line = Line(f"{label:<{label_w}}", "bold").extend(spark(series, lo, hi, sw, style))
             out.append(line.append(f" {value:>{value_w}}").truncate(width))
-        out.append(self._footer().truncate(width))
+        out.append(self._footer(width).truncate(width))
         return out
 
     def render(self) -> Text:

@@ -12,6 +12,7 @@ from textual.screen import ModalScreen
 from textual.widget import Widget
 
 from traintop.rules import default_rules
+from traintop.text import one_line
 from traintop.widgets.render import SEVERITY_ICON
 from traintop.widgets.wrap import hang_wrap
 
@@ -30,7 +31,8 @@ HELP = """\
 and says what is wrong and what to try.
 
 [b]Keys[/b] (the footer shows those that apply now)
-  q, Ctrl-Q    quit                       ?       this help
+  q, Ctrl-Q    quit (traintop run: asks whether to stop the job)
+  ?            this help
   p, space     pause/resume the display (live: sampling and recording go on)
   ↑ ↓ PgUp PgDn  scroll the alerts
   g / G        one GPU's full panel and its alerts: next / previous; Esc: all GPUs again
@@ -83,6 +85,14 @@ def hang_of(line: str) -> int:
     return m.end() if m else len(line) - len(line.lstrip(" "))
 
 
+def _insert_before(text: Text, marker: str, part: Text) -> Text:
+    """``part`` inserted before the first ``marker`` in ``text`` (at its end where there is none)."""
+    k = text.plain.find(marker)
+    if k < 0:
+        return Text.assemble(text, part)
+    return Text.assemble(text[:k], part, text[k:])
+
+
 class HelpText(Widget):
     """The help, wrapped to the box with hanging indents (Rich would start each continuation
     line at column 0)."""
@@ -125,12 +135,25 @@ class HelpScreen(ModalScreen):
 
     BINDINGS = [Binding("escape,q,question_mark", "close", "close")]
 
+    def __init__(self, where: list[tuple[str, str]] | None = None) -> None:
+        """``where``: (what, path) pairs said under "Where things go" (recordings, the job's output)."""
+        super().__init__()
+        self.where = where or []
+
     def compose(self) -> ComposeResult:
         box = HelpBox(id="help-box")
         box.border_subtitle = "↑↓ PgUp PgDn scroll · Esc q ? close"
+        text = Text.from_markup(HELP.format(patterns=patterns()))
+        if self.where:  # paths are the user's: plain text, never markup
+            tail = Text.from_markup("\n[b]Where things go[/b]\n")
+            for what, path in self.where:
+                tail.append(f"  {what:<12} ")
+                tail.append(one_line(path, 500))
+                tail.append("\n")
+            text = _insert_before(text, "\nPanels\n", tail)
         with box:
             # rich Text keeps each line's indentation (markup in a Static loses it)
-            yield HelpText(Text.from_markup(HELP.format(patterns=patterns())), id="help-text")
+            yield HelpText(text, id="help-text")
 
     def on_mount(self) -> None:
         self.query_one(HelpBox).focus()

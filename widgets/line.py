@@ -29,7 +29,9 @@ except ImportError:  # pragma: no cover - another rich
     divide_line = None
 
 _TRAILING_SPACE = re.compile(r"\s+$")
-_WORD = re.compile(r"\s*\S+\s*")
+# A word runs to the next whitespace other than a no-break space (keep_units joins a number to
+# its unit with one: "0\u00a0B/s" is never parted).
+_WORD = re.compile(r"[^\S\u00a0]*[\S\u00a0]+[^\S\u00a0]*")
 
 
 def narrow_breaks(plain: str, width: int) -> list[int]:
@@ -174,7 +176,8 @@ class Line:
 
             return [from_text(t) for t in fit_lines(self.to_text(overflow="ellipsis"), width, None)]
         plain = self.plain
-        breaks = narrow_breaks(plain, width) if cells(plain) == len(plain) else divide_line(plain, width, fold=False)
+        breaks = narrow_breaks(plain, width) if cells(plain) == len(plain) \
+            else divide_line(plain.replace("\u00a0", "_"), width, fold=False)  # rich breaks at no-break spaces
         rows = self.divide(breaks)
         for row in rows:
             row._rstrip_end(width)

@@ -189,8 +189,13 @@ class TextLines(Widget):
     def redraw(self) -> None:
         """Show the current state: repaint the lines whose Text changed, and only those."""
         width, height = self._content()
+        auto = self.styles.height is not None and self.styles.height.is_auto
         if self._strips is None or (width, height) != self._strips_key or not self.is_mounted:
-            self.refresh()  # nothing to compare with: draw it all when Textual asks for lines
+            # Nothing to compare with: draw it all when Textual asks for lines. A panel as tall as
+            # its text whose line count changed is laid out again, or it keeps its old height
+            # (the cluster's findings stayed 0 rows tall under "Findings (3 active)" until a resize).
+            relayout = auto and self.is_mounted and len(self.text_lines(width)) != height
+            self.refresh(layout=relayout)
             return
         lines = self.text_lines(width)
         signatures = [line_signature(line) for line in lines]

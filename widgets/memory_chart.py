@@ -18,6 +18,11 @@ def _thin(values: list, n: int) -> list:
     return values[::-1][::k][::-1]
 
 
+SHORT_NAMES_FULL: dict[str, str] = {}
+SHORT_NAMES = {"GPU used (NVML)": "NVML", "reserved": "reserved", "allocated": "allocated"}
+SHORT_NAMES_TINY = {"GPU used (NVML)": "N", "reserved": "r", "allocated": "a"}
+
+
 def memory_chart(allocated: list, reserved: list, nvml: list, width: int, height: int) -> list[Line]:
     """A plotext line chart's rows (GiB on the y axis, samples on the x axis), under a line
     naming the unit and the series: plotext draws its legend over the data."""
@@ -40,9 +45,15 @@ def memory_chart(allocated: list, reserved: list, nvml: list, width: int, height
             legend.append((label, color))
     if not drawn:
         return [Line("collecting memory figures…", "dim")]
-    head = Line("GiB", "bold")  # the chart is drawn in bold: its braille lines read thicker
-    for label, color in legend:
-        head.append("  ━ ", f"bold {LEGEND_STYLE.get(color, color)}").append(label, "bold dim")
+    # The legend whole, else with short names, else the marks alone with initials: never a
+    # name cut off ("━ alloca").
+    for names in (SHORT_NAMES_FULL, SHORT_NAMES, SHORT_NAMES_TINY):
+        head = Line("GiB", "bold")  # the chart is drawn in bold: its braille lines read thicker
+        for label, color in legend:
+            gap = "  ━ " if names is not SHORT_NAMES_TINY else " ━"
+            head.append(gap, f"bold {LEGEND_STYLE.get(color, color)}").append(names.get(label, label), "bold dim")
+        if head.cell_len <= width:
+            break
     out = [head.truncate(width, ellipsis=False)]
     decoder = AnsiDecoder()  # one row at a time: rich's from_ansi joins and splits them again
     for row in plt.build().splitlines():  # never wider than the panel

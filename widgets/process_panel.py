@@ -21,6 +21,7 @@ CHART_IDLE_S = 30.0
 CHART_STEP_BYTES = 64 * 2**20  # a move smaller than this does not redraw the chart
 WORKERS_SHOWN = 12  # loader workers' CPU figures on the line; "… +N" says how many more
 from traintop.widgets.render import level_style, spark
+from traintop.widgets.wrap import keep_units
 
 NO_PROBE = ("No probe in this job: NVML's per-process figure is an upper bound (reserved + CUDA context "
             "+ other allocations). For allocated vs reserved, step time and input wait, start it with "
@@ -43,10 +44,10 @@ def rank_line(rv: RankView, thresholds: Thresholds = DEFAULT) -> Line:
         out.append(f" / res {gib(r.reserved)}", "yellow")
         if rv.nvml_used is not None:
             out.append(f" / NVML {gib(rv.nvml_used)}", "red")
-        out.append(" GiB")
+        out.append("\u00a0GiB")
         if r.reserved and r.allocated is not None:
             frag = (r.reserved - r.allocated) / r.reserved
-            out.append(f" · cached {frag * 100:.0f} %", "dim")
+            out.append(f" · cached {frag * 100:.0f}\u00a0%", "dim")
         out.append(f" · peak {gib(r.peak)}", "dim")
         if r.alloc_retries:
             out.append(f"  retries {r.alloc_retries}", "bold yellow")
@@ -57,8 +58,11 @@ def rank_line(rv: RankView, thresholds: Thresholds = DEFAULT) -> Line:
         if r.step_time:
             out.append(f" ({r.step_time * 1000:.0f} ms)", "dim")
     wait = rv.input_wait_10s if rv.input_wait_10s is not None else r.input_wait
-    if wait is not None:
-        out.append(f" · input wait {wait * 100:.0f} %", "bold yellow" if wait >= thresholds.starvation_input_wait else "dim")
+    if r.loader is False:  # the input wait is measured in DataLoader iterators: none here
+        out.append(" · no DataLoader seen", "dim")
+    elif wait is not None:
+        out.append(f" · input wait\u00a0{wait * 100:.0f}\u00a0%",
+                   "bold yellow" if wait >= thresholds.starvation_input_wait else "dim")
     return out
 
 
@@ -70,7 +74,9 @@ def compact_rank_line(rv: RankView, ranks: int, thresholds: Thresholds = DEFAULT
     if ranks > 1:
         out.append(f" (+{ranks - 1})", "dim")
     wait = rv.input_wait_10s if rv.input_wait_10s is not None else r.input_wait
-    if wait is not None:
+    if r.loader is False:
+        out.append(" · no DataLoader seen", "dim")
+    elif wait is not None:
         out.append(f" · input wait {wait * 100:.0f} %",
                    "bold yellow" if wait >= thresholds.starvation_input_wait else "")
     if r.steps:
@@ -140,7 +146,8 @@ class ProcessPanel(TextLines):
                        "bold yellow")
             return self._cpu_history([out], v), None
         workers = p.loader_workers
-        gpu_mem = ", ".join(f"GPU {i} {fmt_bytes(b)}" for i, b in sorted(v.gpu_mem.items())) or "no GPU memory"
+        gpu_mem = ", ".join(f"GPU\u00a0{i}\u00a0{fmt_bytes(b)}" for i, b in sorted(v.gpu_mem.items())) \
+            or "no GPU memory"
         if self.compact and v.ranks:
             return [compact_rank_line(v.ranks[0], len(v.ranks), v.thresholds)], None
         if self.compact:
@@ -154,10 +161,10 @@ class ProcessPanel(TextLines):
         if v.cpu and any(c is not None for c in v.cpu):  # the job's CPU over time (100 % = one core)
             top = max([100.0] + [c for c in v.cpu if c is not None])
             cpu = Line("CPU  ", "bold").extend(spark(v.cpu, 0, top, max(4, width - 14), "green"))
-            lines.append(cpu.append(f" {p.cpu_percent or 0:5.0f} %"))
-        lines.append(Line(f"CPU {p.cpu_percent or 0:.0f} %  RSS {fmt_bytes(p.rss)}  threads {p.threads or 0}"
-                          f"  I/O ↓{fmt_rate(p.read_rate)} ↑{fmt_rate(p.write_rate)}"))
-        lines.append(Line("GPU memory (NVML, an upper bound): ", "dim").append(gpu_mem))
+            lines.append(cpu.append(f" {p.cpu_percent or 0:5.0f}\u00a0%"))
+        lines.append(Line(keep_units(f"CPU {p.cpu_percent or 0:.0f} %  RSS {fmt_bytes(p.rss)}  threads {p.threads or 0}"
+                                     f"  I/O\u00a0↓{fmt_rate(p.read_rate)}\u00a0↑{fmt_rate(p.write_rate)}")))
+        lines.append(Line("GPU memory (NVML, an upper bound): ", "dim").append(keep_units(gpu_mem)))
         if workers:
             line = Line(f"loader workers ({len(workers)}): ", "bold")
             for w in workers[:WORKERS_SHOWN]:
@@ -190,8 +197,10 @@ class ProcessPanel(TextLines):
         if self.compact or not seen:
             return lines
         cpu = Line("CPU  ", "bold")
-        cpu.extend(spark(v.cpu, 0, max([100.0] + seen), max(4, (self.content_size.width or 60) - 14), "green"))
-        return lines + [cpu.append(f" peak {max(seen):.0f} %")]
+        peak = f" peak {max(seen):.0f}\u00a0%"  # the sparkline leaves it room: never "peak 102" / "%"
+        cpu.extend(spark(v.cpu, 0, max([100.0] + seen), max(4, (self.content_size.width or 60) - 6 - len(peak)),
+                         "green"))
+        return lines + [cpu.append(peak)]
 
     _chart_cache: tuple | None = None
 

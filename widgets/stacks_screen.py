@@ -30,10 +30,20 @@ NO_STACKS = {
 }
 
 
+# Stacks shown while none can come now: said above them, with when they were taken.
+OLD_STACKS = {
+    "ended": "The job has ended: these stacks were taken before it did",
+    "no answer": f"No answer from the job's probes in {ANSWER_WAIT_S:.0f} s: these stacks are older",
+}
+
+
 def stacks_text(dumps, situation: str) -> Text:
     if not dumps:
         return Text(f"Thread stacks: {NO_STACKS[situation]}\n\nArrows and PgUp/PgDn scroll; any other key closes.")
     lines = ["Thread stacks, innermost calls last (arrows and PgUp/PgDn scroll; any other key closes)", ""]
+    if situation in OLD_STACKS:
+        taken = time.strftime("%H:%M:%S", time.localtime(max(d.t for d in dumps)))
+        lines += [f"{OLD_STACKS[situation]} (the latest at {taken}).", ""]
     for d in dumps:
         lines += render(d) + [""]
     return Text("\n".join(lines))  # plain text: the stacks are the job's, never markup
@@ -70,7 +80,7 @@ class StacksScreen(ModalScreen):
         return sorted(found, key=lambda d: (d.rank if d.rank is not None else 1 << 30, d.pid))
 
     def compose(self) -> ComposeResult:
-        with VerticalScroll(id="help-box"):
+        with VerticalScroll(id="help-box", classes="-wide"):
             yield Static(stacks_text(self._dumps(), self._situation()), id="stacks-text")
 
     def on_mount(self) -> None:

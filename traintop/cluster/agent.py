@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry, start_http_server, write_to_tex
 
 from traintop.analyze import WASTE_FROM_CLOCK, WASTE_FROM_UTIL
 from traintop.cluster.addresses import is_loopback
+from traintop.cluster import series as S
 from traintop.cluster.exporter import HostCollector, HostState, RankLabels
 from traintop.errors import TraintopError
 from traintop.hooks import FindingEvents, FindingHook, finding_hook
@@ -90,12 +91,17 @@ class HostAgent:
     def __init__(self, hostname: str, monitor, feed, job: str | None, mode: str, hook: FindingHook | None = None,
                  textfile: str | None = None) -> None:
         self.hostname = hostname
+        source = getattr(feed, "source", None)
+        # A live agent without GPUs says why once, and serves whether GPUs are here unread
+        self.gpu_problem: str | None = getattr(source, "gpu_problem", None) if mode == "live" else None
+        self.gpus_unreadable: bool | None = bool(getattr(source, "gpus_unreadable", False)) if mode == "live" else None
         self.monitor, self.feed = monitor, feed
         self.job = job
         self.mode = mode
         self.hook = hook
         self.textfile = textfile
-        self.collector = HostCollector(HostState(hostname=hostname, gpus=monitor.info.gpus, mode=mode))
+        self.collector = HostCollector(HostState(hostname=hostname, gpus=monitor.info.gpus, mode=mode,
+                                                 gpus_unreadable=self.gpus_unreadable))
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.collector)
         self._lost: dict[str, float] = {}
@@ -137,7 +143,7 @@ class HostAgent:
             xids=tuple((g, n, code) for g, (n, code) in sorted(self._xids.items())),
             loader_cpu=sum(cpus) / len(cpus) / 100 if cpus else None,
             loader_workers=len(workers) if p is not None else None,
-            sample_age=max(0.0, time.time() - frame.t), mode=self.mode))
+            sample_age=max(0.0, time.time() - frame.t), mode=self.mode, gpus_unreadable=self.gpus_unreadable))
         self._hooks(alerts, frame.t)
         self._write_textfile()
 
@@ -188,7 +194,7 @@ class HostAgent:
 def build_hosts(args) -> list[HostAgent]:
     from traintop import sessions
 
-    hook = finding_hook(args.on_finding, lambda msg: print(msg, file=sys.stderr, flush=True))
+    hook = finding_hook(args.on_finding, lambda msg: print(f"traintop: {one_line(msg)}", file=sys.stderr, flush=True))
     job = args.job or job_from_env()
     n_hosts = args.hosts
     if args.simulate and args.only_gpus is not None:
@@ -225,6 +231,17 @@ def build_hosts(args) -> list[HostAgent]:
     return hosts
 
 
+def gpu_note(h: HostAgent) -> str | None:
+    """One line when a live agent reads no GPU: unreadable ones (a GPU node), or none here."""
+    if h.gpu_problem is None:
+        return None
+    problem = one_line(h.gpu_problem, 300)
+    if h.gpus_unreadable:
+        return (f"traintop: {h.hostname}: this node has NVIDIA GPUs that NVML cannot read ({problem}); serving "
+                f"the host and the probes' series, and {S.P}{S.GPUS_UNREADABLE} 1")
+    return f"traintop: {h.hostname}: no NVIDIA GPU here ({problem}); serving the host and the probes' series"
+
+
 def serve(hosts: list[HostAgent], listen: str | None, say=print) -> list:
     """Start one HTTP server per host on consecutive ports (port 0: any free port each)."""
     addr, port = parse_listen(listen or DEFAULT_LISTEN)
@@ -255,6 +272,10 @@ def run_agent(args) -> int:
 
     old = signal.signal(signal.SIGTERM, lambda *_: done.set())
     try:
+        for h in hosts:
+            note = gpu_note(h)
+            if note:
+                print(note, file=sys.stderr, flush=True)  # even with --quiet: a node's GPUs go unseen
         if args.textfile is None or args.listen:
             servers = serve(hosts, args.listen, say)
         for h in hosts:

@@ -47,11 +47,23 @@ def cmd_agent(args) -> int:
     return run_agent(args)
 
 
+def _duration(text: str) -> float:
+    import argparse
+
+    from traintop.cluster.promapi import parse_duration
+    from traintop.errors import TraintopError
+
+    try:
+        return parse_duration(text)
+    except TraintopError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def add_analyze_options(p) -> None:
     g = p.add_argument_group("a cluster in Prometheus")
     g.add_argument("--prometheus", metavar="URL", help="analyze what Prometheus holds instead of a FILE")
     g.add_argument("--job", help="only this job's ranks and hosts")
-    g.add_argument("--since", default="2h", help="how far back (90s, 15m, 2h, 1d; default 2h)")
+    g.add_argument("--since", type=_duration, help="how far back (90s, 15m, 2h, 1d; default 2h)")
     g.add_argument("--until", type=float, metavar="UNIX_TIME", help="end of the range (default: now)")
     g.add_argument("--step", type=float, metavar="S", help="seconds between points read (default: range / 720, at least 1)")
 
@@ -64,7 +76,8 @@ def cmd_analyze_prometheus(args) -> int:
 
     if args.file:
         raise TraintopError("give either a FILE or --prometheus URL, not both")
-    report = analyze_prometheus(args.prometheus, parse_duration(args.since), until=args.until, job=args.job,
+    since = args.since if args.since is not None else parse_duration("2h")
+    report = analyze_prometheus(args.prometheus, since, until=args.until, job=args.job,
                                 step=args.step, config=args.thresholds)
     print(render_json(report) if args.json else render_text(report))
     worst = report.worst()

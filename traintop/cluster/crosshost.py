@@ -437,21 +437,39 @@ def gpu_errors(data: ClusterData) -> list[CrossFinding]:
     return out
 
 
-def missing_nodes(data: ClusterData) -> list[CrossFinding]:
-    """A node whose series stopped while the others' went on."""
-    last_seen: dict[str, float] = {}
+def last_seen(data: ClusterData) -> dict[str, float]:
+    """Each host's newest sample in the window (its GPUs' utilization, its ranks' step counts)."""
+    seen: dict[str, float] = {}
     for (h, _), g in data.gpus.items():
         if g.util:
-            last_seen[h] = max(last_seen.get(h, 0.0), max(g.util))
+            seen[h] = max(seen.get(h, 0.0), max(g.util))
     for r in data.ranks.values():
         if r.steps:
-            last_seen[r.host] = max(last_seen.get(r.host, 0.0), max(r.steps))
-    if len(last_seen) < 2:
+            seen[r.host] = max(seen.get(r.host, 0.0), max(r.steps))
+    return seen
+
+
+def silent_hosts(data: ClusterData) -> dict[str, float]:
+    """Hosts whose series stopped: seconds since each one's last sample. Stopped while others go
+    on (as `missing_nodes` judges), or, where every host stopped, long before the window's end."""
+    seen = last_seen(data)
+    if not seen:
+        return {}
+    newest = max(seen.values())
+    gap = max(3 * data.step, 5.0)
+    return {h: data.end - t for h, t in seen.items()
+            if newest - t > gap or data.end - t > max(6 * data.step, 60.0)}
+
+
+def missing_nodes(data: ClusterData) -> list[CrossFinding]:
+    """A node whose series stopped while the others' went on."""
+    last_seen_ = last_seen(data)
+    if len(last_seen_) < 2:
         return []
-    newest = max(last_seen.values())
+    newest = max(last_seen_.values())
     gap = max(3 * data.step, 5.0)
     out = []
-    for h, t in sorted(last_seen.items()):
+    for h, t in sorted(last_seen_.items()):
         if newest - t > gap:
             jobs = sorted({r.job for r in data.ranks.values() if r.host == h})
             out.append(CrossFinding(NODE_MISSING, h, h, t, newest,

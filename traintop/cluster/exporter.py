@@ -40,6 +40,7 @@ class HostState:
     sample_age: float | None = None
     mode: str = "live"
     extra: dict = field(default_factory=dict)
+    gpus_unreadable: bool | None = None  # None: not a live agent (simulated): the series is left out
 
 
 def _gpu_labels(host: str, info: GpuInfo | None, index: int) -> list[str]:
@@ -70,6 +71,12 @@ class HostCollector(Collector):
                                     labels=["Hostname"])
             age.add_metric([host], st.sample_age)
             out.append(age)
+        if st.gpus_unreadable is not None:
+            bad = GaugeMetricFamily(S.P + S.GPUS_UNREADABLE, "1 when this node has NVIDIA GPUs that the agent "
+                                    "cannot read through NVML (no GPU series then: not a CPU node)",
+                                    labels=["Hostname"])
+            bad.add_metric([host], 1 if st.gpus_unreadable else 0)
+            out.append(bad)
         frame = st.frame
         infos = {g.index: g for g in st.gpus}
         if frame is not None:

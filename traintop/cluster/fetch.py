@@ -79,10 +79,11 @@ class ClusterData:
     loader_cpu: dict = field(default_factory=dict)  # host -> {t: ratio}
     mode: str = "traintop"
     notes: list = field(default_factory=list)
+    unreadable: set = field(default_factory=set)  # hosts whose agent says NVML cannot read their GPUs
 
     @property
     def hosts(self) -> list[str]:
-        return sorted({h for h, _ in self.gpus} | {r.host for r in self.ranks.values()})
+        return sorted({h for h, _ in self.gpus} | {r.host for r in self.ranks.values()} | self.unreadable)
 
     def jobs(self) -> dict[str, list[RankData]]:
         out: dict[str, list[RankData]] = {}
@@ -157,6 +158,9 @@ def _fetch(prom, grid, end, job, slim, part_of, pool) -> ClusterData:
     limit_qs = [(attr, ask_now(f"max by ({', '.join(GPU_BY)}) (max_over_time({S.P}{name}[{span}s]))"))
                 for name, attr in (("gpu_power_limit_watts", "power_limit"), ("gpu_memory_total_bytes", "mem_total"))]
     findings_q = ask(S.P + S.FINDING_ACTIVE, FINDING_BY)
+    # GPUs here that the agent cannot read: such a node has no GPU series, and is no CPU node
+    unreadable_q = ask_now(f"max by ({', '.join(HOST_BY)}) "
+                           f"(max_over_time({S.P}{S.GPUS_UNREADABLE}[{max(span, 60)}s])) == 1")
     loader_q = ask(S.P + S.HOST_LOADER_CPU, HOST_BY)
 
     util = util_q.result()
@@ -213,6 +217,10 @@ def _fetch(prom, grid, end, job, slim, part_of, pool) -> ClusterData:
             data.findings.append(AgentFinding(h, s.get("rule"), s.get("severity"), s.get("subject"), sorted(s.values)))
     for s in loader_q.result():
         _merge(data.loader_cpu, host_of(s), s.values, keyed=True)
+    for s in unreadable_q.result():
+        h = host_of(s)
+        if hosts is None or h in hosts:
+            data.unreadable.add(h)
     return data
 
 

@@ -70,6 +70,8 @@ class AgentSampler:
         self.sampler = sampler
         self.probes = probes
         self.only = only
+        self.gpu_problem: str | None = None  # why NVML cannot read the GPUs (None: it can, or none are here)
+        self.gpus_unreadable = False  # NVIDIA GPUs are here, and NVML cannot read them
 
     def next_frame(self) -> Frame:
         f = self.sampler.next_frame()
@@ -98,10 +100,11 @@ def live_agent_session(interval: float, record: str | None = None, config=None, 
     from traintop.sessions import _store_for, check_interval
 
     check_interval(interval)
+    problem = None
     try:
         gpu = NvmlCollector(window_s=1.0 if interval < 1.0 else 2.0, only=only)
-    except NoGpuError:
-        gpu = None
+    except NoGpuError as e:
+        gpu, problem = None, str(e)
     if gpu is not None:
         info = gpu.session_info(interval)
         gpu.start_slow()
@@ -111,8 +114,27 @@ def live_agent_session(interval: float, record: str | None = None, config=None, 
         info = SessionInfo(kind="live", hostname=socket.gethostname(), interval=interval, label="no GPU")
     sampler = AgentSampler(LiveSampler(gpu=gpu, host=HostCollector(), gpu_timeout=max(1.0, 2 * interval)),
                            AllProbes(), only)
+    if problem is not None:
+        sampler.gpu_problem = problem
+        sampler.gpus_unreadable = nvidia_hardware_present()
     monitor = Monitor(info, store=_store_for(interval), engine=default_engine(config) if config else None,
                       recorder=RecordingWriter(record, info) if record else None)
     feed = SourceFeed(monitor, sampler, interval, kind="live")
     feed.closers = [sampler.close]
     return monitor, feed
+
+
+def nvidia_hardware_present(sys_root: str = "/") -> bool:
+    """NVIDIA GPUs on this node whatever NVML says: a device node, the driver's /proc entry,
+    or a display or 3D controller of NVIDIA's vendor id on the PCI bus."""
+    root = os.path.join
+    if glob.glob(root(sys_root, "dev", "nvidia[0-9]*")) or os.path.isdir(root(sys_root, "proc", "driver", "nvidia")):
+        return True
+    for dev in glob.glob(root(sys_root, "sys", "bus", "pci", "devices", "*")):
+        try:
+            with open(os.path.join(dev, "vendor")) as v, open(os.path.join(dev, "class")) as c:
+                if v.read().strip() == "0x10de" and c.read().strip().startswith("0x03"):  # display/3D
+                    return True
+        except OSError:
+            continue
+    return False

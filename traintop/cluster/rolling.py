@@ -109,4 +109,5 @@ def roll(old: ClusterData, part: ClusterData, grid: Grid) -> ClusterData:
         data.loader_cpu.setdefault(host, {}).update(d)
     data.loader_cpu = {h: d for h, d in data.loader_cpu.items() if d}
     data.notes = part.notes
+    data.unreadable = set(part.unreadable)  # as the agents say now
     return data

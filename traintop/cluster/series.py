@@ -78,6 +78,7 @@ FINDING_ACTIVE = "finding_active"  # {rule, severity, subject}
 GPU_SECONDS_LOST = "gpu_seconds_lost_total"  # {rule}
 AGENT_INFO = "agent_info"  # {version, mode}: 1
 AGENT_SAMPLE_AGE = "agent_last_sample_age_seconds"
+GPUS_UNREADABLE = "gpus_unreadable"  # {Hostname}: 1 when NVIDIA GPUs are here but NVML cannot read them
 
 
 def series_per_gpu() -> int:
@@ -92,5 +93,5 @@ def all_names() -> set[str]:
     """Every series name the agent exposes (counters with their ``_total``)."""
     names = {P + s.name for s in GPU_SERIES + RANK_SERIES + HOST_SERIES}
     names |= {P + n for n in (GPU_XID_TOTAL, GPU_LAST_XID, GPU_STALE, HOST_LOADER_CPU, HOST_LOADER_WORKERS,
-                              FINDING_ACTIVE, GPU_SECONDS_LOST, AGENT_INFO, AGENT_SAMPLE_AGE)}
+                              FINDING_ACTIVE, GPU_SECONDS_LOST, AGENT_INFO, AGENT_SAMPLE_AGE, GPUS_UNREADABLE)}
     return names

@@ -12,6 +12,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from traintop.cluster.crosshost import silent_hosts
 from traintop.cluster.fetch import ClusterData
 from traintop.cluster.report import ClusterFinding, findings_of
 
@@ -73,6 +74,13 @@ class ClusterSnapshot:
     refresh_s: float = 0.0
     jobs: tuple[str, ...] = field(default=())
     host_lines: tuple[HostLine, ...] = ()
+    # hosts whose series stopped, with the seconds since their last sample: their last numbers
+    # are drawn dimmed with "no data for N s", never as current
+    silent: tuple[tuple[str, float], ...] = ()
+    unreadable: tuple[str, ...] = ()  # hosts whose agent cannot read their GPUs (no GPU lines: not CPU nodes)
+
+    def silent_for(self, host: str) -> float | None:
+        return dict(self.silent).get(host)
 
 
 def _latest(d: dict):
@@ -115,7 +123,8 @@ def snapshot_from(data: ClusterData, findings: list[ClusterFinding], refresh_s: 
     hosts = data.hosts
     return ClusterSnapshot(data.url, data.end, tuple(hosts), gpus, ranks, active, data.mode,
                            tuple(data.notes), refresh_s, tuple(sorted({r.job for r in data.ranks.values()})),
-                           _host_lines(hosts, gpus))
+                           _host_lines(hosts, gpus), tuple(sorted(silent_hosts(data).items())),
+                           tuple(sorted(data.unreadable)))
 
 
 class PrometheusSource:

@@ -1,8 +1,17 @@
-"""Training on the CPU: a job taking optimizer steps without CUDA, or a busy job holding no GPU memory."""
+"""Training on the CPU: a job taking optimizer steps without CUDA, or a busy job with torch holding no
+GPU memory.
+
+Only a job with torch can train on the CPU in this sense: a busy Python process that never
+imported torch (a preprocessing script, a shell loop) is no finding. The evidence of torch
+is the probe's word (optimizer steps, or torch imported) or, without a probe, torch's
+libraries mapped into a process of the job (/proc/PID/maps). Recordings keep neither (the
+probe's steps excepted), so a replay without a probe raises it only from steps. The
+finding ends at once when the job has ended: nothing trains any more.
+"""
 
 from __future__ import annotations
 
-from traintop.rules.engine import Finding, RuleContext, Severity
+from traintop.rules.engine import REVERSED, Finding, RuleContext, Severity
 
 
 class TrainingOnCpu:
@@ -21,7 +30,8 @@ class TrainingOnCpu:
     def evaluate(self, ctx: RuleContext):
         c = ctx.config
         frame, proc = ctx.frame, ctx.process
-        if proc is None or not proc.alive:
+        if proc is None or not proc.alive:  # the job is gone: a raised alert ends now, not 20 s later
+            yield Finding("process", "the job has ended", state=REVERSED)
             return
         w = c.cpu_training_window_s
         cpu = ctx.proc_window("cpu_percent", w)
@@ -47,6 +57,8 @@ class TrainingOnCpu:
             return
         if not frame.ranks and not frame.gpus:
             return  # no GPU visible and no probe: nothing to compare with
+        if not (proc.torch or any(r.torch for r in frame.ranks)):
+            return  # no sign that the job ever imported torch: whatever it does, it is not training on the CPU
         text = f"PID {proc.pid} ({proc.name}) uses {mean_cpu:.0f} % CPU"
         if frame.ranks:
             text += " but its probe reports no CUDA use"
