@@ -104,3 +104,52 @@ def test_a_long_recording_is_summarised_by_several_processes_with_the_same_resul
         assert dataclasses.asdict(a) == dataclasses.asdict(b)
     assert [(f.rule, f.subject, f.gpu_hours_lost) for f in alone.findings] == \
         [(f.rule, f.subject, f.gpu_hours_lost) for f in shared.findings]
+
+
+# -- a log shorter than the rules' windows is judged over its whole length (item 8 of the diagnosis issue)
+def _dmon_log(path, seconds, sm, pwr):
+    lines = ["#Date        Time         gpu    pwr  gtemp  mtemp     sm    mem    enc    dec    jpg    ofa   mclk   pclk",
+             "#YYYYMMDD    HH:MM:SS     Idx      W      C      C      %      %      %      %      %      %    MHz    MHz"]
+    for k in range(seconds):
+        lines.append(f" 20261202    10:{k // 60:02d}:{k % 60:02d}       0   {pwr(k):4d}     38     42   {sm(k):4d}      1"
+                     "      0      0      0      0   3201   1980")
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def _query_log(path, seconds, util, mem_mib):
+    rows = ["timestamp, index, utilization.gpu [%], memory.used [MiB], memory.total [MiB], power.draw [W], power.limit [W]"]
+    for k in range(seconds * 10):
+        rows.append(f"2026/12/02 10:{k // 600:02d}:{(k // 10) % 60:02d}.{k % 10}00, 0, {util} %, {mem_mib} MiB, 143771 MiB, "
+                    "80.50 W, 700.00 W")
+    path.write_text("\n".join(rows) + "\n")
+    return str(path)
+
+
+def test_a_short_dmon_log_of_a_barely_used_gpu_is_judged_whole(tmp_path):
+    """46 s at ~6 % and 117 W: shorter than the minute that underuse without a power limit asks for."""
+    from traintop.analyze import analyze
+    from traintop.importers import load
+
+    path = _dmon_log(tmp_path / "d.txt", 46, sm=lambda k: 6 + (k % 3), pwr=lambda k: 117)
+    r = analyze(load(path), name="d.txt")
+    assert [f.rule for f in r.findings] == ["underuse"]
+    assert any("judged the whole of it" in n for n in r.notes)
+
+
+def test_a_short_log_of_a_gpu_held_idle_is_judged_whole(tmp_path):
+    """49 s of a GPU holding 621 MB at 0 %."""
+    from traintop.analyze import analyze
+    from traintop.importers import load
+
+    path = _query_log(tmp_path / "q.csv", 49, util=0, mem_mib=621)
+    r = analyze(load(path), name="q.csv")
+    assert [f.rule for f in r.findings] == ["idle_gpu"]
+
+
+def test_a_short_log_of_a_healthy_busy_gpu_stays_quiet(tmp_path):
+    from traintop.analyze import analyze
+    from traintop.importers import load
+
+    path = _dmon_log(tmp_path / "h.txt", 46, sm=lambda k: 99, pwr=lambda k: 690)
+    assert [f.rule for f in analyze(load(path), name="h.txt").findings if f.severity != "info"] == []

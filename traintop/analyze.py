@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 
 from traintop.errors import TraintopError
 from traintop.monitor import Monitor
-from traintop.rules import Severity, Thresholds, default_engine
+from traintop.rules import DEFAULT, Severity, Thresholds, default_engine
 from traintop.text import plain
 from traintop.units import GiB, fmt_duration
 from traintop.metrics import gpu_index
@@ -216,11 +216,16 @@ def _analyze(source, config: Thresholds | None, name: str, rerun: bool) -> Repor
     names = {g.index: g.name for g in info.gpus}
     first = last = None
     n = 0
+    kept: list | None = []  # a short source's frames, to judge again over its whole length
     for f in source.frames():
         monitor.ingest(f)
         n += 1
         first = f.t if first is None else first
         last = f.t
+        if kept is not None:
+            kept.append(f)
+            if len(kept) > SHORT_MAX_FRAMES or last - first > SHORT_S:
+                kept = None
         for g in f.gpus:
             acc = accs.get(g.index)
             if acc is None:
@@ -229,7 +234,36 @@ def _analyze(source, config: Thresholds | None, name: str, rerun: bool) -> Repor
     if first is None:
         _nothing_read(source, name)
     monitor.engine.close_all(last)
+    if kept is not None and last - first >= SHORT_MIN_S:
+        alerts, note = _judge_short(info, kept, config or DEFAULT, last - first)
+        if note:
+            return _report(source, name, alerts, accs, first, last, n, notes=(note,))
     return _report(source, name, monitor.engine.alerts, accs, first, last, n)
+
+
+SHORT_S = 60.0  # a source shorter than the rules' windows (up to a minute here) ...
+SHORT_MIN_S = 15.0  # ... but long enough to say anything
+SHORT_MAX_FRAMES = 20_000
+
+
+def _judge_short(info, frames, config: Thresholds, span: float):
+    """Rules whose windows are longer than the whole source judge it all: their windows cut to
+    (most of) its length. Returns the alerts and a note saying so (no note: nothing was cut)."""
+    from dataclasses import fields
+
+    cut = max(SHORT_MIN_S * 0.8, 0.8 * span)
+    longer = {f.name: getattr(config, f.name) for f in fields(config)
+              if f.name.endswith("_window_s") and getattr(config, f.name) > cut}
+    if not longer:
+        return [], None
+    short = config.with_overrides(**{k: cut for k in longer})
+    monitor = Monitor(info, engine=default_engine(short))
+    for f in frames:
+        monitor.ingest(f)
+    monitor.engine.close_all(frames[-1].t)
+    note = (f"this source covers {fmt_duration(span)}, less than some rules' windows (up to "
+            f"{fmt_duration(max(longer.values()))}): they judged the whole of it ({fmt_duration(cut)} windows)")
+    return monitor.engine.alerts, note
 
 
 def _report(source, name, alerts, accs, first, last, n, notes=()) -> Report:

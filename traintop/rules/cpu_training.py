@@ -57,8 +57,11 @@ class TrainingOnCpu:
             return
         if not frame.ranks and not frame.gpus:
             return  # no GPU visible and no probe: nothing to compare with
-        if not (proc.torch or any(r.torch for r in frame.ranks)):
-            return  # no sign that the job ever imported torch: whatever it does, it is not training on the CPU
+        known = [proc.torch] + [r.torch for r in frame.ranks]
+        if not any(known) and any(k is False for k in known):
+            # looked for and not found: whatever it does, it is not training on the CPU. (A recording
+            # does not keep this evidence: there, unknown, the rule judges as it always did.)
+            return
         text = f"PID {proc.pid} ({proc.name}) uses {mean_cpu:.0f} % CPU"
         if frame.ranks:
             text += " but its probe reports no CUDA use"

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 from traintop.metrics import gpu_subject
-from traintop.rules.collective import CONTEXT_BYTES
 from traintop.rules.engine import Finding, RuleContext, Severity
-from traintop.units import fmt_bytes
+from traintop.units import MiB, fmt_bytes
+
+# Without process lists (an nvidia-smi log), memory in use says a process holds the GPU: a CUDA
+# context alone is about 500 MiB on an H200 (a 49-s log of a GPU holding 621 MB at 0 % said nothing).
+HELD_BLIND_BYTES = 512 * MiB
 
 
 class IdleWhileAlive:
     id = "idle_gpu"
     title = "GPU idle while the job is alive"
     severity = Severity.WARNING
-    raise_after = 20.0
+    raise_after = 3.0  # the window already asks for 30 s of idleness
     clear_after = 10.0
     now_s = None  # 0 % for the whole window, up to now
     remedies = (
@@ -28,8 +31,9 @@ class IdleWhileAlive:
         blind = not any(g.processes for g in ctx.gpus())
         for g in ctx.gpus():
             i = g.index
-            util = ctx.gpu_window(i, "util", ctx.config.idle_window_s)
-            held_blind = blind and proc is None and g.mem_used is not None and g.mem_used >= CONTEXT_BYTES
+            # the whole window: a job that has just taken its GPU is starting, not idle
+            util = [v for _, v in ctx.gpu_pairs(i, "util", ctx.config.idle_window_s, min_span=0.9)]
+            held_blind = blind and proc is None and g.mem_used is not None and g.mem_used >= HELD_BLIND_BYTES
             if len(util) < 8 or not (g.processes or held_blind):
                 continue
             mean_u, p90 = sum(util) / len(util), sorted(util)[int(0.9 * (len(util) - 1))]

@@ -96,7 +96,7 @@ class Stall:
         since = ctx.now - last
         w = min(since, c.stall_min_s)
         for x in loads(ctx, w, min_n=3).values():
-            if x.util > IDLE_MAX_UTIL and not (x.util >= SPIN_MIN_UTIL and self._no_work(ctx, x)):
+            if x.util > IDLE_MAX_UTIL and not (x.util >= SPIN_MIN_UTIL and self._no_work(ctx, x, frozen=True)):
                 return []  # a GPU still works without optimizer steps: an evaluation, inference
         for subject in stopped:
             alloc = ctx.rank_window(subject, "allocated", w)
@@ -158,7 +158,7 @@ class Stall:
         cpu = ctx.proc_window("cpu_percent", w)
         if proc is None or not proc.alive or len(cpu) < 5 or sum(cpu) / len(cpu) > 5.0:
             return None
-        worked = [i for i in ld if max(ctx.gpu_window(i, "util", LOOKBACK_S), default=0) >= 10]
+        worked = [i for i in ld if max(ctx.gpu_window(i, "util", LOOKBACK_S), default=0) >= 2]  # a starved job barely uses it
         if not worked:
             return None  # it never used the GPU: not a stall of training
         workers = proc.loader_workers
@@ -175,13 +175,25 @@ class Stall:
         # A guess from NVML never replaces what the probe said (its rank just went away with the job).
         return Finding(gpu_subject(i), text, state=WEAK if ctx.is_active(self.id, gpu_subject(i)) else HOLDS)
 
-    def _no_work(self, ctx: RuleContext, x) -> bool:
-        """Busy by utilization, yet ~no SM activity or power, after real work on this GPU."""
+    def _no_work(self, ctx: RuleContext, x, frozen: bool = False) -> bool:
+        """Busy by utilization, yet ~no SM activity or power, after real work on this GPU.
+
+        ``frozen``: every rank's step counter has stopped (the probe's word). A spinning NCCL kernel
+        does not always read ~0 % SMs (18 % was seen on an H200, occupancy 5 %); with the steps frozen,
+        idle power and no tensor or memory traffic are enough."""
         before = ctx.gpu_window(x.index, "power_w", LOOKBACK_S)
+        idle_power = x.power is not None and bool(before) and x.power <= SPIN_MAX_POWER_DROP * max(before)
         if x.sm is not None:
             sm_before = ctx.gpu_window(x.index, "sm_active", LOOKBACK_S)
-            return x.sm <= SPIN_MAX_SM and bool(sm_before) and max(sm_before) >= 30
-        return x.power is not None and bool(before) and x.power <= SPIN_MAX_POWER_DROP * max(before)
+            worked = bool(sm_before) and max(sm_before) >= 30
+            if x.sm <= SPIN_MAX_SM and worked:
+                return True
+            if frozen and worked and idle_power:
+                w = min(LOOKBACK_S, ctx.config.stall_min_s)
+                tensor, dram = ctx.gpu_mean(x.index, "tensor_active", w), ctx.gpu_mean(x.index, "dram_active", w)
+                return (tensor is None or tensor <= SPIN_MAX_SM) and (dram is None or dram <= SPIN_MAX_SM)
+            return False
+        return idle_power
 
     @staticmethod
     def _culprits(ctx: RuleContext, ranks, window_s: float) -> str:
