@@ -311,6 +311,36 @@ def copies_and_kernels(L, a):
         (d[: w.numel()].view_as(w) @ w).sum().item()
 
 
+def tiny_kernels(L, a):
+    """CUDA graphs of tiny matmuls alone, long enough for a finding that needs 30 s: utilization ~100 %,
+    a few SMs busy."""
+    m = torch.randn(64, 64, device=dev()) * 0.01
+    x = torch.randn(64, 64, device=dev())
+    if DEV != "cuda":
+        L("tiny_kernels")
+        end = time.time() + a.scale * 40
+        while time.time() < end:
+            x = torch.tanh(x @ m)
+        return
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            torch.tanh(x @ m)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y = x
+        for _ in range(400):
+            y = torch.tanh(y @ m)
+    L("tiny_kernels")
+    end = time.time() + a.scale * 40
+    while time.time() < end:
+        for _ in range(20):
+            g.replay()
+        torch.cuda.synchronize()
+
+
 def fp32_no_tf32(L, a):
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -522,7 +552,7 @@ def straggler_sleep(L, a):
 
 SCENARIOS = {f.__name__: f for f in (
     healthy_bf16, healthy_crash, starved_then_fed, underused, leak, oom_retries, reserved_gap, fragmented,
-    copies_and_kernels, fp32_no_tf32, eval_phases, checkpoints, loader_hang, idle_alive, cpu_training,
+    copies_and_kernels, tiny_kernels, fp32_no_tf32, eval_phases, checkpoints, loader_hang, idle_alive, cpu_training,
     other_process, torchrun_healthy, gloo_hang, straggler_input, straggler_cpu, straggler_sleep)}
 
 
