@@ -111,7 +111,7 @@ def test_render_names_where_each_rank_hangs():
     latest = latest_per_process(_dumps(), reason="stalled")
     assert [d.rank for d in latest] == [0, 1]
     text = "\n".join(line for d in latest for line in render(d))
-    assert "rank 0 (PID 954), stalled, 30 s after its last step:" in text
+    assert "rank 0 (PID 954), no optimizer step for a while (taken by the probe), 30 s after its last step:" in text
     assert "ddp_cases.py\", line 134, in main — stop.item()" in text
     assert "time.sleep(args.stall_s)" in text
 
@@ -184,7 +184,7 @@ def test_key_s_asks_the_probes_and_shows_where_each_rank_is(sim_app):
             app.screen._refresh()  # what its 0.5-s timer does
             await pilot.pause()
             shown = str(app.screen.query_one("#stacks-text").render())
-            assert "rank 0 (PID 954), stalled" in shown and "stop.item()" in shown
+            assert "rank 0 (PID 954), no optimizer step for a while" in shown and "stop.item()" in shown
             await pilot.press("x")
             assert not isinstance(app.screen, StacksScreen)
     asyncio.run(go())
@@ -256,7 +256,7 @@ def test_analyze_prints_where_each_rank_hangs(tmp_path):
     text = render_text(report)
     assert "Training stalled" in text
     where = text.split("Where the job's threads were")[1]
-    assert "rank 0 (PID 954)" in where and "stalled, 30 s after its last step" in where
+    assert "rank 0 (PID 954)" in where and "no optimizer step for a while (taken by the probe), 30 s after its last step" in where
     assert "stop.item()" in where and "time.sleep(args.stall_s)" in where
     assert [d["label"] for d in report.stacks] == ["rank 0", "rank 1"]  # the stall's dumps, ranks in order
     assert json.loads(render_json(report))["stacks"][0]["threads"][0]["main"] is True
@@ -313,7 +313,7 @@ def test_stacks_shown_after_the_job_ended_say_so_and_the_popup_takes_a_wide_term
 
     text, width = asyncio.run(go())
     assert "The job has ended: these stacks were taken before it did (the latest at" in text
-    assert "rank 0 (PID 954), stalled" in text and "(PID 954) (PID" not in text
+    assert "rank 0 (PID 954), no optimizer step for a while" in text and "(PID 954) (PID" not in text
     assert width > 140  # not the help's 84 columns
 
 

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from traintop.errors import TraintopError
 from traintop.monitor import Monitor
 from traintop.rules import DEFAULT, Severity, Thresholds, default_engine
+from traintop.stacks import NO_STEP
 from traintop.text import plain
 from traintop.units import GiB, fmt_duration
 from traintop.metrics import gpu_index
@@ -509,7 +510,7 @@ def render_text(r: Report) -> str:
         out.append("Where the job's threads were (the probes' stack dumps, innermost call last):")
         for d in r.stacks:
             since = f", {fmt_duration(d['since_step_s'])} after its last step" if d["since_step_s"] is not None else ""
-            why = "stalled" if d["reason"] == "stalled" else "on request"
+            why = NO_STEP if d["reason"] == "stalled" else "on request"
             who = d["label"] if d["rank"] is None else f"{d['label']} (PID {d['pid']})"  # never "PID 7 (PID 7)"
             out.append(f"  {who} at {fmt_duration(d['t_s'])}, {why}{since}:")
             for th in d["threads"]:

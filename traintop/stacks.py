@@ -33,8 +33,13 @@ def where(thread: ThreadStack) -> str:
     return one_line(code[-1] if code else (calls[-1] if calls else "?"), 160)
 
 
+# The probe takes the stacks on its own once no optimizer step has come for a while: an evaluation
+# or a checkpoint does that too, so the dump does not call the job stalled (the rules judge that).
+NO_STEP = "no optimizer step for a while (taken by the probe)"
+
+
 def headline(dump: StackDump) -> str:
-    why = "stalled" if dump.reason == "stalled" else "on request"
+    why = NO_STEP if dump.reason == "stalled" else "on request"
     since = f", {fmt_duration(dump.since_step)} after its last step" if dump.since_step is not None else ""
     who = dump.label if dump.rank is None else f"{dump.label} (PID {dump.pid})"  # never "PID 7 (PID 7)"
     return f"{who}, {why}{since}"
