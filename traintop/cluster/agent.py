@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import socket
 import sys
 import threading
 import time
 
-from prometheus_client import CollectorRegistry, start_http_server, write_to_textfile
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.exposition import generate_latest
 
 from traintop.analyze import WASTE_FROM_CLOCK, WASTE_FROM_UTIL
 from traintop.cluster.addresses import is_loopback
@@ -88,13 +90,13 @@ class HostAgent:
     """One host: its monitor and feed, the state it publishes, its findings' lost GPU-seconds."""
 
     def __init__(self, hostname: str, monitor, feed, job: str | None, mode: str, hook: FindingHook | None = None,
-                 textfile: str | None = None) -> None:
+                 textfile=None) -> None:
         self.hostname = hostname
         self.monitor, self.feed = monitor, feed
         self.job = job
         self.mode = mode
         self.hook = hook
-        self.textfile = textfile
+        self.textfile = textfile  # a TextfileWriter (textfile.py), or None
         self.collector = HostCollector(HostState(hostname=hostname, gpus=monitor.info.gpus, mode=mode))
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.collector)
@@ -111,6 +113,8 @@ class HostAgent:
     def stop(self) -> None:
         self.feed.stop()
         self.monitor.close()
+        if self.textfile is not None:
+            self.textfile.close()
 
     def publish(self) -> None:
         """Runs on the feed thread after each tick."""
@@ -170,18 +174,19 @@ class HostAgent:
             self.hook.submit(event)
 
     def _write_textfile(self) -> None:
-        if not self.textfile:
+        if self.textfile is None:
             return
         now = time.monotonic()
         if now - self._last_textfile < 1.0:
             return
         self._last_textfile = now
         try:
-            write_to_textfile(self.textfile, self.registry)  # a temporary file renamed over the old one
+            self.textfile.write(generate_latest(self.registry))  # a random temporary file renamed over the old one
             self.textfile_error = None
-        except OSError as e:
+        except (OSError, TraintopError) as e:
             if self.textfile_error is None:
-                print(f"traintop: cannot write {self.textfile}: {e.strerror or e}", file=sys.stderr)
+                why = e.strerror or e if isinstance(e, OSError) else e
+                print(f"traintop: cannot write {one_line(self.textfile.path, 200)}: {why}", file=sys.stderr)
             self.textfile_error = str(e)
 
 
@@ -198,15 +203,22 @@ def build_hosts(args) -> list[HostAgent]:
     if n_hosts > 1 and args.record:
         raise TraintopError("--record keeps one host's recording: not with --hosts")
     textdir = args.textfile
-    if textdir is not None and not os.path.isdir(textdir):
-        raise TraintopError(f"--textfile: {textdir} is not a directory")
+    if textdir is not None:
+        from traintop.cluster.textfile import check_path
+
+        problem = check_path(textdir)
+        if problem:
+            raise TraintopError(f"--textfile: {one_line(textdir, 200)} {problem}")
     base = one_line(args.hostname or socket.gethostname(), limit=64)
     hosts = []
     for i in range(n_hosts):
         name = base if n_hosts == 1 else f"{base}-{i:03d}"
         textfile = None
         if textdir is not None:
-            textfile = os.path.join(textdir, "traintop.prom" if n_hosts == 1 else f"traintop-{name}.prom")
+            from traintop.cluster.textfile import TextfileWriter
+
+            safe = re.sub(r"[^A-Za-z0-9._-]", "_", name)
+            textfile = TextfileWriter(textdir, "traintop.prom" if n_hosts == 1 else f"traintop-{safe}.prom")
         if args.simulate:
             monitor, feed = sessions.simulated_session(args.simulate, gpus=args.gpus, seed=args.seed + i,
                                                        interval=args.interval, history_s=60.0, record=args.record,
