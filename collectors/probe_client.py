@@ -82,9 +82,10 @@ def _job(v) -> str | None:
 
 
 class _Conn:
-    def __init__(self, pid: int, sock: socket.socket) -> None:
+    def __init__(self, pid: int, sock: socket.socket, uid: int | None = None) -> None:
         self.pid = pid
         self.sock = sock
+        self.uid = uid  # SO_PEERCRED: who runs the process behind the socket
         self.buf = b""
         self.last: dict | None = None
         self.last_seen = 0.0
@@ -159,7 +160,7 @@ class ProbeClient:
         except OSError:
             s.close()
             return
-        self._conns[pid] = _Conn(pid, s)
+        self._conns[pid] = _Conn(pid, s, uid)
 
     def _read(self, c: _Conn) -> bool:
         """Drain what is available; False when the probe is gone."""
@@ -269,7 +270,7 @@ class ProbeClient:
             step_time=plausible.number(step_time, plausible.RANK["step_time"]),
             steps_per_s=plausible.number(steps_per_s, plausible.RANK["steps_per_s"]),
             input_wait=min(1.0, c.wait / c.window) if c.window > 0 else None,
-            age=now - c.last_seen, local_rank=i(m.get("local_rank")), job=_job(m.get("job")),
+            age=now - c.last_seen, local_rank=i(m.get("local_rank")), job=_job(m.get("job")), uid=c.uid,
         )
 
     def close(self) -> None:

@@ -212,6 +212,7 @@ class RankSample:
     age: float | None = None  # seconds since the probe's last message
     local_rank: int | None = None
     job: str | None = None  # the scheduler's job id (SLURM_JOB_ID, TORCHELASTIC_RUN_ID) seen by the job itself
+    uid: int | None = None  # the owner of the process, from its probe socket's peer credentials (not recorded)
 
     @property
     def label(self) -> str:

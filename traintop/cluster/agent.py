@@ -86,6 +86,30 @@ class SimulatedRanks:
         return dataclasses.replace(f, ranks=tuple(ranks))
 
 
+def rank_series(samples, default_job: str | None) -> tuple[list, tuple]:
+    """The ranks to export, each with its labels (its owner's uid among them), and the findings
+    about who claims which rank: a rank of a job claimed by two processes is exported for
+    neither (either may be the impostor) and is a finding; a job whose ranks here belong to
+    different users is a finding. A probe's job and rank are its own word; its uid is not."""
+    labelled = []
+    for k, r in enumerate(samples):
+        rank = r.rank if r.rank is not None else k
+        labelled.append((RankLabels(job=r.job or default_job or "unknown", rank=str(rank),
+                                    local_rank=str(r.local_rank if r.local_rank is not None else rank),
+                                    world_size=str(r.world_size or 1), uid="" if r.uid is None else str(r.uid)), r))
+    count: dict[tuple[str, str], int] = {}
+    owners: dict[str, set[str]] = {}
+    for labels, _ in labelled:
+        count[(labels.job, labels.rank)] = count.get((labels.job, labels.rank), 0) + 1
+        if labels.uid:
+            owners.setdefault(labels.job, set()).add(labels.uid)
+    claims = tuple(("rank_claimed_twice", "warning", one_line(f"job {job} rank {rank}", 128))
+                   for (job, rank), n in sorted(count.items()) if n > 1)
+    claims += tuple(("rank_owners_differ", "warning", one_line(f"job {job}", 128))
+                    for job, uids in sorted(owners.items()) if len(uids) > 1)
+    return [(labels, r) for labels, r in labelled if count[(labels.job, labels.rank)] == 1], claims
+
+
 class HostAgent:
     """One host: its monitor and feed, the state it publishes, its findings' lost GPU-seconds."""
 
@@ -125,18 +149,13 @@ class HostAgent:
         if frame is None:
             return
         self._account(frame, alerts)
-        ranks = []
-        for k, r in enumerate(frame.ranks):
-            rank = r.rank if r.rank is not None else k
-            ranks.append((RankLabels(job=r.job or self.job or "unknown", rank=str(rank),
-                                     local_rank=str(r.local_rank if r.local_rank is not None else rank),
-                                     world_size=str(r.world_size or 1)), r))
+        ranks, claims = rank_series(frame.ranks, self.job)
         p = frame.process
         workers = p.loader_workers if p is not None else ()
         cpus = [w.cpu_percent for w in workers if w.cpu_percent is not None]
         self.collector.publish(HostState(
             hostname=self.hostname, frame=frame, gpus=m.info.gpus, ranks=tuple(ranks),
-            findings=tuple((rule, sev.label, subj) for rule, sev, subj, *_ in alerts),
+            findings=tuple((rule, sev.label, subj) for rule, sev, subj, *_ in alerts) + claims,
             lost_s=tuple(sorted(self._lost.items())),
             xids=tuple((g, n, code) for g, (n, code) in sorted(self._xids.items())),
             loader_cpu=sum(cpus) / len(cpus) / 100 if cpus else None,
