@@ -16,12 +16,13 @@ import sys
 import threading
 import time
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 
 from traintop.analyze import WASTE_FROM_CLOCK, WASTE_FROM_UTIL
 from traintop.cluster.addresses import is_loopback
 from traintop.cluster.exporter import HostCollector, HostState, RankLabels
+from traintop.cluster.metrics_server import MetricsServer
 from traintop.errors import TraintopError
 from traintop.hooks import FindingEvents, FindingHook, finding_hook
 from traintop.rules import Severity
@@ -45,7 +46,7 @@ def parse_listen(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     if not sep:
         host, port = "", text
-    host = host.strip("[]") or "0.0.0.0"
+    host = host.strip("[]") or "127.0.0.1"  # a bare port is this host only: 0.0.0.0 must be asked for
     try:
         p = int(port)
     except ValueError:
@@ -266,7 +267,7 @@ def serve(hosts: list[HostAgent], listen: str | None, say=print) -> list:
     for i, h in enumerate(hosts):
         p = port + i if port else 0
         try:
-            server, _thread = start_http_server(p, addr=addr, registry=h.registry)
+            server = MetricsServer(addr, p, h.registry).start()
         except OSError as e:
             for s in servers:
                 s.shutdown()
