@@ -3,7 +3,8 @@
 Modes (``server.mode``, changeable while it runs):
 - ``ok``: a small, valid cluster (two hosts, one GPU and one rank each) on the asked grid.
 - ``big``: every range query answered with about ``server.mib`` MiB of valid points on the
-  asked grid (just under a per-answer cap), every instant query with as many series.
+  asked grid (just under a per-answer cap), every instant query with as many series
+  (``server.instant_big = 0``: instant queries answered as ``ok``).
 - ``many``: every query answered with ``server.series`` series of one point each.
 - ``slow``: headers, then the body one byte every ``server.pause`` seconds.
 - ``slow_headers``: the status line and headers one byte at a time.
@@ -128,6 +129,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                         + b"]" * srv.depth + b"}}")
             elif mode == "many":
                 body = srv.cached(("many", kind), lambda: _many(kind, srv.series, grid[-1]))
+            elif mode == "big" and kind == "vector" and not srv.instant_big:
+                body = _answer(kind, ok_series(query, grid))
             elif mode == "big":
                 body = srv.cached(("big", kind, len(grid)), lambda: _big(kind, grid, srv.mib))
             else:  # ok, slow
@@ -175,6 +178,7 @@ class HostileServer(http.server.ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), Handler)
         self.mode = mode
         self.mib, self.series, self.depth, self.pause = 63.0, 199_999, 100_000, 1.0
+        self.instant_big = 1  # big: instant queries too (0: only range queries are 63 MiB)
         for k, v in kw.items():
             setattr(self, k, v)
         self.requests = 0

@@ -123,6 +123,7 @@ class Prometheus:
         self.bytes_read = 0
         self.budget: ReadBudget | None = None  # the whole read under way (read_budget)
         self._count = threading.Lock()  # queries may run on several threads (one client: httpx's pool is thread-safe)
+        self._decode = threading.Lock()  # one answer decoded at a time (_get)
         headers = {"Accept": "application/json"}
         if is_loopback(parsed.host):
             # compressing answers only pays across a network: on this machine it costs
@@ -157,11 +158,11 @@ class Prometheus:
         params = {"query": promql}
         if at is not None:
             params["time"] = f"{at:.3f}"
-        return self._result(self._get("/api/v1/query", params))
+        return self._get("/api/v1/query", params, self._result)
 
     def query_range(self, promql: str, start: float, end: float, step: float) -> list[Series]:
         params = {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{max(step, 0.001):.3f}"}
-        return self._result(self._get("/api/v1/query_range", params))
+        return self._get("/api/v1/query_range", params, self._result)
 
     def query_grid(self, promql: str, grid: Grid) -> list[GridSeries]:
         """A range query over ``grid``, each series' values keyed by the grid's times. The
@@ -169,15 +170,17 @@ class Prometheus:
         Python work per point beyond the float conversion; anything else is checked point
         by point."""
         params = {"query": promql, "start": f"{grid.start:.3f}", "end": f"{grid.end:.3f}", "step": f"{grid.step:.3f}"}
-        data = self._get("/api/v1/query_range", params)
         times = grid.times
-        out = []
-        for labels, raw in self._items(data, "matrix"):
-            out.append(GridSeries(labels, _on_grid(raw, grid, times)))
-        return out
+
+        def convert(data: dict) -> list[GridSeries]:
+            return [GridSeries(labels, _on_grid(raw, grid, times)) for labels, raw in self._items(data, "matrix")]
+        return self._get("/api/v1/query_range", params, convert)
 
     # -- plumbing ----------------------------------------------------------------------------
-    def _get(self, path: str, params: dict) -> dict:
+    def _get(self, path: str, params: dict, convert):
+        """``convert(data)`` of the answer. Answers are read concurrently but decoded one at a
+        time: a decoded answer is several times its bytes in Python objects, and only the
+        converted series (floats on the grid) outlive it."""
         with self._count:
             self.calls += 1
         budget = self.budget
@@ -193,6 +196,15 @@ class Prometheus:
             raise TraintopError(f"Prometheus at {self.shown}: {one_line(_reason(e), 120)}") from None
         with self._count:
             self.bytes_read += len(body)
+        with self._decode:
+            data = self._decode_answer(body, status, budget)
+            del body
+            try:
+                return convert(data)
+            finally:
+                del data
+
+    def _decode_answer(self, body: bytearray, status: int, budget: ReadBudget | None) -> dict:
         # counted before decoding: every series is an object, so an answer has at least as many
         # '{' as series (json.loads of 200 000 series costs far more than this pass over the bytes)
         if budget is not None and body.count(b"{") > 2 * budget.room_for_series() + 2:
@@ -206,8 +218,7 @@ class Prometheus:
                 from None
         except (ValueError, UnicodeDecodeError):
             raise TraintopError(f"{self.shown} did not answer like Prometheus (HTTP {status}, not JSON)") from None
-        finally:
-            del body
+        body.clear()  # the caller's reference too: the raw bytes are not needed once decoded
         if not isinstance(doc, dict) or doc.get("status") not in ("success", "error"):
             raise TraintopError(f"{self.shown} did not answer like Prometheus (HTTP {status})")
         if doc["status"] == "error":
