@@ -58,7 +58,9 @@ def measure(cmd: list[str], code: str | None, limit_s: float, limit_gib: float) 
         resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
 
     t0 = time.monotonic()
-    p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=limits)
+    # from the root directory: `python -m` and `-c` put the working directory first on sys.path,
+    # where this checkout's traintop would shadow --before-code's
+    p = subprocess.Popen(cmd, env=env, cwd="/", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=limits)
     killed = False
     while True:
         pid, status, usage = os.wait4(p.pid, os.WNOHANG)
