@@ -174,3 +174,158 @@ def test_a_host_claimed_by_two_scrape_targets_is_a_finding_never_merged():
             except subprocess.TimeoutExpired:
                 p.kill()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+class _Poser:
+    """An exporter posing as node-a, down to the `instance` label of node-a's real target."""
+
+    def __init__(self, instance: str) -> None:
+        import http.server
+
+        poser = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                labels = (f'gpu="0",UUID="GPU-fake",pci_bus_id="",device="nvidia0",modelName="H200",'
+                          f'Hostname="node-a",instance="{poser.instance}"')
+                body = (f"traintop_gpu_utilization_ratio{{{labels}}} 1\n"
+                        f'traintop_agent_info{{Hostname="node-a",mode="live",version="0",instance="{poser.instance}"}} 1\n'
+                        ).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.instance = instance
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.server.server_port}"
+
+
+@pytest.mark.skipif(PROMETHEUS is None, reason="no prometheus binary")
+def test_with_the_documented_scrape_config_a_target_cannot_borrow_another_ones_instance():
+    from test_cluster_prometheus import start_agent, start_prometheus
+
+    tmp = tempfile.mkdtemp(prefix="traintop-forge-")
+    procs = []
+    poser = None
+    try:
+        real = start_agent("--simulate", "healthy", "--hostname", "node-a", "--gpus", "1", "--job", "j7")
+        procs.append(real[0])
+        poser = _Poser(instance=real[1])
+        prom, url = start_prometheus({"traintop": [real[1], poser.target]}, tmp, honor_labels=False)
+        procs.append(prom)
+        time.sleep(8)
+        r = analyze(url, "--since", "30s", "--json")
+        assert r.returncode == 0, r.stderr
+        report = json.loads(r.stdout)
+        assert sorted(h["host"] for h in report["hosts"]) == sorted(
+            [f"node-a (from {real[1]})", f"node-a (from {poser.target})"])
+        assert [f["host"] for f in report["findings"] if f["rule"] == "host_claimed_twice"] == ["node-a"]
+        jobs = {j for h in report["hosts"] for j in h["jobs"]}
+        assert jobs == {"j7"}  # the relabelling kept the agents' job label
+    finally:
+        if poser is not None:
+            poser.server.shutdown()
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _probe_as(uid: int, directory: str, job: str, rank: int) -> int:
+    """A process of user ``uid`` serving a probe's messages on probe-<pid>.sock in ``directory``
+    (forked: the user needs no access to this Python). Returns its pid."""
+    import socket as sk
+
+    pid = os.fork()
+    if pid:
+        return pid
+    try:  # the child: nothing here may return into pytest
+        os.setgid(uid)
+        os.setuid(uid)
+        srv = sk.socket(sk.AF_UNIX, sk.SOCK_STREAM)
+        srv.bind(os.path.join(directory, f"probe-{os.getpid()}.sock"))
+        srv.listen(4)
+        srv.settimeout(0.1)
+        conns = []
+        end = time.monotonic() + 60
+        while time.monotonic() < end:
+            try:
+                c, _ = srv.accept()
+                conns.append(c)
+            except OSError:
+                pass
+            msg = {"v": 1, "pid": os.getpid(), "rank": rank, "local_rank": rank, "world_size": 2, "job": job,
+                   "steps": 10, "step_times": [0.1], "window": 0.1, "input_wait": 0.0, "t": time.time()}
+            for c in list(conns):
+                try:
+                    c.sendall((json.dumps(msg) + "\n").encode())
+                except OSError:
+                    conns.remove(c)
+    finally:
+        os._exit(0)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run processes as two other users")
+def test_a_rank_claimed_by_another_users_process_is_exported_for_neither_and_is_a_finding():
+    from traintop.cluster.agent import HostAgent
+    from traintop.cluster.live_source import AllProbes
+    from traintop.cluster.metrics_server import MetricsServer
+    from traintop.sessions import simulated_session
+
+    base = tempfile.mkdtemp(prefix="traintop-users-")
+    os.chmod(base, 0o711)  # the users may pass through to their own directories
+    pids = []
+    try:
+        dirs = []
+        for uid in (65534, 65533):
+            d = os.path.join(base, str(uid))
+            os.mkdir(d, 0o700)
+            os.chown(d, uid, uid)
+            dirs.append(d)
+        pids = [_probe_as(65534, dirs[0], "1234", 0), _probe_as(65533, dirs[1], "1234", 0)]
+        probes = AllProbes(dirs=lambda: dirs)
+        ranks = ()
+        for _ in range(100):  # bounded: 10 s
+            ranks = probes.ranks()
+            if len(ranks) == 2:
+                break
+            time.sleep(0.1)
+        probes.close()
+        assert sorted(r.uid for r in ranks) == [65533, 65534]  # from SO_PEERCRED, not from the message
+        # through the agent's exporter: neither claim of rank 0 is a series, both are a finding
+        monitor, feed = simulated_session("healthy", history_s=0)
+        h = HostAgent("node-a", monitor, feed, None, "simulated")
+        labelled, claims = rank_series(ranks, None)
+        assert labelled == [] and ("rank_claimed_twice", "warning", "job 1234 rank 0") in claims
+        assert ("rank_owners_differ", "warning", "job 1234") in claims
+        srv = MetricsServer("127.0.0.1", 0, h.registry).start()
+        try:
+            import httpx
+
+            from traintop.cluster.exporter import HostState
+            h.collector.publish(HostState(hostname="node-a", findings=claims))
+            text = httpx.get(f"http://127.0.0.1:{srv.server_port}/metrics", timeout=5).text
+        finally:
+            srv.shutdown()
+        assert 'rule="rank_claimed_twice"' in text and "traintop_step_seconds{" not in text
+    finally:
+        for pid in pids:
+            try:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+            except OSError:
+                pass
+        shutil.rmtree(base, ignore_errors=True)
