@@ -12,6 +12,7 @@ import dataclasses
 import json
 import os
 import socket
+import stat
 import time
 
 from traintop import plausible
@@ -110,6 +111,18 @@ def job_probe_dir(pid: int) -> str | None:
     return None
 
 
+def _remove_if_dead(pid: int, path: str) -> None:
+    """A probe socket nobody listens on, of a process that no longer exists (a job killed by a
+    signal cannot remove its own), is removed — only from a directory of our own user."""
+    if os.path.exists(f"/proc/{pid}"):
+        return
+    try:
+        if os.lstat(os.path.dirname(path)).st_uid == os.geteuid() and stat.S_ISSOCK(os.lstat(path).st_mode):
+            os.unlink(path)
+    except OSError:
+        pass
+
+
 class ProbeClient:
     def __init__(self, directory: str | None = None, clock=time.monotonic, owner_uid: int | None = None) -> None:
         self.directory = directory or probe_dir()
@@ -150,7 +163,11 @@ class ProbeClient:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             s.settimeout(0.2)
-            s.connect(path)
+            try:
+                s.connect(path)
+            except ConnectionRefusedError:
+                _remove_if_dead(pid, path)
+                raise
             uid = peer_uid(s)
             if uid not in (self.owner_uid, 0):
                 self.rejected.add(pid)
