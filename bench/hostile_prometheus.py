@@ -123,12 +123,16 @@ def main() -> int:
     ap.add_argument("--limit-gib", type=float, default=8.0)
     ap.add_argument("--scenarios", default=",".join(SCENARIOS))
     ap.add_argument("--json", metavar="FILE")
+    ap.add_argument("--before-from", metavar="FILE", help="take the before column from an earlier run's JSON")
     a = ap.parse_args()
     names = [s for s in a.scenarios.split(",") if s]
     result = {"machine": os.uname().nodename, "cpus": os.cpu_count(), "limit_s": a.limit_s, "limit_gib": a.limit_gib}
     result["after"] = run(names, None, a.limit_s, a.limit_gib)
     if a.before_code:
         result["before"] = run(names, a.before_code, a.limit_s, a.limit_gib)
+    elif a.before_from:
+        with open(a.before_from) as f:
+            result["before"] = json.load(f)["before"]
     print(table(result["after"], result.get("before")))
     if a.json:
         with open(a.json, "w") as f:

@@ -68,6 +68,14 @@ def test_bytes_are_counted_across_every_query_of_a_read(server):
         assert prom.query_grid("z", g)  # the next read has its own budget
 
 
+def test_points_are_counted_before_decoding(server):
+    s = server("big", mib=0.5)  # about 25 000 points on the grid
+    g = Grid(0.0, 1.0, 60)
+    with Prometheus(s.url) as prom, prom.read_budget(1 << 30, 10**6, "one report", max_points=10_000):
+        with pytest.raises(TraintopError, match="more than 10 000 points for one report"):
+            prom.query_grid("x", g)
+
+
 def _ends(call, limit=60.0):
     """Run ``call`` on a thread; the exception it ended with (None: it returned), or a failure when it hangs."""
     out = []

@@ -3,8 +3,9 @@ refresh of `traintop cluster`, across all of its queries together.
 
 A per-answer cap alone lets a hostile server send just under it to every query of a read
 (fourteen 63 MiB answers: 5 GB of memory and minutes). A read is charged for the bytes of
-every answer as they arrive (before any is decoded) and for the series each holds (counted
-in the raw bytes before decoding, then exactly), and ends in one line when either is spent.
+every answer as they arrive (before any is decoded), and for the series and points each
+holds, counted in the raw bytes before decoding (a point kept on the grid costs several
+times its JSON in Python objects), and ends in one line when any is spent.
 """
 
 from __future__ import annotations
@@ -21,6 +22,10 @@ REPORT_BYTES = 256 * MiB
 REPORT_SERIES = 250_000
 REFRESH_BYTES = 64 * MiB
 REFRESH_SERIES = 100_000
+# points (a value at an instant): 1 024 GPUs and their ranks over 2 h at 720 points are about
+# 7 million; the dashboard's 5-minute window at 61 points about 0.6 million
+REPORT_POINTS = 16_000_000
+REFRESH_POINTS = 4_000_000
 
 
 class BudgetSpent(TraintopError):
@@ -32,8 +37,10 @@ class ReadBudget:
     max_bytes: int
     max_series: int
     what: str = "this read"  # "one report", "one refresh"
+    max_points: int | None = None
     bytes: int = 0
     series: int = 0
+    points: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     cancelled: threading.Event = field(default_factory=threading.Event, repr=False)
 
@@ -60,3 +67,14 @@ class ReadBudget:
         if spent:
             raise BudgetSpent(f"Prometheus at {source} answered with more than {self.max_series} series for "
                               f"{self.what} (all its queries together); narrow the query (--job)")
+
+    def take_points(self, n: int, source: str) -> None:
+        if self.max_points is None:
+            return
+        with self._lock:
+            self.points += n
+            spent = self.points > self.max_points
+        if spent:
+            raise BudgetSpent(f"Prometheus at {source} answered with more than {self.max_points:,} points for "
+                              f"{self.what} (all its queries together); narrow --since, give a coarser --step "
+                              "or --job".replace(",", " "))

@@ -136,9 +136,9 @@ class Prometheus:
         install_deadline(self._client)
 
     @contextlib.contextmanager
-    def read_budget(self, max_bytes: int, max_series: int, what: str):
+    def read_budget(self, max_bytes: int, max_series: int, what: str, max_points: int | None = None):
         """Every query within the block is charged to one budget (budget.py)."""
-        old, self.budget = self.budget, ReadBudget(max_bytes, max_series, what)
+        old, self.budget = self.budget, ReadBudget(max_bytes, max_series, what, max_points)
         try:
             yield self.budget
         finally:
@@ -209,6 +209,8 @@ class Prometheus:
         # '{' as series (json.loads of 200 000 series costs far more than this pass over the bytes)
         if budget is not None and body.count(b"{") > 2 * budget.room_for_series() + 2:
             budget.take_series(body.count(b"{") // 2, self.shown)
+        if budget is not None:
+            budget.take_points(body.count(b"],["), self.shown)  # between two points of a range answer
         try:
             doc = json.loads(body)
         except RecursionError:

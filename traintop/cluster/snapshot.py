@@ -138,14 +138,14 @@ class PrometheusSource:
             return self._read()
 
     def _read(self) -> ClusterSnapshot:
-        from traintop.cluster.budget import REFRESH_BYTES, REFRESH_SERIES
+        from traintop.cluster.budget import REFRESH_BYTES, REFRESH_POINTS, REFRESH_SERIES
         from traintop.cluster.dcgm import dcgm_findings, has_dcgm
         from traintop.cluster.promapi import no_gc
         from traintop.errors import TraintopError
 
         t0 = time.perf_counter()
         end = time.time()
-        with self.prom.read_budget(REFRESH_BYTES, REFRESH_SERIES, "one refresh"):
+        with self.prom.read_budget(REFRESH_BYTES, REFRESH_SERIES, "one refresh", REFRESH_POINTS):
             try:
                 data = self.rolling.read(end)
                 with no_gc():
