@@ -7,6 +7,7 @@ p/space pause; h / H: focus the next / previous host, j: the next job, a or esca
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from rich.text import Text
@@ -75,7 +76,8 @@ class ClusterApp(App):
     TITLE = "traintop cluster"
     ENABLE_COMMAND_PALETTE = False
     # many hosts must not push the findings off a small screen: each gets half
-    CSS = ".compact #gpus { height: 1fr; max-height: 50%; }  .compact #alerts { height: 1fr; }"
+    CSS = (".compact #gpus { height: 1fr; max-height: 50%; }  .compact #alerts { height: 1fr; }"
+           "  #gpus.-stale { text-opacity: 55%; }")
     BINDINGS = [
         Binding("q", "quit", "quit"),
         Binding("question_mark", "help", "help"),
@@ -115,6 +117,9 @@ class ClusterApp(App):
         self.reading = False
         self.focus_host: str | None = None
         self.focus_job: str | None = job
+        self.read_at: float | None = None  # monotonic time of the last good read
+        self.failure: str | None = None  # why the view ended (a read that failed unexpectedly)
+        self._was_stale = False
 
     def get_driver_class(self):
         from traintop.app.driver import quiet_driver_class
@@ -140,6 +145,7 @@ class ClusterApp(App):
         if self.poll:
             self.read_snapshot()
             self.set_interval(self.refresh_s, self.read_snapshot)
+            self.set_interval(1.0, self._check_stale)
 
     def on_resize(self, event) -> None:
         self._apply_size(event.size)
@@ -157,18 +163,40 @@ class ClusterApp(App):
         self.reading = True
         self._read()
 
-    @work(thread=True, group="prometheus")
+    @work(thread=True, group="prometheus", exit_on_error=False)
     def _read(self) -> None:
+        failure = None
         try:
             snap, problem = self.source(), None
-        except TraintopError as e:
+        except TraintopError as e:  # said on the status line; the last data stays, marked stale
             snap, problem = None, str(e)
+        except Exception as e:  # noqa: BLE001 - never a traceback: the view ends with one line
+            snap, problem = None, None
+            failure = f"reading Prometheus failed: {type(e).__name__}: {one_line(e, 200)}"
         finally:
             self.call_from_thread(self._read_done)
-        if problem is not None:
+        if failure is not None:
+            self.call_from_thread(self.fail, failure)
+        elif problem is not None:
             self.call_from_thread(self.show_problem, problem)
         else:
             self.call_from_thread(self.show_snapshot, snap)
+
+    def fail(self, why: str) -> None:
+        self.failure = why
+        self.exit(return_code=2)
+
+    def stale_for(self) -> float | None:
+        """Seconds since the last good read, once that is more than two refreshes (None: fresh)."""
+        if not self.poll or self.paused or self.read_at is None:
+            return None
+        age = time.monotonic() - self.read_at
+        return age if age > 2 * self.refresh_s else None
+
+    def _check_stale(self) -> None:
+        stale = self.stale_for() is not None
+        if stale or stale != self._was_stale:
+            self.redraw()
 
     def _read_done(self) -> None:
         self.reading = False
@@ -179,18 +207,22 @@ class ClusterApp(App):
 
     def show_snapshot(self, snap) -> None:
         self.snapshot, self.problem = snap, None
+        self.read_at = time.monotonic()
         if self.focus_host is not None and self.focus_host not in snap.hosts:
             self.focus_host = None
         self.redraw()
 
     def redraw(self) -> None:
         status = self.query_one(ClusterStatus)
+        stale = self.stale_for()
+        self._was_stale = stale is not None
         if self.notice is not None:
             status.text = Text(" " + self.notice, style="bold yellow", no_wrap=True, overflow="ellipsis")
         else:
             status.text = status_line(self.snapshot, self.url, self.focus_job, self.focus_host, self.paused,
-                                      self.problem)
+                                      self.problem, stale)
         status.refresh()
+        self.query_one("#gpus").set_class(stale is not None and self.snapshot is not None, "-stale")
         self.query_one(HostsBody).show(self.snapshot, self.focus_host, self.focus_job)
         hosts = self._shown_hosts()
         paras = finding_paragraphs(self.snapshot, self.focus_host, self.has_class("compact"), hosts)

@@ -12,6 +12,7 @@ import dataclasses
 import json
 import os
 import socket
+import stat
 import time
 
 from traintop import plausible
@@ -77,15 +78,20 @@ def parse_message(line: bytes) -> dict | None:
     return msg
 
 
+def _flag(v) -> bool | None:
+    return v if isinstance(v, bool) else None  # the probe's word: a flag, or nothing
+
+
 def _job(v) -> str | None:
     # the probe's word, so untrusted: one short line, printable
     return (one_line(v, limit=64) or None) if isinstance(v, str) else None
 
 
 class _Conn:
-    def __init__(self, pid: int, sock: socket.socket) -> None:
+    def __init__(self, pid: int, sock: socket.socket, uid: int | None = None) -> None:
         self.pid = pid
         self.sock = sock
+        self.uid = uid  # SO_PEERCRED: who runs the process behind the socket
         self.buf = b""
         self.last: dict | None = None
         self.last_seen = 0.0
@@ -108,6 +114,18 @@ def job_probe_dir(pid: int) -> str | None:
         if item.startswith(b"TRAINTOP_PROBE_DIR="):
             return os.fsdecode(item[len(b"TRAINTOP_PROBE_DIR="):]) or None
     return None
+
+
+def _remove_if_dead(pid: int, path: str) -> None:
+    """A probe socket nobody listens on, of a process that no longer exists (a job killed by a
+    signal cannot remove its own), is removed — only from a directory of our own user."""
+    if os.path.exists(f"/proc/{pid}"):
+        return
+    try:
+        if os.lstat(os.path.dirname(path)).st_uid == os.geteuid() and stat.S_ISSOCK(os.lstat(path).st_mode):
+            os.unlink(path)
+    except OSError:
+        pass
 
 
 class ProbeClient:
@@ -150,7 +168,11 @@ class ProbeClient:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             s.settimeout(0.2)
-            s.connect(path)
+            try:
+                s.connect(path)
+            except ConnectionRefusedError:
+                _remove_if_dead(pid, path)
+                raise
             uid = peer_uid(s)
             if uid not in (self.owner_uid, 0):
                 self.rejected.add(pid)
@@ -160,7 +182,7 @@ class ProbeClient:
         except OSError:
             s.close()
             return
-        self._conns[pid] = _Conn(pid, s)
+        self._conns[pid] = _Conn(pid, s, uid)
 
     def _read(self, c: _Conn) -> bool:
         """Drain what is available; False when the probe is gone."""
@@ -271,8 +293,8 @@ class ProbeClient:
             steps_per_s=plausible.number(steps_per_s, plausible.RANK["steps_per_s"]),
             # no DataLoader iterator entered yet: a wait of 0 would measure nothing (and rule out starvation)
             input_wait=min(1.0, c.wait / c.window) if c.window > 0 and m.get("loader") is not False else None,
-            age=now - c.last_seen, local_rank=i(m.get("local_rank")), job=_job(m.get("job")),
-            torch=m.get("torch"), loader=m.get("loader"),
+            age=now - c.last_seen, local_rank=i(m.get("local_rank")), job=_job(m.get("job")), uid=c.uid,
+            torch=_flag(m.get("torch")), loader=_flag(m.get("loader")),
         )
 
     def close(self) -> None:

@@ -310,3 +310,34 @@ def test_nvidia_hardware_is_seen_without_nvml(tmp_path):
     assert not nvidia_hardware_present(str(tmp_path))
     (dev / "class").write_text("0x030200\n")  # a 3D controller: an H200
     assert nvidia_hardware_present(str(tmp_path))
+
+
+def test_metrics_only_a_bare_port_is_loopback_and_half_sent_requests_do_not_pile_up():
+    from traintop.cluster.metrics_server import MetricsServer
+
+    assert parse_listen("19401") == ("127.0.0.1", 19401) and parse_listen(":7") == ("127.0.0.1", 7)
+    monitor, feed = simulated_session("healthy", history_s=0)
+    h = HostAgent("h", monitor, feed, None, "simulated")
+    srv = MetricsServer("127.0.0.1", 0, h.registry, max_connections=4, connection_s=1.0).start()
+    held = []
+    try:
+        base = f"http://127.0.0.1:{srv.server_port}"
+        assert httpx.get(base + "/metrics", timeout=5).status_code == 200
+        for path in ("/", "/metrics/../etc", "/favicon.ico", "/debug"):
+            assert httpx.get(base + path, timeout=5).status_code == 404
+        for _ in range(40):  # slow-loris: requests that never end
+            s = socket.create_connection(("127.0.0.1", srv.server_port))
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+            held.append(s)
+        time.sleep(0.3)
+        assert srv.open_connections <= 4  # the others were closed at once
+        for _ in range(100):  # bounded: each connection has 1 s in all here
+            if srv.open_connections == 0:
+                break
+            time.sleep(0.1)
+        assert srv.open_connections == 0
+        assert httpx.get(base + "/metrics", timeout=5).status_code == 200  # served again
+    finally:
+        for s in held:
+            s.close()
+        srv.shutdown()

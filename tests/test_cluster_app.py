@@ -345,3 +345,50 @@ def test_the_cluster_help_wraps_at_the_width_of_its_box():
 
     first = HELP.split("\n\n")[0]
     assert "\n" not in first.strip()  # one paragraph: wrapped by the box, never broken by hand
+
+
+def _turning_source(exc):
+    """A source that answers once, then raises ``exc`` at every read (a server turned hostile)."""
+    snap = fixed_snapshot()
+    calls = {"n": 0}
+
+    def source():
+        calls["n"] += 1
+        if calls["n"] > 1:
+            raise exc
+        return snap
+    return source
+
+
+def test_a_read_failing_mid_session_marks_the_data_stale_visibly():
+    from traintop.errors import TraintopError
+
+    async def go():
+        app = ClusterApp(_turning_source(TraintopError("Prometheus at x did not answer in time")),
+                         url="http://prometheus:9090", refresh=0.2)
+        async with app.run_test(size=(160, 48)) as pilot:
+            for _ in range(100):  # bounded: up to 10 s
+                await pilot.pause(0.1)
+                if "STALE" in app.query_one("#status").text.plain:
+                    break
+            status = app.query_one("#status").text.plain
+            assert "STALE" in status and "did not answer in time" in status
+            assert app.query_one("#gpus").has_class("-stale")
+            assert app.is_running and app.failure is None
+
+    asyncio.run(go())
+
+
+def test_an_unexpected_error_mid_session_ends_the_view_with_one_line_and_a_failure_code():
+    async def go():
+        app = ClusterApp(_turning_source(RecursionError("maximum recursion depth exceeded")),
+                         url="http://prometheus:9090", refresh=0.2)
+        async with app.run_test(size=(80, 24)) as pilot:
+            for _ in range(100):
+                await pilot.pause(0.1)
+                if app.failure:
+                    break
+        assert app.failure and "\n" not in app.failure and "RecursionError" in app.failure
+        assert app.return_code == 2
+
+    asyncio.run(go())

@@ -44,13 +44,23 @@ def start_agent(*args):
     return p, m.group(1)
 
 
-def start_prometheus(targets: dict, tmp: str, rules: str | None = None):
+# docs/CLUSTER.md's scrape config: a target cannot choose its own instance; the agents' job label kept
+RELABEL_JOB = """
+    metric_relabel_configs:
+      - source_labels: [exported_job]
+        regex: (.+)
+        target_label: job
+      - regex: exported_job
+        action: labeldrop"""
+
+
+def start_prometheus(targets: dict, tmp: str, rules: str | None = None, honor_labels: bool = True):
     port = free_port()
     os.makedirs(tmp, exist_ok=True)
     cfg = os.path.join(tmp, "prometheus.yml")
     jobs = "".join(f"""
   - job_name: {name}
-    honor_labels: true
+    honor_labels: {"true" if honor_labels else "false"}{"" if honor_labels else RELABEL_JOB}
     scrape_interval: {SCRAPE_S}s
     static_configs:
       - targets: [{", ".join(repr(t) for t in addrs)}]

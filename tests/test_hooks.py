@@ -157,3 +157,59 @@ def test_the_dashboard_shows_the_hooks_failures_in_its_status_bar_and_keeps_samp
             assert "--on-finding: 1 of 1 run(s) failed (last: exit status 4)" in app.query_one(StatusBar).problem
 
     asyncio.run(go())
+
+
+def _gone(pid: int, limit_s: float = 10.0) -> bool:
+    """The process is gone (or a zombie not ours to reap), within a bounded wait."""
+    for _ in range(int(limit_s / 0.1)):
+        try:
+            with open(f"/proc/{pid}/status") as fh:
+                status = dict(line.split(":", 1) for line in fh)
+        except OSError:
+            return True
+        if status["State"].split()[0] == "Z":
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_what_a_command_leaves_behind_is_killed_when_it_ends_even_a_new_session(tmp_path):
+    pids = tmp_path / "pids"
+    # the command returns at once, leaving a background child and one in a session of its own
+    hook = FindingHook(f"sleep 100000 & setsid sleep 100001 & echo $! >> {pids}; jobs -p >> {pids}; echo started",
+                       timeout=20.0, log_path=str(tmp_path / "hook.log"))
+    hook.submit({"event": "start", "rule": "starvation", "subject": "gpu0"})
+    hook.close(wait=20)
+    assert hook.failures == 0, hook.problem()
+    left = {int(x) for x in pids.read_text().split()}
+    assert len(left) == 2
+    assert all(_gone(pid) for pid in left)
+    assert "started" in (tmp_path / "hook.log").read_text()
+
+
+def test_a_run_still_going_when_traintop_stops_is_killed(tmp_path):
+    pids = tmp_path / "pids"
+    hook = FindingHook(f"setsid sleep 100002 & echo $! > {pids}; sleep 100003", timeout=600.0)
+    hook.submit({"event": "start", "rule": "starvation", "subject": "gpu0"})
+    for _ in range(100):
+        if pids.exists() and pids.read_text().strip():
+            break
+        time.sleep(0.1)
+    hook.close(wait=0.5)
+    assert _gone(int(pids.read_text()))
+    assert hook._current is None or _gone(hook._current[0].pid)
+
+
+def test_a_chatty_command_cannot_grow_the_log_past_its_cap(tmp_path):
+    from traintop.hooks import LOG_MAX_BYTES
+
+    log = tmp_path / "hook.log"
+    hook = FindingHook(f"{sys.executable} -c \"import sys; [sys.stdout.write('x' * 65536) for _ in range(160)]\"",
+                       timeout=60.0, log_path=str(log))
+    for _ in range(3):
+        hook.submit({"event": "start", "rule": "starvation", "subject": "gpu0"})
+    hook.close(wait=60)
+    assert hook.failures == 0, hook.problem()
+    size = log.stat().st_size + (log.with_suffix(".log.1").stat().st_size if log.with_suffix(".log.1").exists() else 0)
+    assert size < 3 * LOG_MAX_BYTES  # 30 MiB written in all
+    assert "output cut" in log.read_text()[-300:]

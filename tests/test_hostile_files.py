@@ -507,3 +507,25 @@ def test_deeply_nested_metadata_is_one_line_or_ignored(tmp_path, where):
     else:  # the damaged alert is left out; the rules find it again when re-run
         assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
         assert "Data starvation" in run_traintop(tmp_path, "analyze", path, "--rerun").stdout
+
+
+@pytest.mark.parametrize("name", ["run#1.ttrec", "run?mode=rwc.ttrec", "run%231.ttrec"])
+def test_a_recording_whose_name_holds_uri_characters_is_read_as_named(tmp_path, name):
+    sim = Simulator("healthy", gpus=1, interval=0.5)
+    path = tmp_path / name
+    w = RecordingWriter(str(path), sim.info(), chunk_frames=10)
+    for f in sim.frames(20):
+        w.add(f)
+    w.close()
+    before = sorted(os.listdir(tmp_path))
+    p = run_traintop(tmp_path, "analyze", str(path), "--json")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["samples"] == 20
+    assert sorted(os.listdir(tmp_path)) == before  # nothing created beside it (SQLite once made "run")
+
+
+def test_a_fifo_named_like_a_uri_is_refused_before_reading(tmp_path):
+    os.mkfifo(tmp_path / "pipe#x")
+    (tmp_path / "pipe").write_bytes(b"SQLite format 3\x00")  # what an unquoted URI would open instead
+    p = run_traintop(tmp_path, "analyze", str(tmp_path / "pipe#x"), timeout=30)
+    assert_refused(p)

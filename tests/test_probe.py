@@ -444,3 +444,35 @@ def test_a_rank_waiting_for_a_slow_rank_in_the_all_reduce_is_not_waiting_for_inp
     median = {k: sorted(v)[len(v) // 2] for k, v in waits.items()}
     assert median[1] > 0.5, median
     assert median[0] < 0.15, median
+
+
+def test_the_socket_of_a_job_killed_by_a_signal_is_removed_by_the_next_reader(tmp_path):
+    from traintop.cluster.live_source import AllProbes
+
+    d = tmp_path / "probes"
+    d.mkdir(mode=0o700)
+    # a job that made its socket and was killed before it could remove it
+    child = subprocess.Popen([sys.executable, "-c",
+                              "import socket, os, sys, time; s = socket.socket(socket.AF_UNIX); "
+                              "s.bind(sys.argv[1] + f'/probe-{os.getpid()}.sock'); s.listen(1); time.sleep(60)",
+                              str(d)])
+    for _ in range(100):
+        if os.listdir(d):
+            break
+        time.sleep(0.05)
+    child.kill()
+    child.wait()
+    (left,) = os.listdir(d)
+    probes = AllProbes(dirs=lambda: [str(d)])
+    assert probes.ranks() == ()
+    probes.close()
+    assert os.listdir(d) == []
+    # a socket of a process that still lives is left alone, even with nobody listening
+    alive = d / f"probe-{os.getpid()}.sock"
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(alive))
+    s.close()
+    probes = AllProbes(dirs=lambda: [str(d)])
+    probes.ranks()
+    probes.close()
+    assert alive.exists()

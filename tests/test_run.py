@@ -487,3 +487,26 @@ def test_two_runs_in_the_same_second_get_their_own_log(tmp_path, monkeypatch):
     finally:
         for j in (a, b):
             j.signal_group(signal.SIGKILL)
+
+
+def test_a_chatty_jobs_log_stays_under_its_cap_and_keeps_its_start(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRAINTOP_PROBE_DIR", str(tmp_path / "probes"))
+    monkeypatch.setattr(launch, "LOG_MAX_BYTES", 4 << 20)
+    monkeypatch.setattr(launch, "LOG_HEAD_BYTES", 512 << 10)
+    chatty = ("import sys, time\nprint('START of the job', flush=True)\n"
+              "for i in range(40):\n    sys.stdout.write('x' * 1048575 + '\\n'); sys.stdout.flush(); time.sleep(0.05)\n"
+              "print('END of the job', flush=True)\n")
+    job = launch.launch([sys.executable, "-c", chatty])
+    try:
+        job.watch()
+        assert job.wait(60).returncode == 0
+        for _ in range(50):  # the cap's last look after the job's end (bounded)
+            if os.path.getsize(job.log_path) <= (4 << 20) + 4096:
+                break
+            time.sleep(0.1)
+        text = pathlib.Path(job.log_path).read_text()
+        assert os.path.getsize(job.log_path) <= (4 << 20) + 4096  # 40 MiB written
+        assert text.startswith("START of the job") and "MiB of output dropped here" in text
+        assert text.rstrip().endswith("END of the job")
+    finally:
+        job.signal_group(signal.SIGKILL)

@@ -649,10 +649,13 @@ def cmd_cluster(args) -> int:
     source = cluster_source(args)  # a wrong URL or an empty Prometheus is said first
     try:
         require_terminal()
-        ClusterApp(source, url=source.prom.shown, job=args.job, refresh=args.refresh).run()
+        app = ClusterApp(source, url=source.prom.shown, job=args.job, refresh=args.refresh)
+        app.run()
     finally:
         source.close()
-    return 0
+    if app.failure:
+        raise TraintopError(app.failure)
+    return app.return_code or 0
 
 
 def add_agent(sub) -> None:

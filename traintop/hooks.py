@@ -2,12 +2,15 @@
 starts or ends (the dashboard, `traintop run`, `traintop record`, `traintop agent`).
 
 Sampling never waits for it: events go through a bounded queue to one worker thread (a full
-queue drops the event and counts it). Each run gets ``TIMEOUT_S``; past it the command and
-everything it started (its own process group) are killed, and the worker reaps the child, so
-no zombie is left. The command's output goes to a log file, not the screen; failures are
-counted and summed up in one line (``problem()``) for the status bar or the end of a run.
-The command always runs through ``/bin/sh -c`` (as cron and git hooks run theirs): a builtin
-(``exit 3``), a pipe or a variable works as it would typed in a shell.
+queue drops the event and counts it). Each run gets ``TIMEOUT_S``. When the command ends, or
+at its timeout, or when traintop stops, everything it started is killed: its process group,
+and every process that carries the run's mark in its environment (``TRAINTOP_ON_FINDING_RUN``,
+inherited by descendants, so a child that left the group with ``setsid`` is found too). The
+worker reaps the child, so no zombie is left. The command's output goes to a log file through
+a pipe, at most ``LOG_MAX_BYTES`` a run (the rest is read and dropped, and the log says how
+much); failures are counted and summed up in one line (``problem()``) for the status bar or
+the end of a run. The command always runs through ``/bin/sh -c`` (as cron and git hooks run
+theirs): a builtin (``exit 3``), a pipe or a variable works as it would typed in a shell.
 
 The event (one JSON object and a newline on the command's stdin):
     {"event": "start" | "end", "host", "rule", "subject", "severity", "title", "evidence",
@@ -19,6 +22,8 @@ from __future__ import annotations
 import json
 import os
 import queue
+import secrets
+import select
 import signal
 import subprocess
 import threading
@@ -30,6 +35,7 @@ from traintop.text import one_line
 TIMEOUT_S = 30.0
 QUEUE_MAX = 64
 LOG_MAX_BYTES = 1 << 20  # the log is started afresh (the old one kept as .1) past this
+MARK = "TRAINTOP_ON_FINDING_RUN"  # in the environment of a run and everything it starts
 
 
 class FindingEvents:
@@ -80,6 +86,8 @@ class FindingHook:
         self.dropped = 0
         self.last_failure: str | None = None
         self._q: queue.Queue = queue.Queue(maxsize=QUEUE_MAX)
+        self._current: tuple[subprocess.Popen, str] | None = None
+        self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._work, name="traintop-on-finding", daemon=True)
         self._thread.start()
 
@@ -91,12 +99,20 @@ class FindingHook:
             self.dropped += 1
 
     def close(self, wait: float = 5.0) -> None:
-        """Let the queued events run for up to ``wait`` seconds, then stop."""
+        """Let the queued events run for up to ``wait`` seconds, then stop: a run still going is
+        killed with everything it started, and nothing of it outlives traintop."""
+        end = time.monotonic() + wait
         try:
             self._q.put(None, timeout=wait)
         except queue.Full:
-            return
-        self._thread.join(timeout=wait)
+            pass
+        self._thread.join(timeout=max(0.0, end - time.monotonic()))
+        if self._thread.is_alive():
+            self._stopping.set()  # the run under way ends at its next look (0.2 s)
+            self._thread.join(timeout=5.0)
+        current = self._current
+        if current is not None:
+            kill_run(current[0].pid, current[1])
 
     def problem(self) -> str | None:
         """One line for the status bar, or None while every run succeeded."""
@@ -127,36 +143,86 @@ class FindingHook:
         self.runs += 1
         data = (json.dumps(event) + "\n").encode()
         log = self._open_log(event)
+        token = secrets.token_hex(8)
         try:
             argv, shell = self._argv()
             try:
-                p = subprocess.Popen(argv, shell=shell, stdin=subprocess.PIPE, stdout=log or subprocess.DEVNULL,
-                                     stderr=subprocess.STDOUT if log else subprocess.DEVNULL,
-                                     start_new_session=True, close_fds=True)
+                p = subprocess.Popen(argv, shell=shell, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
+                                     env=dict(os.environ, **{MARK: token}))
             except (OSError, ValueError) as e:
                 self._failed(f"cannot start it: {one_line(getattr(e, 'strerror', None) or str(e), 100)}")
                 return
+            self._current = (p, token)
             try:
-                p.stdin.write(data)
-                p.stdin.close()
-            except OSError:
-                pass  # it did not read its input: its business
-            try:
-                rc = p.wait(timeout=self.timeout)
-            except subprocess.TimeoutExpired:
                 try:
-                    os.killpg(p.pid, signal.SIGKILL)  # the command and whatever it started
+                    p.stdin.write(data)
+                    p.stdin.close()
                 except OSError:
-                    p.kill()
+                    pass  # it did not read its input: its business
+                rc = self._follow(p, log)
+            finally:
+                kill_run(p.pid, token)  # whatever it left behind, in its group or out of it
                 p.wait()
+                p.stdout.close()
+                self._current = None
+            if rc is None:
                 self._failed(f"timed out after {self.timeout:g} s, killed")
-                return
-            if rc != 0:  # the shell's own codes for a command it could not run
+            elif rc != 0:  # the shell's own codes for a command it could not run
                 why = {127: " (command not found)", 126: " (not executable)"}.get(rc, "")
                 self._failed(f"exit status {rc}{why}" if rc > 0 else f"killed by signal {-rc}")
         finally:
             if log is not None:
                 log.close()
+
+    def _follow(self, p: subprocess.Popen, log) -> int | None:
+        """Copy the command's output into the log (at most LOG_MAX_BYTES) until it exits or its
+        time is up; its exit status, or None past the timeout. A background child that keeps the
+        output open does not keep this waiting: the command's own exit ends it."""
+        deadline = time.monotonic() + self.timeout
+        fd = p.stdout.fileno()
+        os.set_blocking(fd, False)
+        kept = dropped = 0
+        open_ = True
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or self._stopping.is_set():
+                rc = None
+                break
+            if open_:
+                ready, _, _ = select.select([fd], [], [], min(0.2, left))
+                if ready:
+                    try:
+                        chunk = os.read(fd, 65536)
+                    except BlockingIOError:
+                        chunk = None
+                    if chunk == b"":
+                        open_ = False
+                    elif chunk:
+                        take = chunk[:max(0, LOG_MAX_BYTES - kept)]
+                        kept += len(take)
+                        dropped += len(chunk) - len(take)
+                        if log is not None and take:
+                            try:
+                                log.write(take)
+                            except OSError:
+                                pass
+            else:
+                time.sleep(min(0.1, left))
+            rc = p.poll()
+            if rc is not None:
+                break
+        if dropped and log is not None:
+            try:
+                log.write(f"\n--- output cut: {dropped} more byte(s) not kept (at most {LOG_MAX_BYTES} a run)\n".encode())
+            except OSError:
+                pass
+        if log is not None:
+            try:
+                log.flush()
+            except OSError:
+                pass
+        return rc
 
     def _open_log(self, event: dict):
         if not self.log_path:
@@ -181,6 +247,46 @@ class FindingHook:
                 self.on_first_failure(f"--on-finding command failed: {why}")  # the teller adds "traintop: "
             except Exception:
                 pass
+
+
+def kill_run(pid: int, token: str, settle_s: float = 2.0) -> int:
+    """SIGKILL a run's process group and every process whose environment carries its mark
+    (descendants that started a session of their own), then wait up to ``settle_s`` for them
+    to be gone. Returns how many were found."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+    mark = f"{MARK}={token}".encode()
+    me = os.getpid()
+    found = []
+    for name in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as fh:
+                env = fh.read(1 << 20)
+        except OSError:
+            continue
+        if mark in env.split(b"\0"):
+            found.append(int(name))
+            try:
+                os.kill(int(name), signal.SIGKILL)
+            except OSError:
+                pass
+    end = time.monotonic() + settle_s
+    for p in found:
+        while time.monotonic() < end and not _dead(p):
+            time.sleep(0.02)
+    return len(found)
+
+
+def _dead(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X")
+    except (OSError, IndexError):
+        return True
 
 
 def default_log_path() -> str | None:

@@ -86,6 +86,34 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
+LOG_MAX_BYTES = 64 << 20  # the job's log, while traintop watches the job
+LOG_HEAD_BYTES = 4 << 20  # its start, kept when the rest is cut
+
+
+def _cap_log(fd: int, pid: int) -> None:
+    """Keep the job's log under LOG_MAX_BYTES while traintop runs (a chatty job wrote 442 MB in
+    20 s, and the private directory may be a small tmpfs): past it the log is cut back to its
+    first LOG_HEAD_BYTES (the job's start: its configuration, its first errors) and a line says
+    how much was dropped there. The job writes with O_APPEND, so it goes on at the new end; it
+    never waits for this, and never writes through a pipe that would break if traintop left."""
+    try:
+        while True:
+            ended = not os.path.exists(f"/proc/{pid}")  # reaped (never by this thread: Job watches it)
+            try:
+                size = os.fstat(fd).st_size
+                if size > LOG_MAX_BYTES:
+                    os.ftruncate(fd, LOG_HEAD_BYTES)
+                    _write_all(fd, f"\n[traintop: {(size - LOG_HEAD_BYTES) >> 20} MiB of output dropped here, to keep "
+                                   f"this log under {LOG_MAX_BYTES >> 20} MiB]\n".encode())
+            except OSError:
+                return
+            if ended:
+                return
+            time.sleep(0.5)
+    finally:
+        os.close(fd)
+
+
 def _pump(src: int, out: int, log: int, lock: threading.Lock) -> None:
     """Copy the job's output to traintop's own (a terminal, a file, a CI log) and to the log."""
     out_ok = True
@@ -142,6 +170,7 @@ def launch(cmd: list[str], log_path: str | None = None, *, base: str | None = No
     except PermissionError:
         os.close(log)
         raise TraintopError(f"not executable: {cmd[0]}") from None
+    threading.Thread(target=_cap_log, args=(os.dup(log), proc.pid), name="traintop-log-cap", daemon=True).start()
     pumps = []
     if passthrough:
         lock = threading.Lock()

@@ -15,6 +15,7 @@ import json
 import os
 import sqlite3
 import time
+import urllib.parse
 from dataclasses import asdict
 from typing import Iterator
 
@@ -280,6 +281,13 @@ MAX_META_VALUE = 1 << 20  # a session's metadata is a few kB
 MAX_ALERTS = 100_000
 
 
+def readonly_uri(path: str) -> str:
+    """An SQLite URI that opens exactly ``path``, read-only: '#', '?' and '%' in a name are
+    quoted (unquoted, ``run#1.ttrec`` opened ``run`` read-write-create, and a FIFO named
+    ``pipe#x`` got past the regular-file check made on the whole name)."""
+    return "file:" + urllib.parse.quote(os.path.abspath(path), safe="/") + "?mode=ro"
+
+
 class RecordingReader:
     """Reads a recording written by RecordingWriter (also one cut short by SIGKILL).
 
@@ -299,7 +307,7 @@ class RecordingReader:
         self._steps = 0
         self._interrupted = False
         try:
-            self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+            self._db = sqlite3.connect(readonly_uri(path), uri=True, check_same_thread=False)
         except sqlite3.Error as e:
             raise RecordingError(f"{path} is damaged or not a traintop recording ({e})") from None
         try:

@@ -219,6 +219,7 @@ class RankSample:
     # torch; loader: a DataLoader iterator has handed it a batch (else input_wait measures nothing).
     torch: bool | None = None
     loader: bool | None = None
+    uid: int | None = None  # the owner of the process, from its probe socket's peer credentials (not recorded)
 
     @property
     def label(self) -> str:

@@ -210,11 +210,16 @@ def finding_paragraphs(s: ClusterSnapshot | None, focus_host: str | None, compac
 
 
 def status_line(s: ClusterSnapshot | None, url: str, job: str | None, focus_host: str | None, paused: bool,
-                problem: str | None) -> Text:
+                problem: str | None, stale: float | None = None) -> Text:
+    """``stale``: seconds since the last good read, when that is more than two refreshes."""
     out = Text(no_wrap=True, overflow="ellipsis")
     out.append(" CLUSTER ", style="bold black on cyan")
-    if s is not None:
+    if s is not None and stale is not None:
+        out.append(f" STALE: data of {time.strftime('%H:%M:%S', time.localtime(s.t))}, no read for {stale:.0f} s ",
+                   style="bold white on red")
+    elif s is not None:
         out.append(" " + time.strftime("%H:%M:%S", time.localtime(s.t)), style="bold")
+    if s is not None:
         silent = {h for h, _ in s.silent}
 
         def count(n: int, what: str, quiet: int) -> str:

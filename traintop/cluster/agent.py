@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import socket
 import sys
 import threading
 import time
 
-from prometheus_client import CollectorRegistry, start_http_server, write_to_textfile
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import generate_latest
 
 from traintop.analyze import WASTE_FROM_CLOCK, WASTE_FROM_UTIL
 from traintop.cluster.addresses import is_loopback
 from traintop.cluster import series as S
 from traintop.cluster.exporter import HostCollector, HostState, RankLabels
+from traintop.cluster.metrics_server import MetricsServer
 from traintop.errors import TraintopError
 from traintop.hooks import FindingEvents, FindingHook, finding_hook
 from traintop.rules import Severity
@@ -44,7 +47,7 @@ def parse_listen(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     if not sep:
         host, port = "", text
-    host = host.strip("[]") or "0.0.0.0"
+    host = host.strip("[]") or "127.0.0.1"  # a bare port is this host only: 0.0.0.0 must be asked for
     try:
         p = int(port)
     except ValueError:
@@ -85,11 +88,35 @@ class SimulatedRanks:
         return dataclasses.replace(f, ranks=tuple(ranks))
 
 
+def rank_series(samples, default_job: str | None) -> tuple[list, tuple]:
+    """The ranks to export, each with its labels (its owner's uid among them), and the findings
+    about who claims which rank: a rank of a job claimed by two processes is exported for
+    neither (either may be the impostor) and is a finding; a job whose ranks here belong to
+    different users is a finding. A probe's job and rank are its own word; its uid is not."""
+    labelled = []
+    for k, r in enumerate(samples):
+        rank = r.rank if r.rank is not None else k
+        labelled.append((RankLabels(job=r.job or default_job or "unknown", rank=str(rank),
+                                    local_rank=str(r.local_rank if r.local_rank is not None else rank),
+                                    world_size=str(r.world_size or 1), uid="" if r.uid is None else str(r.uid)), r))
+    count: dict[tuple[str, str], int] = {}
+    owners: dict[str, set[str]] = {}
+    for labels, _ in labelled:
+        count[(labels.job, labels.rank)] = count.get((labels.job, labels.rank), 0) + 1
+        if labels.uid:
+            owners.setdefault(labels.job, set()).add(labels.uid)
+    claims = tuple(("rank_claimed_twice", "warning", one_line(f"job {job} rank {rank}", 128))
+                   for (job, rank), n in sorted(count.items()) if n > 1)
+    claims += tuple(("rank_owners_differ", "warning", one_line(f"job {job}", 128))
+                    for job, uids in sorted(owners.items()) if len(uids) > 1)
+    return [(labels, r) for labels, r in labelled if count[(labels.job, labels.rank)] == 1], claims
+
+
 class HostAgent:
     """One host: its monitor and feed, the state it publishes, its findings' lost GPU-seconds."""
 
     def __init__(self, hostname: str, monitor, feed, job: str | None, mode: str, hook: FindingHook | None = None,
-                 textfile: str | None = None) -> None:
+                 textfile=None) -> None:
         self.hostname = hostname
         source = getattr(feed, "source", None)
         # A live agent without GPUs says why once, and serves whether GPUs are here unread
@@ -99,7 +126,7 @@ class HostAgent:
         self.job = job
         self.mode = mode
         self.hook = hook
-        self.textfile = textfile
+        self.textfile = textfile  # a TextfileWriter (textfile.py), or None
         self.collector = HostCollector(HostState(hostname=hostname, gpus=monitor.info.gpus, mode=mode,
                                                  gpus_unreadable=self.gpus_unreadable))
         self.registry = CollectorRegistry(auto_describe=False)
@@ -117,6 +144,8 @@ class HostAgent:
     def stop(self) -> None:
         self.feed.stop()
         self.monitor.close()
+        if self.textfile is not None:
+            self.textfile.close()
 
     def publish(self) -> None:
         """Runs on the feed thread after each tick."""
@@ -127,18 +156,13 @@ class HostAgent:
         if frame is None:
             return
         self._account(frame, alerts)
-        ranks = []
-        for k, r in enumerate(frame.ranks):
-            rank = r.rank if r.rank is not None else k
-            ranks.append((RankLabels(job=r.job or self.job or "unknown", rank=str(rank),
-                                     local_rank=str(r.local_rank if r.local_rank is not None else rank),
-                                     world_size=str(r.world_size or 1)), r))
+        ranks, claims = rank_series(frame.ranks, self.job)
         p = frame.process
         workers = p.loader_workers if p is not None else ()
         cpus = [w.cpu_percent for w in workers if w.cpu_percent is not None]
         self.collector.publish(HostState(
             hostname=self.hostname, frame=frame, gpus=m.info.gpus, ranks=tuple(ranks),
-            findings=tuple((rule, sev.label, subj) for rule, sev, subj, *_ in alerts),
+            findings=tuple((rule, sev.label, subj) for rule, sev, subj, *_ in alerts) + claims,
             lost_s=tuple(sorted(self._lost.items())),
             xids=tuple((g, n, code) for g, (n, code) in sorted(self._xids.items())),
             loader_cpu=sum(cpus) / len(cpus) / 100 if cpus else None,
@@ -176,18 +200,19 @@ class HostAgent:
             self.hook.submit(event)
 
     def _write_textfile(self) -> None:
-        if not self.textfile:
+        if self.textfile is None:
             return
         now = time.monotonic()
         if now - self._last_textfile < 1.0:
             return
         self._last_textfile = now
         try:
-            write_to_textfile(self.textfile, self.registry)  # a temporary file renamed over the old one
+            self.textfile.write(generate_latest(self.registry))  # a random temporary file renamed over the old one
             self.textfile_error = None
-        except OSError as e:
+        except (OSError, TraintopError) as e:
             if self.textfile_error is None:
-                print(f"traintop: cannot write {self.textfile}: {e.strerror or e}", file=sys.stderr)
+                why = e.strerror or e if isinstance(e, OSError) else e
+                print(f"traintop: cannot write {one_line(self.textfile.path, 200)}: {why}", file=sys.stderr)
             self.textfile_error = str(e)
 
 
@@ -204,15 +229,22 @@ def build_hosts(args) -> list[HostAgent]:
     if n_hosts > 1 and args.record:
         raise TraintopError("--record keeps one host's recording: not with --hosts")
     textdir = args.textfile
-    if textdir is not None and not os.path.isdir(textdir):
-        raise TraintopError(f"--textfile: {textdir} is not a directory")
+    if textdir is not None:
+        from traintop.cluster.textfile import check_path
+
+        problem = check_path(textdir)
+        if problem:
+            raise TraintopError(f"--textfile: {one_line(textdir, 200)} {problem}")
     base = one_line(args.hostname or socket.gethostname(), limit=64)
     hosts = []
     for i in range(n_hosts):
         name = base if n_hosts == 1 else f"{base}-{i:03d}"
         textfile = None
         if textdir is not None:
-            textfile = os.path.join(textdir, "traintop.prom" if n_hosts == 1 else f"traintop-{name}.prom")
+            from traintop.cluster.textfile import TextfileWriter
+
+            safe = re.sub(r"[^A-Za-z0-9._-]", "_", name)
+            textfile = TextfileWriter(textdir, "traintop.prom" if n_hosts == 1 else f"traintop-{safe}.prom")
         if args.simulate:
             monitor, feed = sessions.simulated_session(args.simulate, gpus=args.gpus, seed=args.seed + i,
                                                        interval=args.interval, history_s=60.0, record=args.record,
@@ -252,7 +284,7 @@ def serve(hosts: list[HostAgent], listen: str | None, say=print) -> list:
     for i, h in enumerate(hosts):
         p = port + i if port else 0
         try:
-            server, _thread = start_http_server(p, addr=addr, registry=h.registry)
+            server = MetricsServer(addr, p, h.registry).start()
         except OSError as e:
             for s in servers:
                 s.shutdown()

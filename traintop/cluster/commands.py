@@ -14,7 +14,8 @@ def add_agent(sub) -> None:
                        "the result as Prometheus metrics (or a file for node_exporter). See docs/CLUSTER.md.")
     g = p.add_argument_group("serving")
     g.add_argument("--listen", metavar="HOST:PORT",
-                   help=f"where /metrics is served (default {DEFAULT_LISTEN}; port 0: any free port)")
+                   help=f"where /metrics is served (default {DEFAULT_LISTEN}; a bare PORT is 127.0.0.1:PORT; "
+                        "0.0.0.0:PORT serves every interface; port 0: any free port)")
     g.add_argument("--textfile", metavar="DIR",
                    help="write traintop.prom into DIR for node_exporter's textfile collector "
                         "(no port is opened unless --listen is given too)")

@@ -66,8 +66,22 @@ NODE_MISSING = CrossRule("node_missing", "Node stopped reporting", "critical", (
     "Check whether the node and its agent are alive (a crash, a reboot, the network).",
     "A training job that lost a node usually hangs in its next collective: check the job too.",
 ))
+HOST_CLAIMED = CrossRule("host_claimed_twice", "Two sources claim one host", "warning", (
+    "See which scrape targets send this Hostname: count by (instance) (traintop_agent_info{Hostname=\"…\"}).",
+    "Stop the agent that should not speak for this host, or give each agent its own --hostname.",
+    "Scrape agents without honor_labels (docs/CLUSTER.md): a target then cannot choose its own instance label.",
+))
+RANK_CLAIMED = CrossRule("rank_claimed_twice", "One rank claimed twice", "warning", (
+    "Find the processes on the hosts named (traintop --pid, or ps on that host) and the users that own them.",
+    "A rank claimed by another user's process is someone posing as the job: report it to the cluster's admins.",
+    "Two runs of one job id at once (a restart before the old run ended) claim every rank twice: stop the old one.",
+))
+RANK_OWNERS = CrossRule("rank_owners_differ", "A job's ranks run as different users", "warning", (
+    "A job's ranks on one host normally belong to one user: find the rank that does not and who started it.",
+    "Until then, its figures are that user's word, not the job's.",
+))
 RULES = {r.id: r for r in (STRAGGLER, STRAGGLER_NODE, STALLED, NODE_STARVING_RULE, SLOW_NODE, NODE_GPU_ERRORS,
-                           NODE_MISSING)}
+                           NODE_MISSING, HOST_CLAIMED, RANK_CLAIMED, RANK_OWNERS)}
 
 
 @dataclass
@@ -479,7 +493,13 @@ def missing_nodes(data: ClusterData) -> list[CrossFinding]:
     return out
 
 
-ALL = (stragglers, stalled, node_starving, slow_nodes, gpu_errors, missing_nodes)
+def claimed_twice(data: ClusterData) -> list[CrossFinding]:
+    """Two sources for one host, one rank claimed twice, a job's ranks owned by different users (claims.py)."""
+    return [CrossFinding(RULES[c.rule], c.host, c.subject, c.start, c.end, c.evidence, c.job)
+            for c in data.conflicts]
+
+
+ALL = (stragglers, stalled, node_starving, slow_nodes, gpu_errors, missing_nodes, claimed_twice)
 
 
 def evaluate(data: ClusterData) -> list[CrossFinding]:

@@ -5,8 +5,11 @@ need no ranks. The report says what cannot be seen without agents.
 
 from __future__ import annotations
 
+from traintop import plausible as P
+from traintop.cluster import claims
 from traintop.cluster import report as R
-from traintop.cluster.fetch import ClusterData, GpuData, _int, choose_step
+from traintop.cluster.checks import Checked, gpu_index_of
+from traintop.cluster.fetch import ClusterData, GpuData, choose_step
 from traintop.cluster.promapi import Grid, Prometheus, Series
 from traintop.samples import Frame, GpuInfo, GpuSample, SessionInfo
 from traintop.units import MiB
@@ -28,6 +31,10 @@ FIELDS = {
     "reasons": ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", 1.0),
     "xid": ("DCGM_FI_DEV_XID_ERRORS", 1.0),
 }
+
+# each field's plausible range in traintop's sample units (after the scale above)
+BOUNDS = {f: P.GPU.get(f, P.GPU["mem_used"]) for f in FIELDS}  # mem_free: bytes, as mem_used
+BOUNDS["xid"] = P.GPU["xid"]
 
 CANNOT_SEE = ("dcgm-exporter only (no traintop agent): no per-rank step times or input wait, no DataLoader "
               "workers or processes, so no straggler rank, stalled job or starving-loader rules; starvation "
@@ -58,10 +65,21 @@ def dcgm_findings(prom: Prometheus, start: float, end: float, step: float | None
     cols: dict[tuple[str, int], dict[str, dict]] = {}
     models: dict[tuple[str, int], str] = {}
     uuids: dict[tuple[str, int], str] = {}
+    results = {field: prom.query_grid(name, grid) for field, (name, _) in FIELDS.items()}
+    named = claims.host_names(list(results.values()), host_of, data.conflicts)  # two sources: shown apart
+    check = Checked()
     for field, (name, scale) in FIELDS.items():
-        for s in prom.query_grid(name, grid):
-            key = (host_of(s), _int(s.get("gpu")))
-            cols.setdefault(key, {})[field] = {t: v * scale for t, v in s.values.items()} if scale != 1 else s.values
+        lo, hi = BOUNDS[field]
+        for s in results[field]:
+            i = gpu_index_of(s, check)
+            if i is None:
+                continue
+            key = (named(s), i)
+            vals = {t: v * scale for t, v in s.values.items()} if scale != 1 else s.values
+            kept = {t: v for t, v in vals.items() if lo <= v <= hi}
+            if len(kept) != len(vals):
+                check.values_dropped[field] = check.values_dropped.get(field, 0) + len(vals) - len(kept)
+            cols.setdefault(key, {})[field] = kept
             models[key] = s.get("modelName", "model_name") or models.get(key, "")
             uuids[key] = s.get("UUID", "gpu_uuid") or uuids.get(key, "")
     findings = []
@@ -127,10 +145,11 @@ def dcgm_findings(prom: Prometheus, start: float, end: float, step: float | None
                                        a.evidence, list(a.remedies), lost, "host"))
     from traintop.cluster import crosshost
 
-    for c in (crosshost.slow_nodes(data) + crosshost.gpu_errors(data) + crosshost.missing_nodes(data)):
+    for c in (crosshost.slow_nodes(data) + crosshost.gpu_errors(data) + crosshost.missing_nodes(data)
+              + crosshost.claimed_twice(data)):
         findings.append(R._finding(data, c.rule.id, c.rule.title, c.host, c.subject, c.rule.severity, c.start,
                                    min(c.end + step, end), c.evidence, list(c.rule.remedies), 0.0, "cluster"))
-    notes = [CANNOT_SEE]
+    notes = [CANNOT_SEE] + check.notes()
     if missing:
         notes.append("series not exported here: " + ", ".join(FIELDS[f][0] for f in missing))
     data.notes = notes

@@ -24,6 +24,7 @@ class RankLabels:
     rank: str
     local_rank: str
     world_size: str
+    uid: str = ""  # the process owner's uid, from the probe socket's peer credentials
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +154,7 @@ class HostCollector(Collector):
                 v = getattr(r, s.field)
                 if v is None:
                     continue
-                fam.add_metric([labels.job, labels.rank, labels.local_rank, labels.world_size, host],
+                fam.add_metric([labels.job, labels.rank, labels.local_rank, labels.world_size, labels.uid, host],
                                float(v) * s.scale)
             fams.append(fam)
         return fams

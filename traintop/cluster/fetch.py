@@ -9,7 +9,9 @@ from __future__ import annotations
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from traintop.cluster import claims
 from traintop.cluster import series as S
+from traintop.cluster.checks import Checked, gpu_index_of, rank_labels_of
 from traintop.cluster.promapi import Grid, GridSeries, Prometheus, no_gc
 from traintop.errors import TraintopError
 
@@ -52,6 +54,7 @@ class RankData:
     local_rank: int
     world_size: int
     host: str
+    uid: str = ""  # the owner of the rank's process, as its agent saw it (the socket's peer); "" unknown
     step: dict = field(default_factory=dict)  # t -> seconds per step
     steps: dict = field(default_factory=dict)  # t -> steps so far
     wait: dict = field(default_factory=dict)  # t -> input wait ratio
@@ -80,6 +83,7 @@ class ClusterData:
     mode: str = "traintop"
     notes: list = field(default_factory=list)
     unreadable: set = field(default_factory=set)  # hosts whose agent says NVML cannot read their GPUs
+    conflicts: list = field(default_factory=list)  # claims.Conflict: two sources for one host, one rank
 
     @property
     def hosts(self) -> list[str]:
@@ -108,7 +112,7 @@ def _int(text: str, default: int = 0) -> int:
 # the labels each kind of series is read by (``slim``: the others are left in Prometheus)
 HOST_BY = ("Hostname", "hostname", "instance")
 GPU_BY = HOST_BY + ("gpu",)
-RANK_BY = HOST_BY + ("exported_job", "job", "rank", "local_rank", "world_size")
+RANK_BY = HOST_BY + ("exported_job", "job", "rank", "local_rank", "world_size", "uid")
 FINDING_BY = HOST_BY + ("rule", "severity", "subject")
 
 
@@ -128,8 +132,14 @@ def fetch_grid(prom: Prometheus, grid: Grid, end: float, job: str | None = None,
     try:
         with no_gc():
             return _fetch(prom, grid, end, job, slim, part_of, pool)
+    except BaseException:
+        if prom.budget is not None:
+            prom.budget.cancel()  # the queries under way end now, not at their own deadlines
+        raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+        if prom.budget is not None:
+            prom.budget.cancelled.clear()  # a fallback read (dcgm.py) may follow under the same budget
 
 
 def _fetch(prom, grid, end, job, slim, part_of, pool) -> ClusterData:
@@ -167,17 +177,40 @@ def _fetch(prom, grid, end, job, slim, part_of, pool) -> ClusterData:
     if not util and part_of is None and not ask(f"count({S.P}agent_info)", ()).result():
         raise TraintopError(f"no traintop series at {prom.shown} between the times asked "
                             "(is `traintop agent` scraped? try a longer --since)")
-    for ranks_field, q in rank_qs:
-        for s in q.result():
+    check = Checked()
+    rank_results = [(f, q.result()) for f, q in rank_qs]
+    if moved.result():
+        gpu_qs += [(attr, ask(S.P + name)) for name, attr in
+                   (("gpu_xid_errors_total", "xid_total"), ("gpu_last_xid", "last_xid"),
+                    ("gpu_ecc_uncorrected_errors_total", "ecc_uncorrected"))]
+    gpu_results = [(attr, q.result()) for attr, q in gpu_qs]
+    limit_results = [(attr, q.result()) for attr, q in limit_qs]
+    finding_results = findings_q.result()
+    loader_results = loader_q.result()
+    # Who claims what: a host's series from two scrape targets, a rank from two hosts or owners.
+    # Neither is merged: each source keeps its own name, and each is a finding (claims.py).
+    every = [util] + [r for _, r in rank_results] + [r for _, r in gpu_results] + [r for _, r in limit_results] \
+        + [finding_results, loader_results]
+    named = claims.host_names(every, host_of, data.conflicts)
+    ranks_seen = claims.RankClaims()
+
+    for ranks_field, results in rank_results:
+        for s in results:
             j = job_of(s)
             if job is not None and j != job:
                 continue
-            key = (j, _int(s.get("rank")))
+            labels = rank_labels_of(s, check)
+            if labels is None:
+                continue
+            rank, local, world, uid = labels
+            host = named(s)
+            ranks_seen.see(j, rank, host, uid, s.values)
+            key = (j, rank, host, uid)
             r = data.ranks.get(key)
             if r is None:
-                r = data.ranks[key] = RankData(j, key[1], _int(s.get("local_rank")), _int(s.get("world_size"), 1),
-                                               host_of(s))
-            _merge(r, ranks_field, s.values)
+                r = data.ranks[key] = RankData(j, rank, local, world, host, uid)
+            _merge(r, ranks_field, check.values(s.values, "rank", ranks_field))
+    data.ranks = ranks_seen.settle(data.ranks, data.conflicts)
     if job is not None and not data.ranks and part_of is None:
         raise TraintopError(f"no ranks of job {job!r} at {prom.shown} between the times asked")
     hosts = {r.host for r in data.ranks.values()} if job is not None else None
@@ -185,38 +218,38 @@ def _fetch(prom, grid, end, job, slim, part_of, pool) -> ClusterData:
         hosts |= {r.host for r in part_of.ranks.values()}
 
     def gpu(s: GridSeries) -> GpuData | None:
-        h = host_of(s)
+        h = named(s)
         if hosts is not None and h not in hosts:
             return None
-        key = (h, _int(s.get("gpu")))
+        i = gpu_index_of(s, check)
+        if i is None:
+            return None
+        key = (h, i)
         g = data.gpus.get(key)
         if g is None:
-            g = data.gpus[key] = GpuData(h, key[1], s.get("modelName", "model_name"))
+            g = data.gpus[key] = GpuData(h, i, s.get("modelName", "model_name"))
         return g
 
     for s in util:
         if (g := gpu(s)) is not None:
-            _merge(g, "util", s.values)
-    if moved.result():
-        gpu_qs += [(attr, ask(S.P + name)) for name, attr in
-                   (("gpu_xid_errors_total", "xid_total"), ("gpu_last_xid", "last_xid"),
-                    ("gpu_ecc_uncorrected_errors_total", "ecc_uncorrected"))]
-    for attr, q in gpu_qs:
-        for s in q.result():
+            _merge(g, "util", check.values(s.values, "gpu", "util"))
+    for attr, results in gpu_results:
+        for s in results:
             if (g := gpu(s)) is not None:
-                _merge(g, attr, s.values)
-    for attr, q in limit_qs:
-        for s in q.result():
+                _merge(g, attr, check.values(s.values, "gpu", attr))
+    for attr, results in limit_results:
+        for s in results:
             if (g := gpu(s)) is not None:
-                setattr(g, attr, s.last)
-    for s in findings_q.result():
-        h = host_of(s)
+                setattr(g, attr, check.value(s.last, "gpu", attr))
+    for s in finding_results:
+        h = named(s)
         if hosts is not None and h not in hosts:
             continue
         if s.values:
             data.findings.append(AgentFinding(h, s.get("rule"), s.get("severity"), s.get("subject"), sorted(s.values)))
-    for s in loader_q.result():
-        _merge(data.loader_cpu, host_of(s), s.values, keyed=True)
+    for s in loader_results:
+        _merge(data.loader_cpu, named(s), check.values(s.values, "host", "loader_cpu"), keyed=True)
+    data.notes.extend(check.notes())
     for s in unreadable_q.result():
         h = host_of(s)
         if hosts is None or h in hosts:

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import httpx
 
 from traintop.cluster.addresses import is_loopback
+from traintop.cluster.budget import ReadBudget
+from traintop.cluster.deadline import deadline, install as install_deadline, remaining
 from traintop.errors import TraintopError
 from traintop.text import one_line
 
@@ -26,6 +28,8 @@ MAX_BYTES = 64 << 20
 MAX_SERIES = 200_000
 TIMEOUT_S = 30.0
 LABEL_LIMIT = 128
+MAX_GRID = 11_000  # points a series in one range query: Prometheus's own limit
+MAX_TIME = 4_102_444_800.0  # 2100-01-01
 
 
 class _Labelled:
@@ -71,8 +75,17 @@ class Grid:
 
     @classmethod
     def over(cls, start: float, end: float, step: float) -> "Grid":
+        if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in (start, end, step)):
+            raise TraintopError("the time range and step must be finite numbers")
+        if not (0 <= start <= end <= MAX_TIME):
+            raise TraintopError("the time range must lie between 1970 and 2100, its end after its start")
         start, step = round(start, 3), round(max(step, 0.001), 3)
-        return cls(start, step, int((round(end, 3) - start) / step + 1e-9) + 1)
+        n = int((round(end, 3) - start) / step + 1e-9) + 1
+        if n > MAX_GRID:
+            raise TraintopError(f"a step of {step:g} s over {end - start:.0f} s is {n} points a series; Prometheus "
+                                f"answers at most {MAX_GRID}: give --step {math.ceil((end - start) / (MAX_GRID - 1))} "
+                                "or more")
+        return cls(start, step, n)
 
     @property
     def end(self) -> float:
@@ -95,18 +108,41 @@ class Prometheus:
             url = "http://" + url
         if not url.startswith(("http://", "https://")):
             raise TraintopError(f"--prometheus expects an http(s) URL, got {one_line(url, 80)!r}")
+        try:
+            parsed = httpx.URL(url.rstrip("/"))
+            if not parsed.host:
+                raise httpx.InvalidURL("no host")
+        except (httpx.InvalidURL, ValueError, TypeError) as e:
+            raise TraintopError(f"--prometheus: not a URL ({one_line(e, 80)}): "
+                                f"{one_line(_hide_password(url), 80)!r}") from None
         self.url = url.rstrip("/")
-        self.shown = one_line(httpx.URL(self.url).copy_with(username=None, password=None), limit=120)
+        self.shown = one_line(parsed.copy_with(username=None, password=None), limit=120)
         self.max_bytes = max_bytes
+        self.timeout = timeout  # the whole of one query, wall clock (deadline.py), not only each read
         self.calls = 0
         self.bytes_read = 0
+        self.budget: ReadBudget | None = None  # the whole read under way (read_budget)
         self._count = threading.Lock()  # queries may run on several threads (one client: httpx's pool is thread-safe)
+        self._decode = threading.Lock()  # one answer decoded at a time (_get)
         headers = {"Accept": "application/json"}
-        if is_loopback(httpx.URL(self.url).host):
+        if is_loopback(parsed.host):
             # compressing answers only pays across a network: on this machine it costs
             # Prometheus more CPU than the copy it saves (a 50 MB read: 3.3 s with gzip, 1.3 s without)
             headers["Accept-Encoding"] = "identity"
-        self._client = httpx.Client(timeout=timeout, transport=transport, follow_redirects=False, headers=headers)
+        try:
+            self._client = httpx.Client(timeout=timeout, transport=transport, follow_redirects=False, headers=headers)
+        except (httpx.InvalidURL, ValueError) as e:  # a proxy from the environment that is not a URL
+            raise TraintopError(f"cannot use the HTTP proxy settings: {one_line(e, 120)}") from None
+        install_deadline(self._client)
+
+    @contextlib.contextmanager
+    def read_budget(self, max_bytes: int, max_series: int, what: str, max_points: int | None = None):
+        """Every query within the block is charged to one budget (budget.py)."""
+        old, self.budget = self.budget, ReadBudget(max_bytes, max_series, what, max_points)
+        try:
+            yield self.budget
+        finally:
+            self.budget = old
 
     def close(self) -> None:
         self._client.close()
@@ -122,11 +158,11 @@ class Prometheus:
         params = {"query": promql}
         if at is not None:
             params["time"] = f"{at:.3f}"
-        return self._result(self._get("/api/v1/query", params))
+        return self._get("/api/v1/query", params, self._result)
 
     def query_range(self, promql: str, start: float, end: float, step: float) -> list[Series]:
         params = {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{max(step, 0.001):.3f}"}
-        return self._result(self._get("/api/v1/query_range", params))
+        return self._get("/api/v1/query_range", params, self._result)
 
     def query_grid(self, promql: str, grid: Grid) -> list[GridSeries]:
         """A range query over ``grid``, each series' values keyed by the grid's times. The
@@ -134,44 +170,57 @@ class Prometheus:
         Python work per point beyond the float conversion; anything else is checked point
         by point."""
         params = {"query": promql, "start": f"{grid.start:.3f}", "end": f"{grid.end:.3f}", "step": f"{grid.step:.3f}"}
-        data = self._get("/api/v1/query_range", params)
         times = grid.times
-        out = []
-        for labels, raw in self._items(data, "matrix"):
-            out.append(GridSeries(labels, _on_grid(raw, grid, times)))
-        return out
+
+        def convert(data: dict) -> list[GridSeries]:
+            return [GridSeries(labels, _on_grid(raw, grid, times)) for labels, raw in self._items(data, "matrix")]
+        return self._get("/api/v1/query_range", params, convert)
 
     # -- plumbing ----------------------------------------------------------------------------
-    def _get(self, path: str, params: dict) -> dict:
+    def _get(self, path: str, params: dict, convert):
+        """``convert(data)`` of the answer. Answers are read concurrently but decoded one at a
+        time: a decoded answer is several times its bytes in Python objects, and only the
+        converted series (floats on the grid) outlive it."""
         with self._count:
             self.calls += 1
+        budget = self.budget
         try:
-            with self._client.stream("GET", self.url + path, params=params) as resp:
-                if resp.status_code in (401, 403):
-                    raise TraintopError(f"Prometheus at {self.shown} needs authentication (HTTP {resp.status_code}); "
-                                        "put the credentials in the URL (https://user:password@host)")
-                if resp.status_code in (301, 302, 303, 307, 308):
-                    raise TraintopError(f"Prometheus at {self.shown} redirects elsewhere (HTTP {resp.status_code}); "
-                                        "give the final URL")
-                body = bytearray()
-                for chunk in resp.iter_bytes():
-                    body += chunk
-                    if len(body) > self.max_bytes:
-                        raise TraintopError(f"Prometheus at {self.shown} sent more than {self.max_bytes >> 20} MiB "
-                                            "for one query; narrow --since or give --job")
-                status = resp.status_code
+            with deadline(self.timeout, budget.cancelled if budget is not None else None):
+                body, status = self._fetch(path, params, budget)
         except httpx.TimeoutException:
-            raise TraintopError(f"Prometheus at {self.shown} did not answer in time") from None
+            raise TraintopError(f"Prometheus at {self.shown} did not answer in time "
+                                f"(a query gets {self.timeout:g} s in all)") from None
         except httpx.ConnectError as e:
             raise TraintopError(f"cannot reach Prometheus at {self.shown}: {one_line(_reason(e), 120)}") from None
-        except httpx.HTTPError as e:
+        except (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError) as e:
             raise TraintopError(f"Prometheus at {self.shown}: {one_line(_reason(e), 120)}") from None
         with self._count:
             self.bytes_read += len(body)
+        with self._decode:
+            data = self._decode_answer(body, status, budget)
+            del body
+            try:
+                return convert(data)
+            finally:
+                del data
+
+    def _decode_answer(self, body: bytearray, status: int, budget: ReadBudget | None) -> dict:
+        # counted before decoding: every series is an object, so an answer has at least as many
+        # '{' as series (json.loads of 200 000 series costs far more than this pass over the bytes)
+        if budget is not None and body.count(b"{") > 2 * budget.room_for_series() + 2:
+            budget.take_series(body.count(b"{") // 2, self.shown)
+        if budget is not None:
+            budget.take_points(body.count(b"],["), self.shown)  # between two points of a range answer
         try:
             doc = json.loads(body)
+        except RecursionError:
+            raise TraintopError(f"{self.shown} did not answer like Prometheus (JSON nested too deeply)") from None
+        except MemoryError:
+            raise TraintopError(f"{self.shown}: its answer does not fit in memory; narrow --since or give --job") \
+                from None
         except (ValueError, UnicodeDecodeError):
             raise TraintopError(f"{self.shown} did not answer like Prometheus (HTTP {status}, not JSON)") from None
+        body.clear()  # the caller's reference too: the raw bytes are not needed once decoded
         if not isinstance(doc, dict) or doc.get("status") not in ("success", "error"):
             raise TraintopError(f"{self.shown} did not answer like Prometheus (HTTP {status})")
         if doc["status"] == "error":
@@ -180,7 +229,32 @@ class Prometheus:
         data = doc.get("data")
         if not isinstance(data, dict):
             raise TraintopError(f"{self.shown} did not answer like Prometheus (no data)")
+        if budget is not None and isinstance(data.get("result"), list):
+            budget.take_series(len(data["result"]), self.shown)
         return data
+
+    def _fetch(self, path: str, params: dict, budget: ReadBudget | None) -> tuple[bytearray, int]:
+        """The raw answer, read up to the size limits and the deadline (checked between chunks too:
+        a transport passed in by a caller does not carry deadline.py's)."""
+        with self._client.stream("GET", self.url + path, params=params) as resp:
+            if resp.status_code in (401, 403):
+                raise TraintopError(f"Prometheus at {self.shown} needs authentication (HTTP {resp.status_code}); "
+                                    "put the credentials in the URL (https://user:password@host)")
+            if resp.status_code in (301, 302, 303, 307, 308):
+                raise TraintopError(f"Prometheus at {self.shown} redirects elsewhere (HTTP {resp.status_code}); "
+                                    "give the final URL")
+            body = bytearray()
+            for chunk in resp.iter_bytes():
+                body += chunk
+                if budget is not None:
+                    budget.take_bytes(len(chunk), self.shown)
+                if len(body) > self.max_bytes:
+                    raise TraintopError(f"Prometheus at {self.shown} sent more than {self.max_bytes >> 20} MiB "
+                                        "for one query; narrow --since or give --job")
+                left = remaining()
+                if left is not None and left <= 0:
+                    raise httpx.ReadTimeout("deadline")
+            return body, resp.status_code
 
     @staticmethod
     def _items(data: dict, only: str | None = None):
@@ -274,6 +348,12 @@ def no_gc():
     finally:
         if was:
             gc.enable()
+
+
+def _hide_password(url: str) -> str:
+    scheme, sep, rest = url.partition("://")
+    at = rest.rfind("@")
+    return f"{scheme}{sep}…@{rest[at + 1:]}" if at >= 0 else url
 
 
 def _reason(e: Exception) -> str:

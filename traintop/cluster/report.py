@@ -104,6 +104,7 @@ def _gpu_evidence(g: GpuData, a: float, b: float) -> str:
 
 def agent_findings(data: ClusterData) -> list[ClusterFinding]:
     catalogue = {r.id: r for r in default_rules()}
+    catalogue.update((k, r) for k, r in crosshost.RULES.items() if k not in catalogue)  # an agent's claim findings
     out = []
     merged: dict[tuple, dict] = {}
     for f in data.findings:  # one series per severity: merge them, keep the worst
@@ -236,6 +237,7 @@ def summarise(data: ClusterData, findings: list[ClusterFinding], kind: str, job:
 
 def analyze_prometheus(url: str, since: float, until: float | None = None, job: str | None = None,
                        step: float | None = None, config=None, transport=None) -> ClusterReport:
+    from traintop.cluster.budget import REPORT_BYTES, REPORT_POINTS, REPORT_SERIES
     from traintop.cluster.dcgm import has_dcgm, dcgm_report
     from traintop.cluster.fetch import fetch
     from traintop.cluster.promapi import Prometheus, no_gc
@@ -244,7 +246,8 @@ def analyze_prometheus(url: str, since: float, until: float | None = None, job: 
     t0 = time.perf_counter()
     end = until if until is not None else time.time()
     start = end - since
-    with Prometheus(url, transport=transport) as prom:
+    with Prometheus(url, transport=transport) as prom, \
+            prom.read_budget(REPORT_BYTES, REPORT_SERIES, "one report", REPORT_POINTS):
         try:
             data = fetch(prom, start, end, step, job)
         except TraintopError as e:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+from traintop.cluster import claims
 from traintop.cluster.fetch import AgentFinding, ClusterData, fetch_grid
 from traintop.cluster.promapi import Grid, Prometheus
 
@@ -85,7 +86,7 @@ def _refresh_gpu(g, new) -> None:
 
 
 def _refresh_rank(r, new) -> None:
-    r.host, r.local_rank, r.world_size = new.host, new.local_rank, new.world_size
+    r.host, r.local_rank, r.world_size, r.uid = new.host, new.local_rank, new.world_size, new.uid
 
 
 def roll(old: ClusterData, part: ClusterData, grid: Grid) -> ClusterData:
@@ -110,4 +111,5 @@ def roll(old: ClusterData, part: ClusterData, grid: Grid) -> ClusterData:
     data.loader_cpu = {h: d for h, d in data.loader_cpu.items() if d}
     data.notes = part.notes
     data.unreadable = set(part.unreadable)  # as the agents say now
+    data.conflicts = claims.roll(old.conflicts, part.conflicts, start)
     return data

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 # dcgm-exporter's GPU labels (its released versions spell the host label "Hostname"; its
 # unreleased main branch renamed it "hostname" — readers accept both).
 GPU_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")
-RANK_LABELS = ("job", "rank", "local_rank", "world_size", "Hostname")
+# uid: the owner of the rank's process, from its probe socket's peer credentials (a number)
+RANK_LABELS = ("job", "rank", "local_rank", "world_size", "uid", "Hostname")
 HOST_LABELS = ("Hostname",)
 
 

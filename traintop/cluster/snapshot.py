@@ -147,21 +147,23 @@ class PrometheusSource:
             return self._read()
 
     def _read(self) -> ClusterSnapshot:
+        from traintop.cluster.budget import REFRESH_BYTES, REFRESH_POINTS, REFRESH_SERIES
         from traintop.cluster.dcgm import dcgm_findings, has_dcgm
         from traintop.cluster.promapi import no_gc
         from traintop.errors import TraintopError
 
         t0 = time.perf_counter()
         end = time.time()
-        try:
-            data = self.rolling.read(end)
-            with no_gc():
-                findings = findings_of(data)[0]  # less the agents' verdicts a cross-host finding explains
-        except TraintopError as e:
-            start = end - self.window
-            if "no traintop series" not in str(e) or self.job or not has_dcgm(self.prom, start, end):
-                raise
-            data, findings, _ = dcgm_findings(self.prom, start, end, self.step)
+        with self.prom.read_budget(REFRESH_BYTES, REFRESH_SERIES, "one refresh", REFRESH_POINTS):
+            try:
+                data = self.rolling.read(end)
+                with no_gc():
+                    findings = findings_of(data)[0]  # less the agents' verdicts a cross-host finding explains
+            except TraintopError as e:
+                start = end - self.window
+                if "no traintop series" not in str(e) or self.job or not has_dcgm(self.prom, start, end):
+                    raise
+                data, findings, _ = dcgm_findings(self.prom, start, end, self.step)
         return snapshot_from(data, findings, time.perf_counter() - t0)
 
     def close(self) -> None:
