@@ -263,6 +263,7 @@ def test_a_node_whose_agent_cannot_read_its_gpus_is_no_cpu_node():
 
     class FakeProm:
         shown = "http://prometheus:9090"
+        budget = None  # no whole-read limit here
 
         def query(self, promql, at=None):
             if "gpus_unreadable" in promql:

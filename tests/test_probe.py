@@ -91,7 +91,8 @@ def test_without_a_dataloader_the_client_reports_no_input_wait():
     assert parse_message(json.dumps(dict(base, loader="yes")).encode()) is None  # outside input: checked
     client = ProbeClient.__new__(ProbeClient)
     client._clock = time.monotonic
-    conn = types.SimpleNamespace(pid=42, last=base, step_times=[], wait=0.0, window=1.0, last_seen=time.monotonic())
+    conn = types.SimpleNamespace(pid=42, last=base, step_times=[], wait=0.0, window=1.0, last_seen=time.monotonic(),
+                                 uid=None)
     r = client._rank(conn, time.monotonic())
     assert r.input_wait is None and r.loader is False and r.torch is True
     conn.last = dict(base, loader=True)
