@@ -272,25 +272,7 @@ def copies_and_kernels(L, a):
     """Tiny kernels in CUDA graphs, then pageable copies, then pinned copies: three GPU-bound-elsewhere phases."""
     L("startup")
     if DEV == "cuda":
-        m = torch.randn(64, 64, device="cuda") * 0.01
-        x = torch.randn(64, 64, device="cuda")
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            for _ in range(3):
-                torch.tanh(x @ m)
-        torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            y = x
-            for _ in range(400):
-                y = torch.tanh(y @ m)
-        L("tiny_kernels")
-        end = time.time() + a.scale * 20
-        while time.time() < end:
-            for _ in range(20):
-                g.replay()
-            torch.cuda.synchronize()
+        _play_tiny_kernels(L, a.scale * 20)
     n = size(64 * 2**20, 1024)
     host = torch.empty(n, dtype=torch.float32).uniform_()
     d = torch.empty(n, dtype=torch.float32, device=dev())
@@ -311,20 +293,13 @@ def copies_and_kernels(L, a):
         (d[: w.numel()].view_as(w) @ w).sum().item()
 
 
-def tiny_kernels(L, a):
-    """CUDA graphs of tiny matmuls alone, long enough for a finding that needs 30 s: utilization ~100 %,
-    a few SMs busy."""
-    m = torch.randn(64, 64, device=dev()) * 0.01
-    x = torch.randn(64, 64, device=dev())
-    if DEV != "cuda":
-        L("tiny_kernels")
-        end = time.time() + a.scale * 40
-        while time.time() < end:
-            x = torch.tanh(x @ m)
-        return
+def _play_tiny_kernels(L, seconds: float) -> None:
+    """CUDA graphs of 400 tiny matmuls each, replayed for ``seconds``."""
+    m = torch.randn(64, 64, device="cuda") * 0.01
+    x = torch.randn(64, 64, device="cuda")
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
+    with torch.cuda.stream(s):  # warm up outside the graph, as capture requires
         for _ in range(3):
             torch.tanh(x @ m)
     torch.cuda.current_stream().wait_stream(s)
@@ -334,11 +309,23 @@ def tiny_kernels(L, a):
         for _ in range(400):
             y = torch.tanh(y @ m)
     L("tiny_kernels")
-    end = time.time() + a.scale * 40
+    end = time.time() + seconds
     while time.time() < end:
         for _ in range(20):
             g.replay()
         torch.cuda.synchronize()
+
+
+def tiny_kernels(L, a):
+    """Tiny kernels alone, long enough for a finding that needs 30 s: utilization ~100 %, a few SMs busy."""
+    if DEV == "cuda":
+        _play_tiny_kernels(L, a.scale * 40)
+        return
+    m, x = torch.randn(64, 64) * 0.01, torch.randn(64, 64)
+    L("tiny_kernels")
+    end = time.time() + a.scale * 40
+    while time.time() < end:
+        x = torch.tanh(x @ m)
 
 
 def fp32_no_tf32(L, a):
