@@ -96,12 +96,14 @@ def load(name: str, source: str, corpus: pathlib.Path = CORPUS):
     return r.info, at_1hz(frames) if source.endswith("1Hz") else frames
 
 
-def judge(info, frames, config=None):
+def judge(info, frames, config=None, extra_rules=()):
     """Every finding the rules raise over these frames, as the live dashboard would have."""
     from traintop.monitor import Monitor
     from traintop.rules import default_engine
 
-    mon = Monitor(info, engine=default_engine(config) if config is not None else None)
+    engine = default_engine(config) if config is not None else default_engine()
+    engine.rules.extend(extra_rules)
+    mon = Monitor(info, engine=engine)
     for f in frames:
         mon.ingest(f)
     mon.engine.close_all(frames[-1].t)
@@ -157,12 +159,12 @@ def _segment_start(segs: list[Segment], t: float) -> float:
 
 
 def score_run(name: str, source: str, cells: dict, detail: list | None = None, config=None,
-              corpus: pathlib.Path = CORPUS) -> None:
+              corpus: pathlib.Path = CORPUS, extra_rules=()) -> None:
     segs = segments(name, corpus)
     info, frames = load(name, source, corpus)
     if not frames:
         return
-    alerts = judge(info, frames, config)
+    alerts = judge(info, frames, config, extra_rules)
     t_first, t_last = frames[0].t, frames[-1].t
     grid = [t_first + k for k in range(int(t_last - t_first) + 1)]
     up = {t: _active(alerts, t, t_last) for t in grid}
@@ -239,11 +241,12 @@ def score_run(name: str, source: str, cells: dict, detail: list | None = None, c
                     cell.wrong_where.append(where)
 
 
-def score(names=None, sources=SOURCES, detail: list | None = None, config=None, corpus: pathlib.Path = CORPUS):
+def score(names=None, sources=SOURCES, detail: list | None = None, config=None, corpus: pathlib.Path = CORPUS,
+          extra_rules=()):
     cells: dict = defaultdict(Cell)
     for name in names or runs(corpus):
         for source in sources:
-            score_run(name, source, cells, detail, config, corpus)
+            score_run(name, source, cells, detail, config, corpus, extra_rules)
     return cells
 
 

@@ -201,3 +201,20 @@ def test_the_h200_agents_recordings_name_rank_1_and_nothing_on_node0():
     ev = shown[[f.rule for f in shown].index("straggler")].evidence
     assert "the other rank waits for it in collectives" in ev and "input wait 8" in ev and "h200-node0 GPU 0" in ev
     assert {(f.host, f.rule) for f in explained} == {("h200-node0", "starvation"), ("h200-node1", "starvation")}
+
+
+def test_a_stalled_job_loses_its_gpus_whole_time_and_gpu_hours_count_the_data_not_the_range():
+    from traintop.cluster.report import findings_of, summarise
+
+    d = grid_data(60)
+    job(d, steps=lambda h, local, t: min(t, 30.0) * 10)  # the job hangs at 30 s; its GPUs spin at 100 %
+    shown, _ = findings_of(d)
+    (stall,) = [f for f in shown if f.rule == "stalled_job"]
+    assert stall.severity == "critical" and stall.gpu_hours_lost > 0.02  # 4 GPUs × ~30 s, not 0
+    report = summarise(d, shown, "prometheus", None)
+    assert abs(report.gpu_hours - 4 * 60 / 3600) < 0.01
+    # the same minute of data asked over a week at a 1-h step: each GPU's one point is a few scrapes
+    week = ClusterData("test", 0.0, 7 * 86400.0, 3600.0, [k * 3600.0 for k in range(169)])
+    g = week.gpus[("n1", 0)] = GpuData("n1", 0, "NVIDIA H200")
+    g.util[0.0] = 0.1
+    assert summarise(week, [], "prometheus", None).gpu_hours < 0.05

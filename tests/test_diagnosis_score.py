@@ -42,14 +42,19 @@ def test_no_wrong_advice_and_no_recall_below_the_baseline(cells):
 
 
 def test_the_check_catches_wrong_advice_and_a_recall_drop():
-    """The gate can fail: underuse made to fire on everything gives wrong advice; a starvation
-    rule made blind loses recall."""
-    from traintop.rules import Thresholds
+    """The gate can fail: a rule that calls every GPU stalled gives wrong advice on running jobs;
+    starvation's thresholds made unreachable lose its recall."""
+    from traintop.rules import Finding, Severity, Thresholds
 
-    loose = Thresholds().with_overrides(underuse_power_frac=1.0, underuse_max_util=100.0, underuse_max_sm_active=100.0,
-                                        starvation_min_idle_frac=1.0, starvation_min_busy_frac=1.0,
+    class AlwaysStalled:
+        id, title, severity, raise_after, clear_after, remedies, now_s = "stall", "Stalled", Severity.CRITICAL, 0, 5, (), None
+
+        def evaluate(self, ctx):
+            return [Finding(f"gpu{g.index}", "always") for g in ctx.gpus()]
+
+    blind = Thresholds().with_overrides(starvation_min_idle_frac=1.0, starvation_min_busy_frac=1.0,
                                         starvation_input_wait=1.0, starvation_busy_worker_cpu=10_000.0)
-    worse = diagnosis_score.score(config=loose)
+    worse = diagnosis_score.score(config=blind, extra_rules=[AlwaysStalled()], sources=("probe-10Hz",))
     problems = diagnosis_score.check(worse, json.loads(BASELINE.read_text()))
-    assert any("underuse" in p and "wrong-advice" in p for p in problems)
-    assert any(p.startswith("starvation|") and "recall" in p for p in problems)
+    assert any(p.startswith("stall|probe-10Hz") and "wrong-advice" in p for p in problems)
+    assert any(p.startswith("starvation|probe-10Hz") and "recall" in p for p in problems)

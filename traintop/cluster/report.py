@@ -12,7 +12,7 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 
-from traintop.analyze import WASTE_FROM_CLOCK, WASTE_FROM_UTIL, GpuSummary
+from traintop.analyze import WASTE_ALL, WASTE_FROM_CLOCK, WASTE_FROM_UTIL, GpuSummary
 from traintop.cluster import crosshost
 from traintop.cluster.fetch import ClusterData, GpuData
 from traintop.rules import Severity, default_rules
@@ -74,12 +74,28 @@ class ClusterReport:
         return asdict(self)
 
 
+LAST_POINT_S = 30.0  # what a point with no neighbour on the grid stands for (a few scrapes)
+
+
+def _weight(series: dict, t: float, step: float) -> float:
+    """The seconds a grid point stands for: the step where the series goes on to the next point;
+    a point with nothing after it (the end of the data, a range or step far longer than the data)
+    stands for a few scrapes, not a whole step: 3 minutes of data asked with --since 1w --step 1h
+    would otherwise count hours."""
+    return step if (t + step) in series else min(step, LAST_POINT_S)
+
+
 def _lost_hours(series: dict, a: float, b: float, step: float, unused) -> float:
     total = 0.0
     for t, v in series.items():
         if a <= t <= b:
-            total += max(0.0, min(1.0, unused(v))) * step
+            total += max(0.0, min(1.0, unused(v))) * _weight(series, t, step)
     return total / 3600.0
+
+
+def _present_hours(series: dict, step: float) -> float:
+    """GPU-hours of data present in one GPU's series (not the range asked)."""
+    return sum(_weight(series, t, step) for t in series) / 3600.0
 
 
 def _gpu_evidence(g: GpuData, a: float, b: float) -> str:
@@ -127,7 +143,9 @@ def agent_findings(data: ClusterData) -> list[ClusterFinding]:
                 if g is not None:
                     detail = _gpu_evidence(g, a, b_end)
                     evidence += f"; GPU {g.index} meanwhile: {detail}" if detail else ""
-                    if rule_id in WASTE_FROM_UTIL:
+                    if rule_id in WASTE_ALL:
+                        lost = _lost_hours(g.util, a, b, data.step, lambda v: 1.0)
+                    elif rule_id in WASTE_FROM_UTIL:
                         lost = _lost_hours(g.util, a, b, data.step, lambda v: 1 - v)
                     elif rule_id in WASTE_FROM_CLOCK:
                         lost = _lost_hours(g.clock_ratio, a, b, data.step, lambda v: 1 - v)
@@ -147,8 +165,15 @@ def cross_findings(data: ClusterData) -> list[ClusterFinding]:
 
 
 def _cross(data: ClusterData, c) -> ClusterFinding:
+    end = min(c.end + data.step, data.end)
+    lost = 0.0
+    if c.rule is crosshost.STALLED and c.job is not None:
+        # nothing trains: every GPU of the job's hosts loses its time (a spinning collective reads 100 %)
+        hosts = {r.host for r in data.jobs().get(c.job, ())}
+        lost = sum(_lost_hours(g.util, c.start, end, data.step, lambda v: 1.0)
+                   for (h, _), g in data.gpus.items() if h in hosts)
     return _finding(data, c.rule.id, c.rule.title, c.host, c.subject, c.rule.severity, c.start,
-                    min(c.end + data.step, data.end), c.evidence, list(c.rule.remedies), 0.0, "cluster")
+                    end, c.evidence, list(c.rule.remedies), lost, "cluster")
 
 
 # An agent's verdicts on a GPU of a job that has a straggler, which the straggler explains: the
@@ -206,12 +231,14 @@ def summarise(data: ClusterData, findings: list[ClusterFinding], kind: str, job:
     hosts = []
     jobs = data.jobs()
     n_gpus = 0
+    present = 0.0
     for h in data.hosts:
         gpus = []
         for (gh, i), g in sorted(data.gpus.items()):
             if gh != h:
                 continue
             s = GpuSummary(i, g.model)
+            present += _present_hours(g.util, data.step)
             u = list(g.util.values())
             p = list(g.power.values())
             s.samples = len(u)
@@ -231,7 +258,7 @@ def summarise(data: ClusterData, findings: list[ClusterFinding], kind: str, job:
     findings.sort(key=lambda f: (f.start, f.scope, f.host, f.rule))
     notes = list(dict.fromkeys(list(data.notes) + list(notes)))
     return ClusterReport(data.url, kind, job, round(data.start, 3), round(data.end, 3), round(duration, 1),
-                         round(data.step, 3), hosts, findings, round(duration / 3600 * n_gpus, 4),
+                         round(data.step, 3), hosts, findings, round(present, 4),
                          round(sum(f.gpu_hours_lost for f in findings), 4), notes, list(explained))
 
 

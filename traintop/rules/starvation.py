@@ -123,9 +123,10 @@ class Starvation:
                     text = (f"GPU {i} idle {idle_frac * 100:.0f} % of the last {w:.0f} s "
                             f"in {fmt_range(lo, hi)} gaps (mean utilization {mu:.0f} %)")
                 else:
-                    text = (f"GPU {i} utilization swings between idle and busy within "
-                            f"{spiky_tick_frac * 100:.0f} % of sampling periods over the last {w:.0f} s "
-                            f"(mean {mu:.0f} %)")
+                    # the chart shows each period's mean; NVML's own samples inside the periods swing
+                    text = (f"GPU {i} swings between idle and busy inside {spiky_tick_frac * 100:.0f} % of its "
+                            f"sampling periods over the last {w:.0f} s (NVML's utilization samples within each "
+                            f"period; the chart shows their mean, {mu:.0f} %)")
             elif mu < 60.0:
                 text = f"GPU {i} averages only {mu:.0f} % utilization over the last {w:.0f} s"
             else:

@@ -48,6 +48,8 @@ class ThermalThrottle:
             if temps:
                 t_now = temps[-1]
                 parts.append(f"{t_now:.0f} °C" + (f" vs slowdown at {slowdown:.0f} °C" if slowdown else ""))
+            else:  # said, not left out: a thermal finding without a temperature reads as a mistake
+                parts.append("no temperature in this source")
             if g.sm_clock and g.sm_clock_max:
                 parts.append(f"SM clock {g.sm_clock} of {g.sm_clock_max} MHz")
             sev = Severity.CRITICAL if brake_frac >= c.thermal_min_frac else None
