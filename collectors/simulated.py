@@ -252,7 +252,8 @@ class Simulator:
             mem = 0
             mem_util = 0.0
             procs = ()
-        mem_used = mem + 560 * MiB if procs else 560 * MiB  # driver and context overhead
+        # a process's CUDA context and the rest it holds; a GPU no process uses reads 0 (as an H200 does)
+        mem_used = mem + 560 * MiB if procs else 0
         procs = tuple(GpuProcess(p.pid, mem) for p in procs)
         return GpuSample(
             index=i, util=round(util), util_min=util_min, util_max=util_max, mem_util=round(mem_util),

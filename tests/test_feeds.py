@@ -143,3 +143,27 @@ def test_a_long_recording_without_alerts_is_not_judged_in_full_at_a_seek(tmp_rec
     feed.seek(feed.t_start + 150)
     assert feed._recorded_alerts is None  # too long: the rules re-run over the window before the target
     assert mon.store.t_last == feed.t_start + 150
+
+
+def test_a_recording_begun_while_findings_were_up_replays_them_from_its_first_sample(tmp_path):
+    """`r` pressed with a finding up: analyze reports it from before the recording began, and the
+    replay shows it from the first frame (it showed "No problems")."""
+    from traintop.analyze import analyze, render_text
+
+    sim = Simulator("starved", interval=0.5, seed=4)
+    mon = Monitor(sim.info())
+    frames = sim.frames(200)
+    for f in frames[:160]:
+        mon.ingest(f)
+    assert [a.rule for a in mon.engine.active] == ["starvation"]
+    path = str(tmp_path / "late.ttrec")
+    mon.start_recording(path)
+    for f in frames[160:]:
+        mon.ingest(f)
+    mon.close()
+    reader = RecordingReader(path)
+    text = render_text(analyze(reader, name="late.ttrec"))
+    assert "from before the recording began" in text
+    played = Monitor(reader.info)
+    ReplayFeed(played, RecordingReader(path))
+    assert [a.rule for a in played.engine.active] == ["starvation"]

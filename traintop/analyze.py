@@ -488,8 +488,10 @@ def render_text(r: Report) -> str:
     titles = {fd.rule: fd.title for fd in r.findings}
     for fd in causes:
         out.append("")
+        began = (f"from before the recording began ({fmt_duration(-fd.start_s)} earlier)" if fd.start_s < 0
+                 else fmt_duration(fd.start_s))
         out.append(f"[{fd.severity.upper()}] {fd.title} — {fd.subject.replace('gpu', 'GPU ')}, "
-                   f"{fmt_duration(fd.start_s)} to {fmt_duration(fd.end_s)} ({fmt_duration(fd.duration_s)})"
+                   f"{began} to {fmt_duration(fd.end_s)} ({fmt_duration(fd.duration_s)})"
                    + (f", {fd.gpu_hours_lost:.3f} GPU-hours lost" if fd.gpu_hours_lost else "")
                    + (f", {fd.energy_kwh:.3f} kWh drawn" if fd.energy_kwh else ""))
         out.append(f"  {fd.evidence}")

@@ -180,6 +180,12 @@ class ReplayFeed(Feed):
         if self.t_start is not None:
             self._open_at(self.t_start)
             self._emit_until(self.t_start)  # something to show before the clock starts
+            if self._recorded_alerts is not None and any(
+                    a.start < self.t_start and (a.end is None or a.end > self.t_start) for a in self._recorded_alerts):
+                # what was already up when the recording began (`r` pressed mid-session): shown from
+                # the first sample, as analyze reports it, not left for the rules to find again
+                with self.monitor.lock:
+                    self.monitor.engine.restore(self._recorded_alerts, self.t_start, session_end=self.t_end)
 
     # -- iteration -----------------------------------------------------------
     def _open_at(self, t: float, after: bool = False) -> None:

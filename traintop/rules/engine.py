@@ -270,6 +270,7 @@ class _Track:
     best_remedies: tuple[str, ...] | None = None  # the advice that came with it
     best_figures: int | None = None  # informative(best), counted once
     not_now_since: float | None = None  # a raised alert's recent verdict has failed since then
+    restored: bool = False  # taken up from a recording: kept until the store holds enough to judge it now
 
     def keep_if_better(self, evidence: str, remedies: tuple[str, ...]) -> None:
         # advice that changed (underuse once memory creeps) makes the older sentence stale
@@ -326,7 +327,7 @@ class RulesEngine:
             self.alerts.append(a)
             if a.end is None:
                 self._tracks[(a.rule, a.subject)] = _Track(first_true=a.start, last_true=now, alert=a,
-                                                           best=a.evidence, best_remedies=a.remedies)
+                                                           best=a.evidence, best_remedies=a.remedies, restored=True)
         self.alerts = self.alerts[-self.max_history:]
         self._next_id = max((a.id for a in alerts), default=0) + 1
         self._last_eval = None
@@ -397,7 +398,9 @@ class RulesEngine:
                 if verdict is not None and verdict.state == REVERSED:
                     changed.append(tr.end(now))
                     continue
-                if not now_check(subject):  # its cause has ended, whatever the longer window still holds
+                if tr.restored and store.span() < now_check.recent_s:
+                    pass  # taken up from a recording with little history yet: nothing to judge now by
+                elif not now_check(subject):  # its cause has ended, whatever the longer window still holds
                     if tr.not_now_since is None:
                         tr.not_now_since = now
                     elif now - tr.not_now_since >= SETTLE_S:
