@@ -222,7 +222,7 @@ def _explaining(f: ClusterFinding, lagging: list):
         who = f"{c.subject} on {c.host}"
         if gpu in slow:
             return cf, f"the cause of '{c.rule.title}' ({who}): its input, in that finding's evidence"
-        return cf, f"waits in its collectives for {who} ('{c.rule.title}'), neither starved nor underused"
+        return cf, f"waits in its collectives for {who} ('{c.rule.title}')"
     return None
 
 
