@@ -23,7 +23,21 @@ def innermost(thread: ThreadStack, calls: int = 3) -> list[str]:
             out.append((ln.strip(), ""))
         elif out and not out[-1][1]:
             out[-1] = (out[-1][0], ln.strip())
-    return [one_line(f"{where} — {code}" if code else where, 300) for where, code in out[-calls:]]
+    shown = out[-calls:]
+    # a hang deep inside a library (NCCL, DDP, the DataLoader) shows only library frames: add the
+    # innermost frame of the job's own code, which says where in the script it waits
+    if shown and all(_library(w) for w, _ in shown):
+        own = [f for f in out[:-calls] if not _library(f[0])]
+        if own:
+            shown = [own[-1], ("…", "")] + shown
+    return [one_line(f"{where} — {code}" if code else where, 300) for where, code in shown]
+
+
+_LIBRARY_PATHS = ("site-packages", "dist-packages", "/lib/python3", "<frozen ")
+
+
+def _library(where: str) -> bool:
+    return any(p in where for p in _LIBRARY_PATHS)
 
 
 def where(thread: ThreadStack) -> str:

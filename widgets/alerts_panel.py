@@ -129,7 +129,7 @@ def alert_paragraphs(active, recent, now: float | None, compact: bool, watching:
         out.append((Line(), 0))
         out.append((Line("Explained by ", "dim bold").append(f"{cause}: ", "dim bold")
                     .append(keep_units(said) + (f" +{len(explained) - 6}" if len(explained) > 6 else ""), "dim"), 2))
-    if recent and not compact:
+    if recent and (not compact or not active):  # compact: where nothing is up, what just ended still shows
         out.append((Line(), 0))
         ended = "; ".join(f"{one_line(a.title, 200)} ({subject_label(a.subject)}) {_clock(a.start)}–{_clock(a.end)}"
                           for a in recent[:4])

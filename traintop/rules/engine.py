@@ -438,7 +438,8 @@ class RulesEngine:
             for b, rule in strong:
                 if b is a or a.rule not in rule.explains:
                     continue
-                if b.subject == a.subject or (getattr(rule, "explains_all_gpus", False) and a.subject.startswith("gpu")):
+                if b.subject == a.subject or (getattr(rule, "explains_all_gpus", False)
+                                              and (a.subject.startswith("gpu") or a.subject in ("gpus", "process"))):
                     by = f"{b.rule} {b.subject}"
                     break
             if by != a.explained_by:

@@ -123,7 +123,10 @@ class Stall:
                      "time: a loader worker hangs or died")
         text += self._gpu_states(ctx, min(since, 30.0))
         text += ". Every thread's stack: press s while live (a recording keeps those taken)"
-        return [Finding(gpu_subject(i), text) for i in (job_gpus(ctx) or [0])]
+        gpus = job_gpus(ctx) or ([0] if ctx.gpus() else [])
+        if not gpus:  # a job on a machine with no GPU (or none visible): the job stalled, not "GPU 0"
+            return [Finding("process", text)]
+        return [Finding(gpu_subject(i), text) for i in gpus]
 
     # -- NVML alone -----------------------------------------------------------------------------
     def _from_gpus(self, ctx: RuleContext):
