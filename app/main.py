@@ -366,6 +366,8 @@ class TraintopApp(App):
         end = view.process.job_end
         if end is not None and not self._told_job_end:  # `traintop run`: say at once how the job ended
             self._told_job_end = True
+            if isinstance(self.screen, QuitJobScreen):
+                self.screen.dismiss("cancel")  # it asked about a job that is no longer running
             self.say(f"{end.describe(capital=True)}. Its history stays on screen; q quits with its status.",
                      severity="error" if end.status else "information", timeout=15)
         compact = self.compact

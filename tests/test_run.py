@@ -510,3 +510,20 @@ def test_a_chatty_jobs_log_stays_under_its_cap_and_keeps_its_start(tmp_path, mon
         assert text.rstrip().endswith("END of the job")
     finally:
         job.signal_group(signal.SIGKILL)
+
+
+def test_the_quit_box_goes_when_the_job_ends_under_it(env, tmp_path):
+    from terminal import Terminal
+
+    e = {k: v for k, v in env.items() if k in ("TRAINTOP_PROBE_DIR", "TMPDIR")}
+    flag = tmp_path / "go"
+    # the job ends when the test says so (the flag file), not on a clock
+    with Terminal(["run", "--interval", "0.2", "--", "bash", "-c",
+                   f"while [ ! -e {flag} ]; do sleep 0.1; done; exit 3"], 100, 30, home=str(tmp_path), env=e) as term:
+        term.wait_text("LIVE", "Job started (PID")
+        term.press("q")
+        term.wait_text("is still running", "stop the job")
+        flag.write_text("")
+        term.wait_for(lambda s: "is still running" not in s and "exited with 3" in s, "the box gone, the end said")
+        term.press("q")
+        assert term.wait_exit() == 3

@@ -223,7 +223,7 @@ def status_line(s: ClusterSnapshot | None, url: str, job: str | None, focus_host
         silent = {h for h, _ in s.silent}
 
         def count(n: int, what: str, quiet: int) -> str:
-            return f"{n} {what}" + (f" ({quiet} without data)" if quiet else "")
+            return f"{n} {what if n != 1 else what[:-1]}" + (f" ({quiet} without data)" if quiet else "")
 
         out.append("  " + " · ".join((
             count(len(s.hosts), "hosts", len(silent)),
