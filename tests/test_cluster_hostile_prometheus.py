@@ -174,14 +174,19 @@ def test_a_host_claimed_by_two_scrape_targets_is_a_finding_never_merged():
         assert [f["subject"] for f in ranks] == ["job j1 rank 0"]  # rank 1 is node-b's alone
         assert "node-a (from" in ranks[0]["evidence"]
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        shutil.rmtree(tmp, ignore_errors=True)
+        _stop_all(procs, tmp)
+
+
+def _stop_all(procs, tmp) -> None:
+    """End the agents and Prometheus a test started (killed past 10 s), and remove its folder."""
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 class _Poser:
@@ -242,14 +247,7 @@ def test_with_the_documented_scrape_config_a_target_cannot_borrow_another_ones_i
     finally:
         if poser is not None:
             poser.server.shutdown()
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        shutil.rmtree(tmp, ignore_errors=True)
+        _stop_all(procs, tmp)
 
 
 def _probe_as(uid: int, directory: str, job: str, rank: int) -> int:

@@ -218,3 +218,23 @@ def test_a_stalled_job_loses_its_gpus_whole_time_and_gpu_hours_count_the_data_no
     g = week.gpus[("n1", 0)] = GpuData("n1", 0, "NVIDIA H200")
     g.util[0.0] = 0.1
     assert summarise(week, [], "prometheus", None).gpu_hours < 0.05
+
+
+def test_a_rank_claimed_twice_leaves_no_older_series_behind_in_the_rolling_window():
+    """Two agents both claiming job sim rank 0 (left at their defaults), beside the older series of a
+    third source of that rank that stopped: the view's rolling window kept the old one, whose flat
+    step counter read as a critical "Job stalled" of a healthy job."""
+    from traintop.cluster import claims
+    from traintop.cluster.promapi import Grid
+    from traintop.cluster.rolling import roll
+
+    old = grid_data(60)
+    r = old.ranks[("sim", 0)] = RankData("sim", 0, 0, 1, "vm")
+    for t in old.grid:
+        r.steps[t], r.step[t] = 500.0, 0.08  # that source stopped long ago: flat
+    part = ClusterData("test", 55.0, 65.0, 1.0, [55.0 + k for k in range(11)])
+    part.conflicts.append(claims.Conflict(claims.RANK_CLAIMED, "node-a", "job sim rank 0", 55.0, 65.0,
+                                          "job sim rank 0 is claimed by node-a and by node-b", "sim"))
+    data = roll(old, part, Grid(6.0, 1.0, 60))
+    assert ("sim", 0) not in data.ranks
+    assert crosshost.stalled(data) == []

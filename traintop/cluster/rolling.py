@@ -98,6 +98,15 @@ def roll(old: ClusterData, part: ClusterData, grid: Grid) -> ClusterData:
     _roll_into(data.ranks, old.ranks, part.ranks, _RANK_SERIES, start, again, _refresh_rank)
     data.gpus = {k: g for k, g in data.gpus.items() if any(getattr(g, a) for a in _GPU_SERIES)}
     data.ranks = {k: r for k, r in data.ranks.items() if any(getattr(r, a) for a in _RANK_SERIES)}
+    # a rank two sources claim now is used by no rule (claims.py): its older series, from one of
+    # them alone, must not stay behind in the window either (they read as a rank that stopped)
+    for c in part.conflicts:
+        if c.rule == claims.RANK_CLAIMED and c.job is not None:
+            try:
+                rank = int(c.subject.rsplit(" ", 1)[1])
+            except (IndexError, ValueError):
+                continue
+            data.ranks.pop((c.job, rank), None)
     findings: dict[tuple, list] = {}
     for f in old.findings:
         findings.setdefault((f.host, f.rule, f.severity, f.subject), []).extend(t for t in f.times if start <= t < cut)
