@@ -219,6 +219,13 @@ def status_line(s: ClusterSnapshot | None, url: str, job: str | None, focus_host
                    style="bold white on red")
     elif s is not None:
         out.append(" " + time.strftime("%H:%M:%S", time.localtime(s.t)), style="bold")
+    # what the user set (pause, focus) first: at 80 columns the line is cut from the right
+    if paused:
+        out.append("  ‖ PAUSED", style="bold yellow")
+    if focus_host:
+        out.append(f"  host {one_line(focus_host, 40)}", style="bold cyan")
+    if job:
+        out.append(f"  job {one_line(job, 40)}", style="bold cyan")
     if s is not None:
         silent = {h for h, _ in s.silent}
 
@@ -232,14 +239,8 @@ def status_line(s: ClusterSnapshot | None, url: str, job: str | None, focus_host
     if s is not None and s.unreadable:
         n = len(s.unreadable)
         out.append(f"  GPUs unreadable on {n} host{'s' if n != 1 else ''}", style="bold red")
-    if paused:
-        out.append("  ‖ PAUSED", style="bold yellow")
     if problem:
         out.append("  ⚠ " + one_line(problem, 160), style="bold red")
-    if focus_host:
-        out.append(f"  host {one_line(focus_host, 40)}", style="bold cyan")
-    if job:
-        out.append(f"  job {one_line(job, 40)}", style="bold cyan")
     out.append(f"  {one_line(url, 80)}", style="dim")
     if s is not None and s.kind == "dcgm":
         out.append("  (dcgm-exporter only)", style="yellow")
