@@ -190,7 +190,7 @@ def _env(code: str | None) -> dict:
 def measure_analyze(url: str, span: float, out: dict, profile: str | None, code: str | None = None) -> None:
     step = span / 720
     if profile:
-        from traintop.cluster.report import analyze_prometheus
+        from traintop.cluster.analysis import analyze_prometheus
 
         _profiled(lambda: analyze_prometheus(url, span, step=step), os.path.join(profile, "analyze.prof"))
     t0 = time.perf_counter()

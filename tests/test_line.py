@@ -8,7 +8,7 @@ from rich.style import Style
 from rich.text import Text
 
 from traintop.widgets.line import Line, cells, from_text, line_strip
-from traintop.widgets.lines import fit_lines
+from traintop.widgets.line import fit_lines
 
 PIECES = ["abc ", "▁▂▃█", "GPU 0 ", "x", "–", " 12 %", "", "…", "averyveryverylongwordthatdoesnotfit", "  ",
           "a b c d ", "loader workers (4): ", "12\u00a0GiB"]

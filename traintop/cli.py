@@ -9,7 +9,6 @@ options it registers; an option it does not have is refused with one line.
 from __future__ import annotations
 
 import argparse
-import difflib
 import os
 import shlex
 import signal
@@ -20,54 +19,15 @@ import time
 from traintop import __version__
 from traintop.errors import NoGpuError, TraintopError
 from traintop.text import plain
+from traintop.options import (BEFORE, DEFAULTS, SUMMARIES, add_display, add_finding_hook, add_live_options,  # noqa: F401
+                              add_output, add_sampling, add_thresholds, help_text as _help,
+                              positive_int as _positive_int, seconds as _seconds, speed as _speed)
 
 
 def echo(message: str) -> None:
     """One line to stderr. Messages quote file names, commands and file content: control
     characters in them are shown, never sent to the terminal as such."""
     print(f"traintop: {plain(message)}", file=sys.stderr)
-
-
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {v}")
-    return v
-
-
-def _positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0 < v < 1000:
-        raise argparse.ArgumentTypeError(f"expected a number above 0 and below 1000, got {text!r}")
-    return v
-
-
-def _seconds(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not v > 0 or v != v or v == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
-    return v
-
-
-def _speed(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a speed (1 plays in real time, 2 twice as fast), got {text!r}") \
-            from None
-    if not 0 < v <= 1000:
-        raise argparse.ArgumentTypeError(f"expected a speed above 0 and at most 1000 (1 plays in real time), "
-                                         f"got {text!r}")
-    return v
 
 
 # Options whose value may start with "-" ("--since -5m"): argparse takes such a value for an
@@ -92,84 +52,9 @@ def _join_dashed_values(argv: list[str]) -> list[str]:
     return out
 
 
-def _gpu_list(text: str) -> frozenset[int]:
-    try:
-        out = frozenset(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected GPU indices like 0,1, got {text!r}") from None
-    if not out:
-        raise argparse.ArgumentTypeError("names no GPU")
-    if min(out) < 0 or max(out) > 1023:
-        raise argparse.ArgumentTypeError(f"expected GPU indices like 0,1, got {text!r}")
-    return out
-
-
-def _help(text: str) -> str:
-    """argparse formats help with %: text from elsewhere ("100 % busy") must not be read as a format."""
-    return text.replace("%", "%%")
-
-
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, exit 2, like every other error
         self.exit(2, f"traintop: {plain(message)} (see {self.prog} --help)\n")
-
-
-# -- option groups: each command picks the ones that mean something to it ------------------
-# Defaults are applied after parsing (an option may come before the command: see main()).
-DEFAULTS = {"interval": 0.5, "fps": 1.0, "pid": None, "only_gpus": None, "record": None, "config": None, "set": None,
-            "on_finding": None}
-BEFORE = "before_"  # dest prefix of the options given before the command
-
-
-def add_sampling(p, *, pid: bool = True, gpus: bool = True, prefix: str = "") -> None:
-    g = p.add_argument_group("sampling")
-    g.add_argument("--interval", type=_seconds, metavar="S", default=argparse.SUPPRESS, dest=prefix + "interval",
-                   help="seconds between samples (default 0.5)")
-    if gpus:
-        g.add_argument("--only-gpus", type=_gpu_list, metavar="LIST", default=argparse.SUPPRESS,
-                       dest=prefix + "only_gpus",
-                       help="watch only these GPUs (NVML indices as nvidia-smi numbers them, e.g. 0,3); "
-                            "the others are not read at all")
-    if pid:
-        g.add_argument("--pid", type=_positive_int, metavar="N", default=argparse.SUPPRESS, dest=prefix + "pid",
-                       help="attach to this training process (and its workers)")
-
-
-def add_display(p, *, prefix: str = "") -> None:
-    g = p.add_argument_group("display")
-    g.add_argument("--fps", type=_positive_float, metavar="N", default=argparse.SUPPRESS, dest=prefix + "fps",
-                   help="most routine screen redraws a second (default 1; a finding that starts or ends is "
-                        "drawn at once); sampling and recording keep --interval")
-
-
-def add_output(p, *, prefix: str = "") -> None:
-    g = p.add_argument_group("output")
-    g.add_argument("--record", metavar="FILE", default=argparse.SUPPRESS, dest=prefix + "record",
-                   help="also record the session to FILE (a new file; never overwritten)")
-
-
-def add_thresholds(p, *, prefix: str = "") -> None:
-    g = p.add_argument_group("thresholds")
-    g.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS, dest=prefix + "config",
-                   help="rule thresholds (default: ~/.config/traintop/config.toml if it exists)")
-    g.add_argument("--set", metavar="NAME=NUMBER", action="append", default=argparse.SUPPRESS, dest=prefix + "set",
-                   help="override one threshold (repeatable; `traintop config` lists the names)")
-
-
-def add_finding_hook(p, *, prefix: str = "") -> None:
-    g = p.add_argument_group("alerting")
-    g.add_argument("--on-finding", metavar="CMD", default=argparse.SUPPRESS, dest=prefix + "on_finding",
-                   help="run CMD with the finding as JSON on stdin when a warning or worse starts or ends "
-                   "(never delays sampling; 30 s limit a run; its output goes to on-finding.log in traintop's "
-                   "private directory; see README)")
-
-
-def add_live_options(p, prefix: str = "") -> None:
-    add_sampling(p, prefix=prefix)
-    add_display(p, prefix=prefix)
-    add_output(p, prefix=prefix)
-    add_thresholds(p, prefix=prefix)
-    add_finding_hook(p, prefix=prefix)
 
 
 def _attach_finding_hook(args, monitor, headless: bool) -> None:
@@ -673,21 +558,6 @@ def add_cluster(sub) -> None:
 COMMANDS = {"demo": add_demo, "simulate": add_simulate, "record": add_record, "replay": add_replay, "run": add_run,
             "analyze": add_analyze, "doctor": add_doctor, "config": add_config, "agent": add_agent,
             "cluster": add_cluster}
-# Each command's one-line help, for the parser of another command: only the command given is
-# built in full, so `traintop record` never imports what analyze, cluster or agent need
-# (Prometheus client, HTTP server: 20 MiB; tests/test_cli.py checks these match).
-SUMMARIES = {
-    "demo": "play the embedded demo (a recorded H200 session)",
-    "simulate": "watch a simulated GPU play a pathology",
-    "record": "record headless (no UI) until Ctrl-C, SIGTERM or --duration",
-    "replay": "replay a recording or an nvidia-smi log in the dashboard",
-    "run": "start a training command with the probe and attach to it",
-    "analyze": "report the findings of a recording, an nvidia-smi log or a cluster in Prometheus (no UI)",
-    "doctor": "preflight: GPU visible, driver vs torch, a step on cuda",
-    "config": "list every rule threshold: its name, default and the value in effect",
-    "agent": "one per node: sample, judge and serve Prometheus metrics (no UI)",
-    "cluster": "the dashboard over many hosts, read from Prometheus",
-}
 EVERY = "*"
 
 

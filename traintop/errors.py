@@ -18,3 +18,7 @@ class RecordingError(TraintopError):
 
 class NoGpuError(TraintopError):
     """NVML is missing or sees no GPU."""
+
+
+class NoTraintopSeries(TraintopError):
+    """A Prometheus holds no traintop series for the time asked (dcgm-exporter's may stand in)."""

@@ -172,8 +172,6 @@ class Line:
         after whitespace, the spaces that end a row beyond the width dropped, a word wider than
         a row cut with "…"."""
         if divide_line is None:  # pragma: no cover - another rich
-            from traintop.widgets.lines import fit_lines  # noqa: PLC0415 (no import cycle at load)
-
             return [from_text(t) for t in fit_lines(self.to_text(overflow="ellipsis"), width, None)]
         plain = self.plain
         breaks = narrow_breaks(plain, width) if cells(plain) == len(plain) \
@@ -267,3 +265,24 @@ def line_strip(line: Line, console, base: Style, paint=None, styles: dict | None
         segments.append(Segment(text, drawn))
         last = style
     return Strip(segments, line.cell_len)
+
+
+def fit_lines(text: Text, width: int, console) -> list[Text]:
+    """``text`` as lines of at most ``width`` cells: truncated when it is no_wrap, wrapped otherwise."""
+    lines = text.split("\n", allow_blank=True)
+    if text.no_wrap:
+        overflow = text.overflow or "crop"
+        for line in lines:
+            if line.cell_len > width:
+                line.truncate(width, overflow=overflow)
+        return lines
+    # Text.wrap wraps each line on its own; a line that fits comes back as it is, so only the
+    # long ones pay for it (most of a panel's lines fit).
+    width = max(1, width)
+    out: list[Text] = []
+    for line in lines:
+        if line.cell_len <= width and not (text.justify and text.justify not in ("default", "left")):
+            out.append(line)
+        else:
+            out.extend(line.wrap(console, width, justify=text.justify, overflow=text.overflow))
+    return out

@@ -20,7 +20,7 @@ from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 
-from traintop.widgets.line import Line, line_strip
+from traintop.widgets.line import Line, fit_lines, line_strip
 
 # False once Textual's styles cache turned out to differ inside: every widget then draws
 # through Textual's own path for good (see TextLines.render_lines).
@@ -50,27 +50,6 @@ def join_lines(lines: list[Text | Line]) -> Text:
     """A panel's rows as one Text (tests and tools read ``render()``)."""
     out = Text("\n").join(line.to_text() if isinstance(line, Line) else line for line in lines)
     out.no_wrap, out.overflow = True, "ellipsis"
-    return out
-
-
-def fit_lines(text: Text, width: int, console) -> list[Text]:
-    """``text`` as lines of at most ``width`` cells: truncated when it is no_wrap, wrapped otherwise."""
-    lines = text.split("\n", allow_blank=True)
-    if text.no_wrap:
-        overflow = text.overflow or "crop"
-        for line in lines:
-            if line.cell_len > width:
-                line.truncate(width, overflow=overflow)
-        return lines
-    # Text.wrap wraps each line on its own; a line that fits comes back as it is, so only the
-    # long ones pay for it (most of a panel's lines fit).
-    width = max(1, width)
-    out: list[Text] = []
-    for line in lines:
-        if line.cell_len <= width and not (text.justify and text.justify not in ("default", "left")):
-            out.append(line)
-        else:
-            out.extend(line.wrap(console, width, justify=text.justify, overflow=text.overflow))
     return out
 
 

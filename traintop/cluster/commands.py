@@ -6,10 +6,10 @@ from __future__ import annotations
 
 
 def add_agent(sub) -> None:
-    from traintop import cli
+    from traintop import options
     from traintop.cluster.agent import DEFAULT_LISTEN
 
-    p = sub.add_parser("agent", help=cli.SUMMARIES["agent"],
+    p = sub.add_parser("agent", help=options.SUMMARIES["agent"],
                        description="Sample the GPUs, the host and every probed job here, run the rules, and serve "
                        "the result as Prometheus metrics (or a file for node_exporter). See docs/CLUSTER.md.")
     g = p.add_argument_group("serving")
@@ -21,24 +21,24 @@ def add_agent(sub) -> None:
                         "(no port is opened unless --listen is given too)")
     g.add_argument("--job", help="job id for the ranks' series (default: the id the job sees: SLURM_JOB_ID, "
                    "TORCHELASTIC_RUN_ID)")
-    g.add_argument("--duration", type=cli._seconds, metavar="S", help="stop after this many seconds")
+    g.add_argument("--duration", type=options.seconds, metavar="S", help="stop after this many seconds")
     g.add_argument("--quiet", action="store_true", help="print nothing unless something fails")
     g = p.add_argument_group("simulator")
     g.add_argument("--simulate", metavar="SCENARIO", help="serve the simulator instead of real GPUs")
-    g.add_argument("--gpus", type=cli._positive_int, default=1, metavar="N", help="simulated GPUs per host")
+    g.add_argument("--gpus", type=options.positive_int, default=1, metavar="N", help="simulated GPUs per host")
     g.add_argument("--hostname", help="the Hostname label (default: this host's name)")
-    g.add_argument("--hosts", type=cli._positive_int, default=1, metavar="K",
+    g.add_argument("--hosts", type=options.positive_int, default=1, metavar="K",
                    help="pose as K hosts, on consecutive ports (scale tests)")
     g.add_argument("--node-rank", type=int, default=0, metavar="N", help="this host's node rank in the job")
-    g.add_argument("--nodes", type=cli._positive_int, default=1, metavar="N", help="nodes in the job")
+    g.add_argument("--nodes", type=options.positive_int, default=1, metavar="N", help="nodes in the job")
     g.add_argument("--straggler", type=int, metavar="LOCAL_RANK",
                    help="this local rank lags (slow steps, waiting for input)")
     g.add_argument("--stall-after", type=float, metavar="S", help="every rank stops stepping after S seconds")
     g.add_argument("--seed", type=int, default=0, metavar="N", help="random seed of the first simulated host")
-    cli.add_sampling(p, pid=False)
-    cli.add_output(p)
-    cli.add_thresholds(p)
-    cli.add_finding_hook(p)
+    options.add_sampling(p, pid=False)
+    options.add_output(p)
+    options.add_thresholds(p)
+    options.add_finding_hook(p)
     p.set_defaults(handler=cmd_agent, interval=1.0)  # Prometheus scrapes once a second at the most
 
 
@@ -71,7 +71,8 @@ def add_analyze_options(p) -> None:
 
 def cmd_analyze_prometheus(args) -> int:
     from traintop.cluster.promapi import parse_duration
-    from traintop.cluster.report import analyze_prometheus, render_json, render_text
+    from traintop.cluster.analysis import analyze_prometheus
+    from traintop.cluster.report import render_json, render_text
     from traintop.errors import TraintopError
     from traintop.rules import Severity
 
@@ -88,9 +89,9 @@ def cmd_analyze_prometheus(args) -> int:
 
 
 def add_cluster(sub, handler) -> None:
-    from traintop import cli
+    from traintop import options
 
-    p = sub.add_parser("cluster", help=cli.SUMMARIES["cluster"],
+    p = sub.add_parser("cluster", help=options.SUMMARIES["cluster"],
                        description="Every host's GPUs, every rank's step time and input wait, and the cluster's "
                        "findings, read from Prometheus (traintop agents, or dcgm-exporter alone).")
     p.add_argument("--prometheus", metavar="URL", required=True, help="Prometheus's address (http://host:9090)")

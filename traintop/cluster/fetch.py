@@ -13,7 +13,7 @@ from traintop.cluster import claims
 from traintop.cluster import series as S
 from traintop.cluster.checks import Checked, gpu_index_of, rank_labels_of
 from traintop.cluster.promapi import Grid, GridSeries, Prometheus, no_gc
-from traintop.errors import TraintopError
+from traintop.errors import NoTraintopSeries, TraintopError
 
 MAX_POINTS = 720  # per series and query: 2 h at a 10 s step
 READERS = 2  # queries under way at once: Prometheus prepares one answer while this process decodes another
@@ -175,7 +175,7 @@ def _fetch(prom, grid, end, job, slim, part_of, pool) -> ClusterData:
 
     util = util_q.result()
     if not util and part_of is None and not ask(f"count({S.P}agent_info)", ()).result():
-        raise TraintopError(f"no traintop series at {prom.shown} between the times asked "
+        raise NoTraintopSeries(f"no traintop series at {prom.shown} between the times asked "
                             "(is `traintop agent` scraped? try a longer --since)")
     check = Checked()
     rank_results = [(f, q.result()) for f, q in rank_qs]

@@ -262,34 +262,6 @@ def summarise(data: ClusterData, findings: list[ClusterFinding], kind: str, job:
                          round(sum(f.gpu_hours_lost for f in findings), 4), notes, list(explained))
 
 
-def analyze_prometheus(url: str, since: float, until: float | None = None, job: str | None = None,
-                       step: float | None = None, config=None, transport=None) -> ClusterReport:
-    from traintop.cluster.budget import REPORT_BYTES, REPORT_POINTS, REPORT_SERIES
-    from traintop.cluster.dcgm import has_dcgm, dcgm_report
-    from traintop.cluster.fetch import fetch
-    from traintop.cluster.promapi import Prometheus, no_gc
-    from traintop.errors import TraintopError
-
-    t0 = time.perf_counter()
-    end = until if until is not None else time.time()
-    start = end - since
-    with Prometheus(url, transport=transport) as prom, \
-            prom.read_budget(REPORT_BYTES, REPORT_SERIES, "one report", REPORT_POINTS):
-        try:
-            data = fetch(prom, start, end, step, job)
-        except TraintopError as e:
-            if "no traintop series" not in str(e) or not has_dcgm(prom, start, end):
-                raise
-            report = dcgm_report(prom, start, end, step, config)
-        else:
-            with no_gc():
-                shown, explained = findings_of(data)
-                report = summarise(data, shown, "prometheus", job, explained=explained)
-        report.queries, report.bytes_read = prom.calls, prom.bytes_read
-    report.seconds = round(time.perf_counter() - t0, 3)
-    return report
-
-
 def render_text(r: ClusterReport) -> str:
     span = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r.start)) + " to " + time.strftime("%H:%M:%S UTC",
                                                                                          time.gmtime(r.end))

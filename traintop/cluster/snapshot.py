@@ -150,7 +150,7 @@ class PrometheusSource:
         from traintop.cluster.budget import REFRESH_BYTES, REFRESH_POINTS, REFRESH_SERIES
         from traintop.cluster.dcgm import dcgm_findings, has_dcgm
         from traintop.cluster.promapi import no_gc
-        from traintop.errors import TraintopError
+        from traintop.errors import NoTraintopSeries
 
         t0 = time.perf_counter()
         end = time.time()
@@ -159,9 +159,9 @@ class PrometheusSource:
                 data = self.rolling.read(end)
                 with no_gc():
                     findings = findings_of(data)[0]  # less the agents' verdicts a cross-host finding explains
-            except TraintopError as e:
+            except NoTraintopSeries:
                 start = end - self.window
-                if "no traintop series" not in str(e) or self.job or not has_dcgm(self.prom, start, end):
+                if self.job or not has_dcgm(self.prom, start, end):
                     raise
                 data, findings, _ = dcgm_findings(self.prom, start, end, self.step)
         return snapshot_from(data, findings, time.perf_counter() - t0)

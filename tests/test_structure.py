@@ -1,0 +1,112 @@
+"""The structure drawn from the code: no import circles (imports inside functions count too) and
+no import from a lower layer to a higher one."""
+
+import ast
+import pathlib
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+# the user's top-level folders are subpackages of the one import package (pyproject.toml)
+ROOTS = {"traintop": "traintop", "app": "traintop.app", "widgets": "traintop.widgets", "collectors": "traintop.collectors"}
+# (importer prefix, forbidden prefixes): the core never draws; the cluster wing never reaches the CLI
+# or the dashboard; the rules never reach the session that runs them
+LAYERS = [
+    ("traintop.", ("textual", "traintop.app", "traintop.widgets")),
+    ("traintop.cluster", ("traintop.cli",)),
+    ("traintop.rules", ("traintop.monitor", "traintop.feeds", "traintop.sessions", "traintop.cli")),
+    ("traintop.collectors", ("traintop.app", "traintop.widgets", "traintop.cli")),
+]
+DRAWING = ("traintop.app", "traintop.widgets")  # above the core: may import anything
+
+
+def modules() -> dict[str, pathlib.Path]:
+    out = {}
+    for folder, package in ROOTS.items():
+        for path in (REPO / folder).rglob("*.py"):
+            if "inject" in path.parts:  # copied next to a job, never imported
+                continue
+            rel = path.relative_to(REPO / folder).with_suffix("")
+            parts = [p for p in rel.parts if p != "__init__"]
+            out[".".join([package, *parts]) if parts else package] = path
+    return out
+
+
+def imports(path: pathlib.Path, name: str, known: set[str]) -> set[str]:
+    """Every module this one imports, anywhere in it (functions too), as known module names."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        targets = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(up + ([base] if base else []))
+            targets = [f"{base}.{a.name}" for a in node.names] + [base]
+        for t in targets:
+            while t and t not in known and "." in t:
+                t = t.rpartition(".")[0]
+            if t in known and t != name:
+                out.add(t)
+            elif not t.startswith("traintop"):
+                out.add(t.split(".")[0])  # third-party, by top-level name
+    return out
+
+
+def graph():
+    mods = modules()
+    known = set(mods)
+    return {m: imports(p, m, known) for m, p in mods.items()}
+
+
+def circles(g: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index, low, on, stack, found = {}, {}, set(), [], []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(g[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(g):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_circles():
+    g = graph()
+    ours = {m: {t for t in ts if t in g} for m, ts in g.items()}
+    assert circles(ours) == []
+
+
+def test_the_circle_finder_finds_one():
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_import_from_a_lower_layer_to_a_higher_one():
+    wrong = []
+    for m, targets in graph().items():
+        if m.startswith(DRAWING) or m == "traintop.cli" or m == "traintop.__main__":
+            continue
+        for prefix, forbidden in LAYERS:
+            if m.startswith(prefix) or m == prefix:
+                wrong += [f"{m} imports {t}" for t in targets if t.startswith(forbidden)]
+    assert wrong == [], wrong
