@@ -313,7 +313,9 @@ def test_the_app_is_told_how_the_job_ended_and_the_job_is_reaped(env, monkeypatc
 
     monkeypatch.setenv("TRAINTOP_PROBE_DIR", env["TRAINTOP_PROBE_DIR"])
     base, _ = launch.private_base()
-    job = launch.launch(["bash", "-c", "for i in $(seq 300000); do :; done; kill -9 $$"], base=base)  # busy, then killed
+    flag = tmp_path / "end"
+    # busy until the test has seen it at work (a loaded machine may take its time), then killed
+    job = launch.launch(["bash", "-c", f"while [ ! -e {flag} ]; do :; done; kill -9 $$"], base=base)
     monitor, feed = sessions.live_session(0.1, pid=job.pid, require_gpu=False, probe_dir=base, own_child=True)
     job.on_end(monitor.end_job)
     job.watch()
@@ -321,7 +323,12 @@ def test_the_app_is_told_how_the_job_ended_and_the_job_is_reaped(env, monkeypatc
     async def go():
         app = build_app(monitor, feed, max_fps=20)
         async with app.run_test(size=(160, 48)) as pilot:
-            for _ in range(100):
+            for _ in range(300):  # bounded: its CPU on screen first
+                await pilot.pause(0.1)
+                if "\nCPU  " in str(app.query_one("#process").render()) and len(monitor.store.times(None)) > 5:
+                    break
+            flag.write_text("")
+            for _ in range(300):
                 await pilot.pause(0.1)
                 if app.last_view and app.last_view.process.job_end:
                     break
