@@ -529,3 +529,30 @@ def test_a_fifo_named_like_a_uri_is_refused_before_reading(tmp_path):
     (tmp_path / "pipe").write_bytes(b"SQLite format 3\x00")  # what an unquoted URI would open instead
     p = run_traintop(tmp_path, "analyze", str(tmp_path / "pipe#x"), timeout=30)
     assert_refused(p)
+
+
+def test_a_forged_explained_by_in_a_recording_is_one_short_plain_line(tmp_path):
+    """explained_by is the file's word: control characters (OSC 52, a clipboard write) are shown, never
+    sent, and its length is cut where the file is read (so for the dashboard and analyze alike)."""
+    from traintop.recording import RecordingReader
+    from traintop.rules.engine import Alert, Severity
+    from traintop.view import AlertView
+    from traintop.widgets.alerts_panel import alert_paragraphs
+
+    sim = Simulator("healthy", interval=0.5, seed=2)
+    path = str(tmp_path / "forged.ttrec")
+    w = RecordingWriter(path, sim.info())
+    frames = sim.frames(40)
+    for f in frames:
+        w.add(f)
+    forged = "stall\x1b]52;c;ZXZpbA==\x07 gpu0" + "x" * 5000
+    w.alert(Alert("idle_gpu", "GPU idle", "gpu0", Severity.WARNING, frames[5].t, "idle", ("look",), frames[20].t,
+                  id=1, explained_by=forged))
+    w.close()
+    (a,) = RecordingReader(path).alerts()
+    assert "\x1b" not in a.explained_by and "\x07" not in a.explained_by and len(a.explained_by) < 260
+    up = Alert(a.rule, a.title, a.subject, a.severity, a.start, a.evidence, a.remedies, None, id=1,
+               explained_by=a.explained_by)  # as the dashboard shows it while it is up
+    shown = alert_paragraphs([AlertView.of(up)], [], None, False)
+    plain = "".join(line.plain for line, _ in shown)
+    assert "\x1b" not in plain and "Explained by" in plain

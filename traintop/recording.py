@@ -26,6 +26,7 @@ from traintop.codec import (CODEC, CODECS, MAX_CHUNK_SAMPLES, columns_of, decode
 from traintop.errors import RecordingError, TraintopError
 from traintop.files import check_regular, open_regular
 from traintop.rules.engine import Alert, Severity
+from traintop.text import one_line
 from traintop.samples import Frame, GpuInfo, SessionInfo, StackDump, ThreadStack
 
 FORMAT = "traintop-recording"
@@ -546,7 +547,7 @@ class RecordingReader:
                     raise ValueError("bad time")
                 out.append(Alert(str(rule), str(title), str(subject), Severity.parse(str(sev)), float(start),
                                  str(evidence), tuple(rem), None if end is None else float(end), id=int(aid),
-                                 explained_by=None if by is None else str(by)[:200]))
+                                 explained_by=None if by is None else one_line(str(by), 200)))
             except (ValueError, TypeError, OverflowError, RecursionError, TraintopError):
                 continue
         return out

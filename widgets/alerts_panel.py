@@ -125,7 +125,7 @@ def alert_paragraphs(active, recent, now: float | None, compact: bool, watching:
         # one situation, one finding: what a stronger finding explains is listed under it, not as a cause
         said = "; ".join(f"{one_line(a.title, 200)} ({subject_label(a.subject)})" for a in explained[:6])
         by = {a.explained_by.partition(" ")[0] for a in explained}
-        cause = ", ".join(titles.get(r, r) for r in sorted(by))
+        cause = ", ".join(titles.get(r) or one_line(r, 80) for r in sorted(by))
         out.append((Line(), 0))
         out.append((Line("Explained by ", "dim bold").append(f"{cause}: ", "dim bold")
                     .append(keep_units(said) + (f" +{len(explained) - 6}" if len(explained) > 6 else ""), "dim"), 2))

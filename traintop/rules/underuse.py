@@ -48,7 +48,8 @@ class Underuse:
             rx = ctx.gpu_window(i, "pcie_rx", w)
             if rx and sum(rx) / len(rx) >= c.pcie_pageable_min_gbs * 1e9:
                 continue  # steady copies to the GPU explain the low draw: the PCIe rule judges them
-            if (now := ctx.gpu_window(i, "util", 5.0)) and max(now) < 1.0:
+            recent = ctx.gpu_mean(i, "util", 10.0)
+            if (now := ctx.gpu_window(i, "util", 5.0)) and max(now) < 1.0 or (recent is not None and recent < 1.0):
                 continue  # nothing runs now: idle (or stalled), not underused
             sm = self._sm_finding(ctx, g)
             if sm is not None:
@@ -57,9 +58,6 @@ class Underuse:
             power = [v for _, v in ctx.gpu_pairs(i, "power_w", w, min_n=8, min_span=0.5)]
             util = ctx.gpu_window(i, "util", w)
             limit = g.power_limit_w
-            recent = ctx.gpu_mean(i, "util", 10.0)
-            if recent is not None and recent < 1.0:
-                continue  # nothing runs now: idle (or stalled), not underused
             if not limit:
                 found = self._util_only(ctx, g)
                 if found is not None:
