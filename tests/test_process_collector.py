@@ -99,8 +99,9 @@ def test_behind_a_shim_the_job_is_called_by_the_process_it_execs(tmp_path):
         assert c.sample().name in ("python3", "bash")  # the shim, before the exec
         p.stdin.write(b"go\n")
         p.stdin.flush()
-        s = _wait(lambda: (x := c.sample()).name.startswith("python") and x)
-        assert s and s.name.startswith("python") and "time.sleep(30)" in s.cmdline
+        # The shim is itself called python3, so wait on the command line the exec gives
+        s = _wait(lambda: (x := c.sample()) and "time.sleep(30)" in x.cmdline and x)
+        assert s and s.name.startswith("python") and not s.cmdline.startswith("/bin/bash")
     finally:
         p.kill()
         p.wait()
