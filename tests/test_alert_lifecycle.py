@@ -7,7 +7,7 @@ from traintop import sessions
 from traintop.analyze import analyze
 from traintop.collectors.simulated import Simulator
 from traintop.monitor import Monitor
-from traintop.rules.engine import SETTLE_S, HOLDS, LAPSED, REVERSED, Finding, RulesEngine, informative
+from traintop.rules.engine import SETTLE_S, HOLDS, LAPSED, REVERSED, Verdict, RulesEngine, informative
 from traintop.samples import REASON_SW_POWER_CAP, Frame, GpuProcess, GpuSample, ProcessSample, ProcInfo, RankSample
 from traintop.store import Store
 from traintop.units import GiB
@@ -117,7 +117,7 @@ class _Scripted:
     severity = Severity.WARNING
 
     def __init__(self):
-        self.say: list[Finding] = []
+        self.say: list[Verdict] = []
 
     def evaluate(self, ctx):
         return self.say
@@ -126,24 +126,24 @@ class _Scripted:
 def test_engine_states_reversed_ends_now_lapsed_settles_and_best_evidence_is_kept():
     rule = _Scripted()
     eng, store = RulesEngine([rule]), Store(capacity=10)
-    rule.say = [Finding("gpu0", "GPU 0 at 10 % for 20 s, 3 gaps")]
+    rule.say = [Verdict("gpu0", "GPU 0 at 10 % for 20 s, 3 gaps")]
     eng.evaluate(store, 0.0)
-    rule.say = [Finding("gpu0", "GPU 0 at 12 %", state=HOLDS)]
+    rule.say = [Verdict("gpu0", "GPU 0 at 12 %", state=HOLDS)]
     eng.evaluate(store, 1.0)
     (a,) = eng.alerts
     assert a.evidence == "GPU 0 at 12 %"  # the live sentence
-    rule.say = [Finding("gpu0", "GPU 0 at 55 % now", state=LAPSED)]
+    rule.say = [Verdict("gpu0", "GPU 0 at 55 % now", state=LAPSED)]
     eng.evaluate(store, 2.0)
     assert a.active and a.evidence == "GPU 0 at 55 % now"  # lapsed: it settles, the evidence follows
     eng.evaluate(store, 2.0 + SETTLE_S)
     assert a.end == 2.0 and a.evidence == "GPU 0 at 10 % for 20 s, 3 gaps"  # ended when it stopped; most figures
     assert informative(a.evidence) == 4
-    rule.say = [Finding("gpu0", "GPU 0 at 10 % for 30 s, 4 gaps")]
+    rule.say = [Verdict("gpu0", "GPU 0 at 10 % for 30 s, 4 gaps")]
     for t in (20.0, 21.0):
         eng.evaluate(store, t)
     b = eng.alerts[-1]
     assert b is not a and b.active
-    rule.say = [Finding("gpu0", "GPU 0 at 99 %", state=REVERSED)]
+    rule.say = [Verdict("gpu0", "GPU 0 at 99 %", state=REVERSED)]
     eng.evaluate(store, 22.0)
     assert b.end == 22.0  # plainly reversed: at once
 

@@ -44,13 +44,13 @@ def test_no_wrong_advice_and_no_recall_below_the_baseline(cells):
 def test_the_check_catches_wrong_advice_and_a_recall_drop():
     """The gate can fail: a rule that calls every GPU stalled gives wrong advice on running jobs;
     starvation's thresholds made unreachable lose its recall."""
-    from traintop.rules import Finding, Severity, Thresholds
+    from traintop.rules import Verdict, Severity, Thresholds
 
     class AlwaysStalled:
         id, title, severity, raise_after, clear_after, remedies, now_s = "stall", "Stalled", Severity.CRITICAL, 0, 5, (), None
 
         def evaluate(self, ctx):
-            return [Finding(f"gpu{g.index}", "always") for g in ctx.gpus()]
+            return [Verdict(f"gpu{g.index}", "always") for g in ctx.gpus()]
 
     blind = Thresholds().with_overrides(starvation_min_idle_frac=1.0, starvation_min_busy_frac=1.0,
                                         starvation_input_wait=1.0, starvation_busy_worker_cpu=10_000.0)

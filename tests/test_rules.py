@@ -3,7 +3,7 @@ import pytest
 from traintop.collectors.simulated import SCENARIOS, Simulator
 from traintop.monitor import Monitor
 from traintop.rules import Severity, Thresholds, default_engine
-from traintop.rules.engine import Finding, RulesEngine
+from traintop.rules.engine import Verdict, RulesEngine
 from traintop.samples import Frame, GpuSample
 from traintop.store import Store
 
@@ -78,7 +78,7 @@ class Flappy:
 
     def evaluate(self, ctx):
         if int(ctx.now) in self.on:
-            yield Finding("gpu0", f"on at {ctx.now:.0f}")
+            yield Verdict("gpu0", f"on at {ctx.now:.0f}")
 
 
 def _feed(engine, seconds):
@@ -273,7 +273,7 @@ class WindowMean:
     def evaluate(self, ctx):
         u = ctx.gpu_window(0, "util", 20.0)
         if len(u) >= 4 and sum(u) / len(u) >= 50:
-            yield Finding("gpu0", f"mean {sum(u) / len(u):.0f} % over 20 s")
+            yield Verdict("gpu0", f"mean {sum(u) / len(u):.0f} % over 20 s")
 
 
 def _run_util(rule, utils, interval=1.0):
@@ -319,7 +319,7 @@ class Explainer:
 
     def evaluate(self, ctx):
         if self.on:
-            yield Finding("gpu0", "nobody steps")
+            yield Verdict("gpu0", "nobody steps")
 
 
 class Weak:
@@ -327,7 +327,7 @@ class Weak:
     raise_after, clear_after, remedies, now_s = 0.0, 5.0, (), None
 
     def evaluate(self, ctx):
-        yield Finding("gpu1", "GPU 1 idle")
+        yield Verdict("gpu1", "GPU 1 idle")
 
 
 def test_a_stronger_finding_explains_the_weaker_ones_while_both_are_up():

@@ -1,7 +1,7 @@
 """The rule catalogue."""
 
 from traintop.rules.config import DEFAULT, Thresholds
-from traintop.rules.engine import HOLDS, LAPSED, REVERSED, WEAK, Alert, Finding, RuleContext, RulesEngine, Severity
+from traintop.rules.engine import HOLDS, LAPSED, REVERSED, WEAK, Alert, Verdict, RuleContext, RulesEngine, Severity
 from traintop.rules.cpu_training import TrainingOnCpu
 from traintop.rules.fragmentation import Fragmentation
 from traintop.rules.gpu_errors import GpuErrors
@@ -41,6 +41,6 @@ def default_engine(config: Thresholds = DEFAULT) -> RulesEngine:
 
 
 __all__ = [
-    "Alert", "DEFAULT", "HOLDS", "LAPSED", "REVERSED", "WEAK", "RULES_VERSION", "Finding", "RuleContext", "RulesEngine", "Severity", "Thresholds",
+    "Alert", "DEFAULT", "HOLDS", "LAPSED", "REVERSED", "WEAK", "RULES_VERSION", "Verdict", "RuleContext", "RulesEngine", "Severity", "Thresholds",
     "default_engine", "default_rules",
 ]

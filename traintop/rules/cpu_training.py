@@ -11,7 +11,7 @@ finding ends at once when the job has ended: nothing trains any more.
 
 from __future__ import annotations
 
-from traintop.rules.engine import REVERSED, Finding, RuleContext, Severity
+from traintop.rules.engine import REVERSED, Verdict, RuleContext, Severity
 
 
 class TrainingOnCpu:
@@ -31,7 +31,7 @@ class TrainingOnCpu:
         c = ctx.config
         frame, proc = ctx.frame, ctx.process
         if proc is None or not proc.alive:  # the job is gone: a raised alert ends now, not 20 s later
-            yield Finding("process", "the job has ended", state=REVERSED)
+            yield Verdict("process", "the job has ended", state=REVERSED)
             return
         w = c.cpu_training_window_s
         cpu = ctx.proc_window("cpu_percent", w)
@@ -48,7 +48,7 @@ class TrainingOnCpu:
                     f"({r.steps} in all), but its probe reports no CUDA use")
             if mean_cpu is not None:
                 text += f"; the job uses {mean_cpu:.0f} % CPU"
-            yield Finding("process", text)
+            yield Verdict("process", text)
             return
         if len(cpu) < 5 or mean_cpu < c.cpu_training_min_cpu:
             return
@@ -67,4 +67,4 @@ class TrainingOnCpu:
             text += " but its probe reports no CUDA use"
         else:
             text += f" but holds no memory on any of the {len(frame.gpus)} GPU(s)"
-        yield Finding("process", text)
+        yield Verdict("process", text)

@@ -30,35 +30,18 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from enum import IntEnum
 from typing import Callable, Iterable, Protocol
 
 from traintop import metrics
 from traintop.attribution import GpuFeed, WorkerLoad, gpu_feeds
+from traintop.findings import Severity
 from traintop.rules.config import DEFAULT, Thresholds
 from traintop.samples import Frame, GpuSample, HostSample, ProcessSample, RankSample
 from traintop.store import Store, mean
 
 
-class Severity(IntEnum):
-    INFO = 1
-    WARNING = 2
-    CRITICAL = 3
-
-    @property
-    def label(self) -> str:
-        return self.name.lower()
-
-    @classmethod
-    def parse(cls, text: str) -> "Severity":
-        try:
-            return cls[text.strip().upper()]
-        except KeyError:
-            raise ValueError(f"unknown severity {text!r} (use info, warning or critical)") from None
-
-
 @dataclass(frozen=True, slots=True)
-class Finding:
+class Verdict:
     """One rule's verdict for one subject at one evaluation."""
 
     subject: str
@@ -256,7 +239,7 @@ class Rule(Protocol):
     clear_after: float
     remedies: tuple[str, ...]
 
-    def evaluate(self, ctx: RuleContext) -> Iterable[Finding]: ...
+    def evaluate(self, ctx: RuleContext) -> Iterable[Verdict]: ...
 
     # optional: now_s (float | None, DEFAULT_NOW_S when absent), explains (rule ids), explains_all_gpus
 

@@ -9,7 +9,7 @@ Allocations that fail or retry are the out-of-memory finding (traintop.rules.oom
 
 from __future__ import annotations
 
-from traintop.rules.engine import Finding, RuleContext, Severity
+from traintop.rules.engine import Verdict, RuleContext, Severity
 from traintop.units import GiB, fmt_bytes
 
 
@@ -62,4 +62,4 @@ class Fragmentation:
             else:
                 text += "; harmless while the GPU has free memory, a cause of out-of-memory errors once it does not"
                 severity = Severity.INFO
-            yield Finding(subject, text, severity)
+            yield Verdict(subject, text, severity)

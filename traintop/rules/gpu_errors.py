@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from traintop.metrics import gpu_subject
-from traintop.rules.engine import Finding, RuleContext, Severity
+from traintop.rules.engine import Verdict, RuleContext, Severity
 
 # The XIDs people meet most; the full list is NVIDIA's "XID Errors" document.
 XID_MEANING = {
@@ -72,4 +72,4 @@ class GpuErrors:
                 parts.append("a memory row remap is pending (needs a GPU reset)")
             if parts:
                 text = "; ".join(parts) if xids else f"GPU {i}: " + "; ".join(parts)
-                yield Finding(gpu_subject(i), text, sev)
+                yield Verdict(gpu_subject(i), text, sev)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from traintop.rules.engine import Finding, RuleContext, Severity
+from traintop.rules.engine import Verdict, RuleContext, Severity
 from traintop.units import GiB, fmt_bytes
 
 
@@ -27,8 +27,8 @@ class HostMemoryPressure:
         swap = ctx.host_window("swap_used", 60.0)
         swap_rise = swap[-1] - swap[0] if len(swap) >= 2 else 0.0
         if frac >= ctx.config.host_mem_frac:
-            yield Finding("host", f"host RAM {frac * 100:.0f} % used ({fmt_bytes(h.mem_used)} of {fmt_bytes(h.mem_total)})",
+            yield Verdict("host", f"host RAM {frac * 100:.0f} % used ({fmt_bytes(h.mem_used)} of {fmt_bytes(h.mem_total)})",
                           Severity.CRITICAL if frac >= 0.98 else None)
         elif swap_rise >= ctx.config.host_swap_rise_gib * GiB:
-            yield Finding("host", f"the host swapped out {fmt_bytes(swap_rise)} in the last minute "
+            yield Verdict("host", f"the host swapped out {fmt_bytes(swap_rise)} in the last minute "
                                   f"(RAM {frac * 100:.0f} % used)")

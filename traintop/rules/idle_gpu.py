@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from traintop.metrics import gpu_subject
-from traintop.rules.engine import Finding, RuleContext, Severity
+from traintop.rules.engine import Verdict, RuleContext, Severity
 from traintop.units import MiB, fmt_bytes
 
 # Without process lists (an nvidia-smi log), memory in use says a process holds the GPU: a CUDA
@@ -43,7 +43,7 @@ class IdleWhileAlive:
             if proc is not None and not proc.alive:
                 continue
             if held_blind:
-                yield Finding(gpu_subject(i), f"GPU {i} averages {mean_u:.1f} % utilization over the last "
+                yield Verdict(gpu_subject(i), f"GPU {i} averages {mean_u:.1f} % utilization over the last "
                                               f"{ctx.config.idle_window_s:.0f} s while {fmt_bytes(g.mem_used)} of its "
                                               "memory is in use (a process holds it; this source lists no processes)")
                 continue
@@ -52,6 +52,6 @@ class IdleWhileAlive:
                 continue
             held = sum(p.used_bytes or 0 for p in mine)
             who = f"PID {proc.pid}" if proc is not None else f"{len(mine)} process(es)"
-            yield Finding(gpu_subject(i), f"GPU {i} averages {mean_u:.1f} % utilization over the last "
+            yield Verdict(gpu_subject(i), f"GPU {i} averages {mean_u:.1f} % utilization over the last "
                                      f"{ctx.config.idle_window_s:.0f} s while {who} "
                                      f"holds {fmt_bytes(held)} on it")

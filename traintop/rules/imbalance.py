@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from traintop.metrics import gpu_subject
 from traintop.rules.collective import job_gpus
-from traintop.rules.engine import Finding, RuleContext, Severity
+from traintop.rules.engine import Verdict, RuleContext, Severity
 
 
 # findings on the lagging GPU that explain its lower utilization (rules that run before this one)
@@ -45,5 +45,5 @@ class Imbalance:
         if any(ctx.is_holding(r, lagging) or ctx.is_active(r, lagging) for r in EXPLAINED_BY):
             return  # the lagging GPU's own finding says why it lags: "busy unequally" adds nothing
         if means[hi] >= 50 and means[hi] - means[lo] >= ctx.config.imbalance_gap:
-            yield Finding("gpus", f"GPU {lo} averages {means[lo]:.0f} % utilization over the last {ctx.config.imbalance_window_s:.0f} s while "
+            yield Verdict("gpus", f"GPU {lo} averages {means[lo]:.0f} % utilization over the last {ctx.config.imbalance_window_s:.0f} s while "
                                   f"GPU {hi} averages {means[hi]:.0f} %")

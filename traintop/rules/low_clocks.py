@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from traintop.metrics import gpu_subject
-from traintop.rules.engine import Finding, RuleContext, Severity
+from traintop.rules.engine import Verdict, RuleContext, Severity
 from traintop.samples import REASON_GPU_IDLE
 
 
@@ -34,5 +34,5 @@ class ClocksBelowMax:
                 continue  # not busy, or a reason (power cap, thermal, app clocks...) explains it
             mean_clock = sum(clocks) / len(clocks)
             if mean_clock < c.low_clocks_frac * g.sm_clock_max:
-                yield Finding(gpu_subject(i), f"GPU {i} busy at {sum(util) / len(util):.0f} % with its SM clock at "
+                yield Verdict(gpu_subject(i), f"GPU {i} busy at {sum(util) / len(util):.0f} % with its SM clock at "
                                          f"{mean_clock:.0f} of {g.sm_clock_max} MHz and no clock-event reason")

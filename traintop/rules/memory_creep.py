@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from traintop.metrics import gpu_key, gpu_subject, rank_key
-from traintop.rules.engine import LAPSED, REVERSED, Finding, RuleContext, Severity
+from traintop.rules.engine import LAPSED, REVERSED, Verdict, RuleContext, Severity
 from traintop.store import linear_fit
 from traintop.units import GiB, MiB, fmt_bytes, fmt_duration
 
@@ -31,7 +31,7 @@ class MemoryCreep:
             if found is not None:
                 yield found
 
-    def _since(self, ctx: RuleContext, g) -> Finding | None:
+    def _since(self, ctx: RuleContext, g) -> Verdict | None:
         """For a raised alert no longer seen: memory fell well below its peak (freed: the condition
         reversed, the alert ends now), or it stopped rising (noise or a pause: the usual delay)."""
         key, what = self._series(ctx, g)
@@ -42,10 +42,10 @@ class MemoryCreep:
         now = pairs[-1][1]
         i = g.index
         if peak - now >= max(512 * MiB, 0.2 * peak):
-            return Finding(gpu_subject(i), f"GPU {i} {what} fell from {fmt_bytes(peak, 'GiB')} to "
+            return Verdict(gpu_subject(i), f"GPU {i} {what} fell from {fmt_bytes(peak, 'GiB')} to "
                                            f"{fmt_bytes(now, 'GiB')}: the memory was freed", state=REVERSED)
         span = pairs[-1][0] - pairs[0][0]
-        return Finding(gpu_subject(i), f"GPU {i} {what} no longer rising: {fmt_bytes(now, 'GiB')} now, "
+        return Verdict(gpu_subject(i), f"GPU {i} {what} no longer rising: {fmt_bytes(now, 'GiB')} now, "
                                        f"peak {fmt_bytes(peak, 'GiB')} over the last {span:.0f} s", state=LAPSED)
 
     @staticmethod
@@ -90,5 +90,5 @@ class MemoryCreep:
                 text += f"; at this rate it is full in {fmt_duration(tto)}"
                 if tto <= c.creep_critical_tto_s:
                     sev = Severity.CRITICAL
-            return Finding(gpu_subject(i), text, sev)
+            return Verdict(gpu_subject(i), text, sev)
         return None

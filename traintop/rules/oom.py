@@ -7,7 +7,7 @@ last WINDOW_S seconds, so a caught ``OutOfMemoryError`` that the job survived is
 
 from __future__ import annotations
 
-from traintop.rules.engine import Finding, RuleContext, Severity
+from traintop.rules.engine import Verdict, RuleContext, Severity
 from traintop.units import fmt_bytes
 
 WINDOW_S = 120.0
@@ -58,4 +58,4 @@ class OutOfMemory:
                     text += f", peaks at {fmt_bytes(r.peak)} allocated"
                 if r.inactive_split and r.inactive_split >= 0.2 * r.reserved:
                     text += f", {fmt_bytes(r.inactive_split)} of the cache in split blocks (fragmentation)"
-            yield Finding(subject, text, Severity.CRITICAL if ooms > 0 else Severity.WARNING)
+            yield Verdict(subject, text, Severity.CRITICAL if ooms > 0 else Severity.WARNING)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from traintop.metrics import gpu_subject
-from traintop.rules.engine import Finding, RuleContext, Severity
+from traintop.rules.engine import Verdict, RuleContext, Severity
 from traintop.units import GiB, fmt_bytes
 
 
@@ -31,4 +31,4 @@ class OtherProcess:
             others = [p for p in g.processes if p.pid not in ours and (p.used_bytes or 0) >= ctx.config.other_process_min_gib * GiB]
             if others:
                 listed = ", ".join(f"PID {p.pid} ({fmt_bytes(p.used_bytes)})" for p in others[:4])
-                yield Finding(gpu_subject(g.index), f"GPU {g.index}: {listed} beside the job (PID {proc.pid})")
+                yield Verdict(gpu_subject(g.index), f"GPU {g.index}: {listed} beside the job (PID {proc.pid})")

@@ -10,7 +10,7 @@ pinned 2 GiB copies moved 49 GB/s.
 from __future__ import annotations
 
 from traintop.metrics import gpu_subject
-from traintop.rules.engine import HOLDS, WEAK, Finding, RuleContext, Severity
+from traintop.rules.engine import HOLDS, WEAK, Verdict, RuleContext, Severity
 from traintop.samples import pcie_bandwidth
 from traintop.units import fmt_bytes
 
@@ -69,10 +69,10 @@ class PcieBottleneck:
             if g.pcie_gen and g.pcie_gen_max and g.pcie_width and g.pcie_width_max \
                     and (g.pcie_gen < g.pcie_gen_max or g.pcie_width < g.pcie_width_max):
                 text += f"; the link runs at Gen{g.pcie_gen} x{g.pcie_width} of Gen{g.pcie_gen_max} x{g.pcie_width_max}"
-            yield Finding(subject, text)
+            yield Verdict(subject, text)
 
     @staticmethod
-    def _pageable(ctx: RuleContext, g, rx, u_mean, sm_mean, link) -> Finding | None:
+    def _pageable(ctx: RuleContext, g, rx, u_mean, sm_mean, link) -> Verdict | None:
         """A steady stream to a waiting GPU, well below the link: staged (pageable) copies."""
         c, i = ctx.config, g.index
         values = sorted(v for _, v in rx)
@@ -102,4 +102,4 @@ class PcieBottleneck:
         # an attached job's busy CPU is part of the evidence: a sample without it (the job ending) does not
         # replace one with it
         strong = busy or proc is None or not ctx.is_active("pcie", gpu_subject(i))
-        return Finding(gpu_subject(i), text, state=HOLDS if strong else WEAK)
+        return Verdict(gpu_subject(i), text, state=HOLDS if strong else WEAK)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from traintop.metrics import gpu_subject
 from traintop.rules.collective import collective_waits
-from traintop.rules.engine import LAPSED, REVERSED, Finding, RuleContext, Severity
+from traintop.rules.engine import LAPSED, REVERSED, Verdict, RuleContext, Severity
 from traintop.samples import REASON_SW_POWER_CAP
 
 RECENT_S = 5.0  # a load gone for this long is a change of phase, not noise
@@ -29,7 +29,7 @@ class PowerCapAtFullLoad:
             if (waits is not None and i in waits.waiting) or ctx.is_holding("stall", subject):
                 # "utilization" is a kernel spinning in a collective, not load
                 if ctx.is_active(self.id, subject):
-                    yield Finding(subject, f"GPU {i} is waiting, not loaded", state=REVERSED)
+                    yield Verdict(subject, f"GPU {i} is waiting, not loaded", state=REVERSED)
                 continue
             reasons = ctx.gpu_reasons(i, w)
             u_mean = ctx.gpu_mean(i, "util", w)
@@ -51,12 +51,12 @@ class PowerCapAtFullLoad:
             if held is not None:
                 text += f"; clocks held down by the power limit {held:.0f} % of the time"
             if holds:
-                yield Finding(subject, text)
+                yield Verdict(subject, text)
                 continue
             if unloaded is not None:  # the load is gone: not a fully loaded GPU any more
-                yield Finding(subject, f"{text}; now {unloaded}", state=REVERSED)
+                yield Verdict(subject, f"{text}; now {unloaded}", state=REVERSED)
                 continue
-            yield Finding(subject, text, state=LAPSED)
+            yield Verdict(subject, text, state=LAPSED)
 
     @staticmethod
     def _unloaded_now(ctx: RuleContext, g) -> str | None:

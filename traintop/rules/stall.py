@@ -13,7 +13,7 @@ import time
 
 from traintop.metrics import gpu_subject
 from traintop.rules.collective import job_gpus, loads
-from traintop.rules.engine import HOLDS, WEAK, Finding, RuleContext, Severity
+from traintop.rules.engine import HOLDS, WEAK, Verdict, RuleContext, Severity
 from traintop.units import fmt_duration
 
 LOOKBACK_S = 300.0  # how far back the rule looks for the last step and for earlier work
@@ -125,8 +125,8 @@ class Stall:
         text += ". Every thread's stack: press s while live (a recording keeps those taken)"
         gpus = job_gpus(ctx) or ([0] if ctx.gpus() else [])
         if not gpus:  # a job on a machine with no GPU (or none visible): the job stalled, not "GPU 0"
-            return [Finding("process", text)]
-        return [Finding(gpu_subject(i), text) for i in gpus]
+            return [Verdict("process", text)]
+        return [Verdict(gpu_subject(i), text) for i in gpus]
 
     # -- NVML alone -----------------------------------------------------------------------------
     def _from_gpus(self, ctx: RuleContext):
@@ -174,9 +174,9 @@ class Stall:
         text += ". With the probe (traintop run) traintop also says when the last step was and shows every thread's stack"
         return [self._nvml_finding(ctx, i, text) for i in sorted(ld)]
 
-    def _nvml_finding(self, ctx: RuleContext, i: int, text: str) -> Finding:
+    def _nvml_finding(self, ctx: RuleContext, i: int, text: str) -> Verdict:
         # A guess from NVML never replaces what the probe said (its rank just went away with the job).
-        return Finding(gpu_subject(i), text, state=WEAK if ctx.is_active(self.id, gpu_subject(i)) else HOLDS)
+        return Verdict(gpu_subject(i), text, state=WEAK if ctx.is_active(self.id, gpu_subject(i)) else HOLDS)
 
     def _no_work(self, ctx: RuleContext, x, frozen: bool = False) -> bool:
         """Busy by utilization, yet ~no SM activity or power, after real work on this GPU.

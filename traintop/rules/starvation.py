@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from traintop.metrics import gpu_subject
 from traintop.rules.collective import collective_waits
-from traintop.rules.engine import HOLDS, LAPSED, REVERSED, WEAK, Finding, RuleContext, Severity
+from traintop.rules.engine import HOLDS, LAPSED, REVERSED, WEAK, Verdict, RuleContext, Severity
 from traintop.units import fmt_range
 
 
@@ -138,10 +138,10 @@ class Starvation:
                 who = " and ".join(r.label for r in ranks) if any(r.rank is not None for r in ranks) else "the job"
                 text += (f"; {who} waits for its next batch {wait * 100:.0f} % of the time over the last {w:.0f} s"
                          " (measured in the job)")
-            yield Finding(subject, text, state=HOLDS if holds else WEAK)
+            yield Verdict(subject, text, state=HOLDS if holds else WEAK)
 
     def _since(self, ctx: RuleContext, i: int, mu: float, recent_wait: float | None, wait: float | None,
-               probe_says_fed: bool) -> Finding:
+               probe_says_fed: bool) -> Verdict:
         """A raised alert whose condition no longer holds: plainly fed now (the measured wait far
         below the threshold, or the GPU busy without a gap for seconds) ends it at once."""
         c = ctx.config
@@ -152,7 +152,7 @@ class Starvation:
         if recent_wait is not None or wait is not None:
             x, span = (recent_wait, self.RECENT_WAIT_S) if recent_wait is not None else (wait, c.starvation_window_s)
             text += f"; the job waits for its next batch {x * 100:.0f} % of the time over the last {span:.0f} s (measured in the job)"
-        return Finding(gpu_subject(i), text, state=REVERSED if fed else LAPSED)
+        return Verdict(gpu_subject(i), text, state=REVERSED if fed else LAPSED)
 
     @staticmethod
     def _host_evidence(ctx: RuleContext) -> str | None:

@@ -6,7 +6,7 @@ import bisect
 import math
 from operator import itemgetter
 
-from traintop.rules.engine import Finding, RuleContext, Severity
+from traintop.rules.engine import Verdict, RuleContext, Severity
 from traintop.stats import median
 
 _value = itemgetter(1)
@@ -42,6 +42,6 @@ class StepTimeRegression:
             base = median([v for _, v in pairs[:split]])
             if base <= 0 or now / base < c.step_regression_ratio:
                 continue
-            yield Finding(subject,
+            yield Verdict(subject,
                           f"{r.label}'s steps take {now * 1000:.0f} ms over the last {w:.0f} s, "
                           f"{now / base:.1f}× the {base * 1000:.0f} ms before")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from traintop.metrics import gpu_subject
 from traintop.rules.collective import Load, Waits, collective_waits
-from traintop.rules.engine import HOLDS, WEAK, Finding, RuleContext, Severity
+from traintop.rules.engine import HOLDS, WEAK, Verdict, RuleContext, Severity
 from traintop.samples import THERMAL_REASONS, reason_names
 from traintop.units import fmt_bytes
 
@@ -146,7 +146,7 @@ class Straggler:
             # a vaguer reason (the job's processes going away at its end) never replaces a specific one
             specific = (why is not None and UNEXPLAINED not in why) or not ctx.is_active(self.id, gpu_subject(i))
             strong = specific and recent is not None and i in recent.lagging
-            yield Finding(gpu_subject(i), text, state=HOLDS if strong else WEAK)
+            yield Verdict(gpu_subject(i), text, state=HOLDS if strong else WEAK)
 
 
 BUSY_CPU = 85.0  # % of a core: the slow rank's process, working on the CPU in every step
@@ -154,7 +154,7 @@ WAITING_CPU = 50.0  # ... while the others sleep in the collective
 SAME_STEP = 1.25  # synchronous ranks step together: their step times agree within this factor
 
 
-def _busy_rank(ctx: RuleContext) -> Finding | None:
+def _busy_rank(ctx: RuleContext) -> Verdict | None:
     """Ranks that share GPUs (or whose GPUs NVML cannot tell apart): one rank's process is busy on the
     CPU in every step while the others' sleep, and all step together: the others wait for it."""
     proc = ctx.process
@@ -179,7 +179,7 @@ def _busy_rank(ctx: RuleContext) -> Finding | None:
         return None  # it waits for its input: data starvation says so
     others = ", ".join(f"{r.label} {loads[s]:.0f} %" for s, r in ranks if s != subject)
     step = sorted(steps)[len(steps) // 2]
-    return Finding(subject, f"{slow.label} (PID {slow.pid}) is busy on the CPU ({loads[subject]:.0f} % of a core) "
+    return Verdict(subject, f"{slow.label} (PID {slow.pid}) is busy on the CPU ({loads[subject]:.0f} % of a core) "
                             f"while the other ranks' processes sleep ({others} of a core), and every rank steps "
                             f"once every {step:.2f} s: the others wait for {slow.label} at each all-reduce. "
                             f"Why it is slow: CPU work in its own step (input wait {(slow.input_wait or 0) * 100:.0f} %)")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from traintop.metrics import gpu_subject
-from traintop.rules.engine import Finding, RuleContext, Severity
+from traintop.rules.engine import Verdict, RuleContext, Severity
 from traintop.samples import POWER_BRAKE_REASONS, THERMAL_REASONS, reason_names
 
 
@@ -53,4 +53,4 @@ class ThermalThrottle:
             if g.sm_clock and g.sm_clock_max:
                 parts.append(f"SM clock {g.sm_clock} of {g.sm_clock_max} MHz")
             sev = Severity.CRITICAL if brake_frac >= c.thermal_min_frac else None
-            yield Finding(gpu_subject(i), "; ".join(parts), sev)
+            yield Verdict(gpu_subject(i), "; ".join(parts), sev)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from traintop.metrics import gpu_subject
 from traintop.rules.collective import collective_waits
-from traintop.rules.engine import Finding, RuleContext, Severity
+from traintop.rules.engine import Verdict, RuleContext, Severity
 from traintop.units import fmt_bytes
 
 
@@ -87,7 +87,7 @@ class Underuse:
             sm_active = ctx.gpu_mean(i, "sm_active", w)
             if sm_active is not None:
                 text += f"; SMs active {sm_active:.0f} % of the time (GPM)"
-            yield Finding(subject, text, remedies=tuple(r for r in self.remedies if r != self.RAISE_BATCH) if memory_risk else None)
+            yield Verdict(subject, text, remedies=tuple(r for r in self.remedies if r != self.RAISE_BATCH) if memory_risk else None)
 
     @staticmethod
     def _ranks_wait(ctx: RuleContext, i: int) -> bool:
@@ -116,7 +116,7 @@ class Underuse:
             return "its memory is nearly full"
         return ""
 
-    def _util_only(self, ctx: RuleContext, g) -> Finding | None:
+    def _util_only(self, ctx: RuleContext, g) -> Verdict | None:
         """No power limit known (a dmon log): low utilization for a minute, with work going on."""
         c, i = ctx.config, g.index
         w = c.underuse_util_only_window_s
@@ -134,9 +134,9 @@ class Underuse:
         sm = ctx.gpu_mean(i, "sm_active", w)
         if sm is not None:
             text += f"; SMs active {sm:.0f} % of the time (GPM)"
-        return Finding(gpu_subject(i), text)
+        return Verdict(gpu_subject(i), text)
 
-    def _sm_finding(self, ctx: RuleContext, g) -> Finding | None:
+    def _sm_finding(self, ctx: RuleContext, g) -> Verdict | None:
         c, i = ctx.config, g.index
         w = c.underuse_window_s
         pairs = ctx.gpu_pairs(i, "sm_active", w, min_n=5, min_span=0.5)
@@ -155,4 +155,4 @@ class Underuse:
         power = ctx.gpu_mean(i, "power_w", w)
         if power is not None and g.power_limit_w:
             text += f"; {power:.0f} W of {g.power_limit_w:.0f} W"
-        return Finding(gpu_subject(i), text)
+        return Verdict(gpu_subject(i), text)
