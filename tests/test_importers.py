@@ -180,3 +180,19 @@ def test_lines_out_of_time_order_play_sorted(tmp_path):
     p.write_text("\n".join([lines[0]] + body[50:] + body[:50]))
     frames = importers.load(str(p)).frames_list
     assert [f.t for f in frames] == sorted(f.t for f in frames) and len(frames) == 100
+
+
+def test_a_field_read_again_and_again_gives_what_reading_it_once_gives(tmp_path, monkeypatch):
+    """Each distinct text is converted once per field (a bounded memo): with no room in the memo,
+    every sample is what the memo gave, and a damaged line is skipped either way."""
+    lines = query_lines()
+    parts = lines[40].split(",")
+    parts[6] = " abc W"  # power.draw
+    p = tmp_path / "log.csv"
+    p.write_text("\n".join(lines[:40] + [",".join(parts)] + lines[41:]))
+    remembered = importers.load(str(p))
+    monkeypatch.setattr(importers, "MEMO_SIZE", 0)
+    fresh = importers.load(str(p))
+    assert remembered.frame_count == fresh.frame_count == len(lines) - 2
+    assert [f.gpus for f in remembered.frames_list] == [f.gpus for f in fresh.frames_list]
+    assert remembered.skipped_lines == fresh.skipped_lines == 1

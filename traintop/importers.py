@@ -122,6 +122,8 @@ DMON_COLUMNS = {"pwr": ("power_w", 1.0), "gtemp": ("temp_c", 1.0), "sm": ("util"
 # GpuSample's integer fields (stored as float64 here: exact below 2**53, which every range is)
 INT_ATTRS = {f.name for f in fields(GpuSample) if f.type == "int | None"}
 _NAN = float("nan")
+_UNREAD = object()
+MEMO_SIZE = 4096  # distinct texts remembered per field: bounded whatever a file holds
 
 
 class _GpuColumns:
@@ -406,6 +408,9 @@ def _load_query(path: str, header_line: str, rows, lines: _Lines) -> ImportedLog
     unknown = [n for n in names if n not in QUERY_FIELDS and n not in IGNORED_QUERY_FIELDS
                and n not in NAME_FIELDS and n not in ("timestamp", "index")]
     out = _Columns(path, attrs)
+    # A field's text repeats from sample to sample (limits, totals, clocks, steady readings):
+    # each distinct text is converted and checked once per field
+    memos: list[dict] = [{} for _ in cols]
     clock = _Clock(TIME_FORMATS)
     skips = _Skips()
     total = 0
@@ -419,8 +424,14 @@ def _load_query(path: str, header_line: str, rows, lines: _Lines) -> ImportedLog
             t = clock(parts[t_col])
             idx = _gpu_index(parts[i_col]) if i_col is not None else 0
             values = [None] * len(attrs)
-            for k, (attr, conv) in cols:
-                values[slot[attr]] = _plausible(attr, conv(parts[k]))
+            for (k, (attr, conv)), memo in zip(cols, memos):
+                text = parts[k]
+                v = memo.get(text, _UNREAD)
+                if v is _UNREAD:
+                    v = _plausible(attr, conv(text))
+                    if len(memo) < MEMO_SIZE:
+                        memo[text] = v
+                values[slot[attr]] = v
         except (ValueError, IndexError, OverflowError) as e:
             skips.add(total + 1, str(e)[:80])
             continue

@@ -11,9 +11,12 @@ was dropped: nothing read it, and with 8 GPUs it cost hundreds of MiB after a da
 
 from __future__ import annotations
 
-from array import array
+import operator
 
-from traintop.metrics import check_key, frame_groups, frame_metrics
+from array import array
+from itertools import chain
+
+from traintop.metrics import check_key, frame_groups
 from traintop.samples import Frame
 
 NAN = float("nan")
@@ -48,18 +51,20 @@ class Store:
         slot = self._head
         self._times[slot] = frame.t
         seen = set()
-        for key, value in frame_metrics(frame):
-            col = self._values.get(key)
-            if value is None:
+        values = self._values
+        for keys, vals, derived, sample in frame_groups(frame):
+            for key, value in chain(zip(keys, vals), ((k, fn(sample)) for k, fn in derived)):
+                col = values.get(key)
+                if value is None:
+                    if col is None:
+                        continue  # a metric this source has never had costs nothing
+                    v = NAN
+                else:
+                    v = float(value)
                 if col is None:
-                    continue  # a metric this source has never had costs nothing
-                v = NAN
-            else:
-                v = float(value)
-            if col is None:
-                col = self._values[key] = array("d", [NAN]) * self.capacity
-            col[slot] = v
-            seen.add(key)
+                    col = values[key] = array("d", [NAN]) * self.capacity
+                col[slot] = v
+                seen.add(key)
         for key, col in self._values.items():
             if key not in seen:
                 col[slot] = NAN
@@ -287,14 +292,10 @@ def linear_fit(pairs: list[tuple[float, float]]) -> tuple[float, float, float] |
     if n < 3:
         return None
     t0 = pairs[0][0]
-    sx = sy = sxx = sxy = syy = 0.0
-    for t, v in pairs:
-        x = t - t0
-        sx += x
-        sy += v
-        sxx += x * x
-        sxy += x * v
-        syy += v * v
+    xs = [t - t0 for t, _ in pairs]
+    ys = [v for _, v in pairs]
+    sx, sy = sum(xs), sum(ys)
+    sxx, sxy, syy = sum(map(operator.mul, xs, xs)), sum(map(operator.mul, xs, ys)), sum(map(operator.mul, ys, ys))
     dx = n * sxx - sx * sx
     if dx <= 0:
         return None

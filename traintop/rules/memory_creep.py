@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from operator import itemgetter
+
 from traintop.metrics import gpu_key, gpu_subject, rank_key
 from traintop.rules.engine import LAPSED, REVERSED, Verdict, RuleContext, Severity
 from traintop.store import linear_fit
 from traintop.units import GiB, MiB, fmt_bytes, fmt_duration
+
+_value = itemgetter(1)
 
 
 class MemoryCreep:
@@ -66,12 +70,17 @@ class MemoryCreep:
         total = g.mem_total or 0
         min_rise = max(512 * MiB, c.creep_min_rise_frac * total)
         windows = sorted({min(30.0, c.creep_window_s), c.creep_window_s / 2, c.creep_window_s})
+        # The windows all end now, so none rises more than the longest: where that one holds
+        # enough history and rises too little (most of the time), no shorter one need be read
+        widest = ctx.pairs(key, windows[-1], min_n=10, min_span=0.8)
+        if widest and widest[-1][1] - min(map(_value, widest)) < min_rise:
+            return None
         for w in windows:
-            pairs = ctx.pairs(key, w, min_n=10, min_span=0.8)
+            pairs = widest if w == windows[-1] else ctx.pairs(key, w, min_n=10, min_span=0.8)
             if not pairs:
                 continue
-            rise = pairs[-1][1] - min(v for _, v in pairs)
-            if rise < min_rise:  # most of the time: no fit needed to rule it out
+            rise = pairs[-1][1] - min(map(_value, pairs))
+            if rise < min_rise:  # no fit needed to rule it out
                 continue
             fit = linear_fit(pairs)
             if fit is None:
