@@ -1,0 +1,208 @@
+"""Whose a process is: cgroup layouts, the environment, and real PID namespaces."""
+
+import os
+import pathlib
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from traintop.collectors import whose
+from traintop.collectors.whose import Owner, parse_cgroup
+
+CID = "3f" * 32
+POD = "0d2a6b1e-5c7f-4e9a-9b3d-2f1e0c4d5a6b"
+
+
+@pytest.mark.parametrize("text, runtime, container, pod_uid, job, step", [
+    (f"12:memory:/docker/{CID}\n0::/\n", "docker", CID, None, None, None),
+    (f"0::/system.slice/docker-{CID}.scope\n", "docker", CID, None, None, None),
+    (f"4:memory:/kubepods/burstable/pod{POD}/{CID}\n", "kubernetes", CID, POD, None, None),
+    (f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{POD.replace('-', '_')}.slice/"
+     f"cri-containerd-{CID}.scope\n", "containerd", CID, POD, None, None),
+    (f"0::/kubepods.slice/kubepods-pod{POD.replace('-', '_')}.slice/crio-{CID}.scope\n", "cri-o", CID, POD, None, None),
+    (f"0::/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{CID}.scope/container\n",
+     "podman", CID, None, None, None),
+    ("8:pids:/slurm/uid_1000/job_4242/step_0\n", None, None, None, "4242", "0"),
+    ("0::/system.slice/slurmstepd.scope/job_4242/step_batch/user/task_0\n", None, None, None, "4242", "batch"),
+    ("0::/\n", None, None, None, None, None),
+    # damage and forgeries: ids without their kind's shape are not ids
+    ("0::/docker/not-a-container-id\n", None, None, None, None, None),
+    (f"0::/kubepods/pod{POD}\x1b[2J/{CID[:-1]}\n", None, None, None, None, None),
+    ("0::/slurm/job_12345678901234567890\n", None, None, None, None, None),
+    ("garbage without colons\n" * 100, None, None, None, None, None),
+])
+def test_cgroup_layouts(text, runtime, container, pod_uid, job, step):
+    got = parse_cgroup(text)
+    assert (got.runtime, got.container, got.pod_uid, got.slurm_job, got.slurm_step) == \
+        (runtime, container, pod_uid, job, step)
+
+
+def _fake_proc(root: pathlib.Path, pid: int, *, uid=1000, nspid=None, cgroup="0::/\n", env=None, fds=()):
+    d = root / str(pid)
+    (d / "fd").mkdir(parents=True)
+    (d / "status").write_text(f"Name:\tpython\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n"
+                              f"NSpid:\t{' '.join(map(str, nspid or (pid,)))}\n")
+    (d / "cgroup").write_text(cgroup)
+    (d / "environ").write_bytes(b"\0".join(f"{k}={v}".encode() for k, v in (env or {}).items()))
+    for k, target in enumerate(fds):
+        os.symlink(target, d / "fd" / str(k))
+    return d
+
+
+def test_slurm_from_the_cgroup_beats_the_environment(tmp_path):
+    _fake_proc(tmp_path, 10, cgroup="8:pids:/slurm/uid_1000/job_4242/step_3\n",
+               env={"SLURM_JOB_ID": "9999", "SLURM_ARRAY_JOB_ID": "4240", "SLURM_ARRAY_TASK_ID": "2"})
+    o = whose.whose(10, proc=str(tmp_path))
+    assert (o.slurm_job, o.slurm_step, o.job_from, o.job) == ("4240_2", "3", "cgroup", "4240_2")
+
+
+def test_the_environment_alone_is_the_processs_word_and_checked(tmp_path):
+    _fake_proc(tmp_path, 11, env={"SLURM_JOB_ID": "77", "SLURM_STEP_ID": "0", "TORCHELASTIC_RUN_ID": "run-1"})
+    o = whose.whose(11, proc=str(tmp_path))
+    assert (o.slurm_job, o.slurm_step, o.run_id, o.job_from) == ("77", "0", "run-1", "environment")
+    _fake_proc(tmp_path, 12, env={"SLURM_JOB_ID": "77; rm -rf /", "TORCHELASTIC_RUN_ID": "\x1b]52;c;AAAA\x07",
+                                  "KUBERNETES_SERVICE_HOST": "10.0.0.1", "HOSTNAME": "Pod[bold]",
+                                  "POD_NAMESPACE": "x" * 300})
+    o = whose.whose(12, proc=str(tmp_path))
+    assert (o.slurm_job, o.run_id, o.pod, o.namespace, o.job, o.job_from) == (None,) * 6
+
+
+def test_a_kubernetes_pod(tmp_path):
+    _fake_proc(tmp_path, 13, cgroup=f"4:memory:/kubepods/burstable/pod{POD}/{CID}\n",
+               env={"KUBERNETES_SERVICE_HOST": "10.0.0.1", "HOSTNAME": "trainer-0", "POD_NAMESPACE": "ml"})
+    o = whose.whose(13, proc=str(tmp_path))
+    assert (o.runtime, o.container, o.pod_uid, o.pod, o.namespace, o.job) == \
+        ("kubernetes", CID, POD, "trainer-0", "ml", "ml/trainer-0")
+
+
+def test_inside_a_pid_namespace_a_gpu_pid_held_by_another_process_is_not_visible(tmp_path):
+    _fake_proc(tmp_path, 14, fds=("/dev/null", "pipe:[1]"))
+    _fake_proc(tmp_path, 15, fds=("/dev/nvidiactl", "/dev/nvidia0"))
+    assert not whose.whose(14, gpu_process=True, proc=str(tmp_path), nested=True).visible
+    assert whose.whose(15, gpu_process=True, proc=str(tmp_path), nested=True).visible
+    assert whose.whose(14, gpu_process=True, proc=str(tmp_path), nested=False).visible  # on the host: it is
+    assert whose.whose(16, proc=str(tmp_path)) == Owner(16, visible=False)
+
+
+def test_this_process_has_a_user():
+    o = whose.whose(os.getpid())
+    assert o.visible and o.uid == os.getuid() and o.user
+
+
+# -- real namespaces and cgroups (root: CI runs as root) ------------------------------------------
+
+def _can_unshare() -> bool:
+    try:
+        return subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "true"], timeout=20,
+                              capture_output=True).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+needs_unshare = pytest.mark.skipif(os.geteuid() != 0 or not _can_unshare(),
+                                   reason="needs root and unshare(1) for a real PID namespace")
+
+
+def _wait_for(predicate, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = predicate()
+        if got:
+            return got
+        time.sleep(0.05)
+    return predicate()
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        text = pathlib.Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(x) for x in text.split()]
+
+
+@needs_unshare
+def test_a_job_in_a_pid_namespace_seen_from_the_host():
+    p = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c",
+                          "import time; time.sleep(60)"])
+    try:
+        inner = _wait_for(lambda: _children(p.pid))
+        assert inner, "the namespaced process did not start"
+        o = whose.whose(inner[0])
+        assert o.visible and o.ns_pids == (inner[0], 1) and o.inner_pid == 1
+    finally:
+        p.kill()
+        p.wait()
+        for c in _children(p.pid):
+            os.kill(c, 9)
+
+
+@needs_unshare
+def test_traintop_in_a_pid_namespace_does_not_claim_a_host_pid():
+    host = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        code = ("import json, sys; from traintop.collectors import whose; "
+                f"o = whose.whose({host.pid}, gpu_process=True); one = whose.whose(1, gpu_process=True); "
+                "print(json.dumps([whose.in_nested_pid_namespace(), o.visible, one.visible]))")
+        out = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", code],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr[-500:]
+        nested, host_visible, one_visible = __import__("json").loads(out.stdout)
+        # inside, this host PID names nothing (or another process), and PID 1 is the python itself,
+        # which holds no GPU: neither is the process NVML would have meant
+        assert nested is True and host_visible is False and one_visible is False
+    finally:
+        host.kill()
+        host.wait()
+
+
+def _cgroup_dir(*parts: str) -> pathlib.Path | None:
+    base = pathlib.Path("/sys/fs/cgroup/pids")
+    if not base.is_dir():
+        base = pathlib.Path("/sys/fs/cgroup")
+    d = base.joinpath(*parts)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "cgroup.procs").stat()
+    except OSError:
+        return None
+    return d
+
+
+def _remove(d: pathlib.Path, levels: int) -> None:
+    for _ in range(levels):
+        try:
+            d.rmdir()
+        except OSError:
+            return
+        d = d.parent
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make cgroups")
+@pytest.mark.parametrize("layout, check", [
+    (lambda tag: ("slurm-" + tag, "uid_1000", "job_31337", "step_0"),
+     lambda o: (o.slurm_job, o.slurm_step, o.job_from) == ("31337", "0", "cgroup")),
+    (lambda tag: ("kubepods-" + tag, "burstable", f"pod{POD}", CID),
+     lambda o: (o.runtime, o.container, o.pod_uid) == ("kubernetes", CID, POD)),
+])
+def test_a_real_cgroup_layout(layout, check):
+    tag = uuid.uuid4().hex[:8]
+    parts = layout(tag)
+    d = _cgroup_dir(*parts)
+    if d is None:
+        pytest.skip("this kernel does not let us make cgroups here")
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        try:
+            (d / "cgroup.procs").write_text(str(p.pid))
+        except OSError as e:
+            pytest.skip(f"cannot move a process into a cgroup here: {e}")
+        o = whose.whose(p.pid)
+        assert check(o), o
+    finally:
+        p.kill()
+        p.wait()
+        _remove(d, len(parts))
