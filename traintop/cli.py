@@ -555,9 +555,21 @@ def add_cluster(sub) -> None:
     add(sub, cmd_cluster)
 
 
+def _add_snapshot(sub) -> None:
+    from traintop.export_commands import add_snapshot
+
+    add_snapshot(sub)
+
+
+def _add_export(sub) -> None:
+    from traintop.export_commands import add_export
+
+    add_export(sub)
+
+
 COMMANDS = {"demo": add_demo, "simulate": add_simulate, "record": add_record, "replay": add_replay, "run": add_run,
             "analyze": add_analyze, "doctor": add_doctor, "config": add_config, "agent": add_agent,
-            "cluster": add_cluster}
+            "cluster": add_cluster, "snapshot": _add_snapshot, "export": _add_export}
 EVERY = "*"
 
 

@@ -140,4 +140,6 @@ SUMMARIES = {
     "config": "list every rule threshold: its name, default and the value in effect",
     "agent": "one per node: sample, judge and serve Prometheus metrics (no UI)",
     "cluster": "the dashboard over many hosts, read from Prometheus",
+    "snapshot": "print one sample of every GPU, its processes and the host as JSON or CSV, then exit",
+    "export": "write a recording's or a log's samples as JSON lines or CSV",
 }

@@ -1,0 +1,146 @@
+"""Samples for scripts: one sample as JSON, a stream of them as JSON lines, GPUs as CSV rows.
+
+The shape is versioned (``SCHEMA``) and documented in the README; a field is added, never
+renamed or given another unit, within one version. Every value is in the unit of its name:
+bytes, watts, °C, MHz, % (0-100) for utilizations, shares 0-1 for ``*_active`` and
+``input_wait``, bytes a second for rates, seconds since the epoch for ``t``. Missing is
+``null`` (JSON) or an empty cell (CSV), never 0.
+
+A JSON string carries control characters escaped; CSV cells from outside (names, command
+lines) pass through ``text.one_line`` since a CSV is often printed to a terminal. No I/O here
+but the bounded stream writer, which never blocks the sampler on a slow reader.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import queue
+import threading
+from dataclasses import fields
+from typing import IO, Any
+
+from traintop.samples import Frame, GpuInfo, GpuSample, HostSample, ProcessSample, RankSample, SessionInfo
+from traintop.text import one_line
+
+SCHEMA = "traintop.sample/1"
+_GPU_FIELDS = [f.name for f in fields(GpuSample) if f.name not in ("index", "processes")]
+_HOST_FIELDS = [f.name for f in fields(HostSample)]
+_PROCESS_FIELDS = [f.name for f in fields(ProcessSample) if f.name != "members"]
+_RANK_FIELDS = [f.name for f in fields(RankSample)]
+CSV_COLUMNS = ["t", "host", "gpu", "name", "uuid", *_GPU_FIELDS, "processes"]
+
+
+def _num(v: Any) -> Any:
+    if isinstance(v, float) and v != v:
+        return None
+    return v
+
+
+def _plain(obj, names: list[str]) -> dict:
+    return {n: _num(getattr(obj, n)) for n in names}
+
+
+def sample_record(frame: Frame, info: SessionInfo, owners: dict[int, dict] | None = None) -> dict:
+    """One sample as a JSON-ready dict. ``owners``: PID -> what ``collectors.whose`` says of it
+    (live only: user, container, job …), merged into that GPU process's entry."""
+    names = {g.index: g for g in info.gpus}
+    gpus = []
+    for g in frame.gpus:
+        gi: GpuInfo | None = names.get(g.index)
+        entry = {"index": g.index, "name": gi.name if gi else None, "uuid": gi.uuid if gi else None,
+                 **_plain(g, _GPU_FIELDS),
+                 "stale": g.index in frame.stale_gpus,
+                 "processes": [{"pid": p.pid, "used_bytes": p.used_bytes, **((owners or {}).get(p.pid) or {})}
+                               for p in g.processes]}
+        gpus.append(entry)
+    out: dict[str, Any] = {"schema": SCHEMA, "t": frame.t, "host": info.hostname, "gpus": gpus,
+                           "host_stats": _plain(frame.host, _HOST_FIELDS) if frame.host else None,
+                           "process": None, "ranks": [_plain(r, _RANK_FIELDS) for r in frame.ranks]}
+    if frame.process is not None:
+        p = frame.process
+        out["process"] = {**_plain(p, _PROCESS_FIELDS),
+                          "members": [{"pid": m.pid, "name": m.name, "cpu_percent": _num(m.cpu_percent),
+                                       "rss": m.rss, "loader_worker": m.is_loader_worker} for m in p.members]}
+    return out
+
+
+def json_line(record: dict) -> str:
+    """One line of JSON (no newline inside: a stream stays one sample a line)."""
+    return json.dumps(record, separators=(",", ":"), allow_nan=False)
+
+
+def csv_header() -> str:
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerow(CSV_COLUMNS)
+    return buf.getvalue()
+
+
+def csv_rows(frame: Frame, info: SessionInfo) -> str:
+    """One row a GPU: the sample's time and host, the GPU's fields, its processes as pid:bytes."""
+    names = {g.index: g for g in info.gpus}
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    host = one_line(info.hostname or "", 253)
+    for g in frame.gpus:
+        gi = names.get(g.index)
+        procs = " ".join(f"{p.pid}:{'' if p.used_bytes is None else p.used_bytes}" for p in g.processes)
+        w.writerow([f"{frame.t:.3f}", host, g.index, one_line(gi.name, 96) if gi else "",
+                    one_line(gi.uuid, 96) if gi and gi.uuid else "",
+                    *("" if (v := _num(getattr(g, n))) is None else v for n in _GPU_FIELDS), procs])
+    return buf.getvalue()
+
+
+class StreamWriter:
+    """Lines to a file or a pipe from a thread of its own, through a bounded queue: a reader that
+    falls behind loses lines (counted in ``dropped``), the sampler never waits for it. A reader
+    that goes away (a closed pipe) ends the stream (``closed_by_reader``)."""
+
+    def __init__(self, out: IO[str], max_lines: int = 1000) -> None:
+        self.out = out
+        self.dropped = 0
+        self.written = 0
+        self.closed_by_reader = False
+        self.error: str | None = None
+        self._q: queue.Queue[str | None] = queue.Queue(max_lines)
+        self._thread = threading.Thread(target=self._run, name="traintop-stream", daemon=True)
+        self._thread.start()
+
+    def put(self, line: str) -> None:
+        if self.closed_by_reader or self.error:
+            return
+        try:
+            self._q.put_nowait(line)
+        except queue.Full:
+            self.dropped += 1
+
+    def _run(self) -> None:
+        while True:
+            line = self._q.get()
+            if line is None:
+                return
+            try:
+                self.out.write(line)
+                if self._q.empty():
+                    self.out.flush()
+                self.written += 1
+            except BrokenPipeError:
+                self.closed_by_reader = True
+                return
+            except (OSError, ValueError) as e:
+                self.error = str(e)
+                return
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Writes what is queued (for at most ``timeout`` seconds), then stops."""
+        try:
+            self._q.put(None, timeout=timeout)
+        except queue.Full:
+            pass
+        self._thread.join(timeout)
+        if not self.closed_by_reader and not self.error:
+            try:
+                self.out.flush()
+            except (BrokenPipeError, OSError, ValueError):
+                self.closed_by_reader = True

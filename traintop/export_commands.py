@@ -1,0 +1,134 @@
+"""`traintop snapshot` (one sample of every GPU, process and rank, then exit) and `traintop export`
+(a recording or an nvidia-smi log as JSON lines or CSV): samples for scripts, in the shape of
+traintop/export.py."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from traintop import export
+from traintop.errors import TraintopError
+from traintop.options import SUMMARIES, positive_int, seconds
+
+OWNER_FIELDS = ("user", "uid", "runtime", "container", "pod", "namespace", "job", "slurm_step", "run_id",
+                "job_from")
+
+
+def _owners(frame) -> dict[int, dict]:
+    """What /proc says of each GPU process: whose it is, and whether it can be seen from here."""
+    from traintop.collectors.whose import in_nested_pid_namespace, whose
+
+    nested = in_nested_pid_namespace()
+    out = {}
+    for g in frame.gpus:
+        for p in g.processes:
+            if p.pid not in out:
+                o = whose(p.pid, gpu_process=True, nested=nested)
+                out[p.pid] = {"visible": o.visible, "inner_pid": o.inner_pid,
+                              **{k: getattr(o, k) for k in OWNER_FIELDS}}
+    return out
+
+
+def take_snapshot(pid: int | None, wait_s: float):
+    """(SessionInfo, Frame) of one sample; rates (CPU, disk, PCIe) over ``wait_s``."""
+    from traintop.collectors.host import HostCollector
+    from traintop.collectors.nvml import NvmlCollector
+    from traintop.collectors.process import ProcessCollector
+    from traintop.live import LiveSampler
+
+    proc = ProcessCollector(pid) if pid is not None else None
+    gpu = NvmlCollector(window_s=max(0.2, wait_s))
+    probes = None
+    if proc is not None:
+        from traintop.collectors.probe_client import ProbeClient
+
+        probes = ProbeClient(None)
+    sampler = LiveSampler(gpu=gpu, host=HostCollector(), process=proc, probes=probes, gpu_timeout=max(1.0, wait_s))
+    try:
+        sampler.next_frame()  # the first reading of each rate only sets its start
+        time.sleep(wait_s)
+        frame = sampler.next_frame()
+        return gpu.session_info(wait_s), frame
+    finally:
+        sampler.close()
+
+
+def cmd_snapshot(args) -> int:
+    if not 0.05 <= args.wait <= 10:
+        raise TraintopError("--wait must be between 0.05 and 10 seconds")
+    info, frame = take_snapshot(args.pid, args.wait)
+    if args.csv:
+        sys.stdout.write(export.csv_header() + export.csv_rows(frame, info))
+    else:
+        record = export.sample_record(frame, info, _owners(frame))
+        sys.stdout.write(export.json_line(record) + "\n" if args.compact else
+                         __import__("json").dumps(record, indent=1, allow_nan=False) + "\n")
+    return 0
+
+
+def cmd_export(args) -> int:
+    from traintop import sessions
+
+    source = sessions.open_source(args.file)
+    info = source.info
+    out = open(args.output, "w", encoding="utf-8") if args.output not in (None, "-") else sys.stdout
+    written = 0
+    try:
+        if args.csv:
+            out.write(export.csv_header())
+        for frame in source.frames():
+            out.write(export.csv_rows(frame, info) if args.csv else export.json_line(export.sample_record(frame, info))
+                      + "\n")
+            written += 1
+            if args.limit and written >= args.limit:
+                break
+        out.flush()
+    except BrokenPipeError:  # `| head`: the reader has what it wanted
+        _quiet_stdout()
+        return 0
+    finally:
+        if out is not sys.stdout:
+            out.close()
+    if args.output not in (None, "-"):
+        print(f"traintop: {written} sample(s) written to {args.output}", file=sys.stderr)
+    return 0
+
+
+def _quiet_stdout() -> None:
+    """After a closed pipe, Python's own flush at exit would print a traceback."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except OSError:
+        pass
+
+
+def add_snapshot(sub) -> None:
+    p = sub.add_parser("snapshot", help=SUMMARIES["snapshot"],
+                       description="One sample of every GPU (its processes: whose they are, their container and job), "
+                       "the host and, with --pid, a job and its ranks; printed as JSON (schema "
+                       f"{export.SCHEMA}, README) or CSV, then exit.")
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="JSON, indented (the default)")
+    fmt.add_argument("--compact", action="store_true", help="JSON on one line")
+    fmt.add_argument("--csv", action="store_true", help="CSV: a header, then one row a GPU")
+    p.add_argument("--pid", type=positive_int, metavar="PID", help="also sample this job (and its ranks' probes)")
+    p.add_argument("--wait", type=seconds, default=0.5, metavar="S",
+                   help="seconds between the two readings that rates are measured over (default 0.5)")
+    p.set_defaults(handler=cmd_snapshot)
+
+
+def add_export(sub) -> None:
+    p = sub.add_parser("export", help=SUMMARIES["export"],
+                       description="Write the samples of a recording or an nvidia-smi log as JSON lines (schema "
+                       f"{export.SCHEMA}, README) or CSV (one row a GPU a sample).")
+    p.add_argument("file", metavar="FILE", help="a traintop recording (.ttrec) or an nvidia-smi CSV/dmon log")
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--jsonl", action="store_true", help="JSON lines, one sample a line (the default)")
+    fmt.add_argument("--csv", action="store_true", help="CSV: a header, then one row a GPU a sample")
+    p.add_argument("-o", "--output", metavar="OUT", help="write here instead of standard output")
+    p.add_argument("--limit", type=positive_int, metavar="N", help="stop after N samples")
+    p.set_defaults(handler=cmd_export)
+
