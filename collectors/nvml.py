@@ -9,8 +9,9 @@ queries run on a separate thread so they never delay a tick:
   gpm.py; ~0.09 ms a GPU) and, for a GPU that is working (a compute process, or
   utilization above zero, since the last window), the utilization sample buffer (~2.7 ms
   a call on an H200; the driver refreshes it ~6 times a second), giving the min/max
-  utilization of the window on the next tick. A GPU with no process and no utilization
-  has no bursts to find, and its buffer is not read;
+  utilization of the window on the next tick, and each process's share of it (its own
+  sample buffer, process_util.py). A GPU with no process and no utilization has no
+  bursts to find, and neither buffer is read;
 - every ``slow_every`` seconds (10): the throttle-time (violation) counters (~0.75 ms
   each), ECC counts, the current PCIe link, and PCIe throughput where GPM does not measure
   it (~21 ms a call; working GPUs only);
@@ -29,6 +30,7 @@ from typing import Any, Callable
 
 from traintop.collectors.gpm import GpmReader
 from traintop.collectors.nvml_events import ECC_DOUBLE_BIT, XID_CRITICAL, EventListener
+from traintop.collectors.process_util import ProcessUtilReader
 from traintop.errors import NoGpuError, TraintopError
 from traintop.samples import GpuInfo, GpuProcess, GpuSample, SessionInfo
 
@@ -95,6 +97,8 @@ class NvmlCollector:
         self._slow_thread: threading.Thread | None = None
         self._violation: dict[tuple[int, int], tuple[int, int]] = {}
         self.gpm = GpmReader(nv, self.handles)
+        self.process_util = ProcessUtilReader(nv, self.handles)
+        self._putil: list[tuple[float, dict] | None] = [None] * count  # (when, {pid: ProcessUtil})
         self.events = EventListener(nv, self.handles)
 
     # -- plumbing ----------------------------------------------------------
@@ -227,10 +231,19 @@ class NvmlCollector:
 
     def _processes(self, i: int) -> tuple[GpuProcess, ...]:
         procs = self._safe(i, "processes", self.nv.nvmlDeviceGetComputeRunningProcesses, self.handles[i]) or []
+        util = self._putil[i]
+        if util is not None and time.monotonic() - util[0] > 2.5 * self.window_s:
+            util = None  # from before the GPU went quiet: not this window's
         out = {}
         for p in procs:
             used = getattr(p, "usedGpuMemory", None)
-            out[int(p.pid)] = GpuProcess(int(p.pid), int(used) if isinstance(used, int) else None)
+            pid = int(p.pid)
+            if util is None:
+                out[pid] = GpuProcess(pid, int(used) if isinstance(used, int) else None)
+                continue
+            u = util[1].get(pid)  # the call answered: a process without samples ran nothing
+            out[pid] = GpuProcess(pid, int(used) if isinstance(used, int) else None,
+                                  u.sm if u else 0.0, u.mem if u else 0.0, u.enc if u else 0.0, u.dec if u else 0.0)
         return tuple(out.values())
 
     # -- slow fields, own thread ---------------------------------------------
@@ -246,6 +259,9 @@ class NvmlCollector:
                 self._window_primed[i] = False
                 continue
             self._working[i] = False
+            per_process = self.process_util.poll(i)
+            if per_process is not None:
+                self._putil[i] = (time.monotonic(), per_process)
             lo, hi = self._util_window(i)
             if not self._window_primed[i]:  # after idling the buffer holds samples from before: skip them
                 self._window_primed[i] = True

@@ -39,7 +39,7 @@ def test_a_schema_v1_cols2_file_still_opens_and_reads_the_same_in_the_new_layout
         assert decode(encode(old), CODEC) == old  # cols3 holds exactly what cols2 did
 
 
-def test_new_files_are_schema_v2_in_cols3(tmp_path):
+def test_new_files_are_schema_v3_in_cols3(tmp_path):
     sim = Simulator("starved", gpus=2, interval=0.5, seed=3)
     path = str(tmp_path / "s.ttrec")
     w = RecordingWriter(path, sim.info(), chunk_frames=50)
@@ -48,7 +48,7 @@ def test_new_files_are_schema_v2_in_cols3(tmp_path):
         w.add(f)
     w.close()
     r = RecordingReader(path)
-    assert r.meta["schema_version"] == str(SCHEMA_VERSION) == "2"
+    assert r.meta["schema_version"] == str(SCHEMA_VERSION) == "3"
     assert {c for c, _ in _chunks(path)} == {"cols3+zlib"}
     assert list(r.frames()) == decode(encode(frames))
 

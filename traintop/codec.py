@@ -104,13 +104,28 @@ def _dq(v: Any, scale, as_int: bool = False):
     return int(round(x)) if as_int else x
 
 
+_PROCESS_UTIL = ("sm_util", "mem_util", "enc_util", "dec_util")
+
+
+def _process_entry(pr: GpuProcess) -> list:
+    """[pid, MiB], or with its utilization [pid, MiB, sm %, memory %, encoder %, decoder %] (schema 3)."""
+    utils = [getattr(pr, f) for f in _PROCESS_UTIL]
+    if all(u is None for u in utils):
+        return [pr.pid, _q(pr.used_bytes, _BYTES)]
+    return [pr.pid, _q(pr.used_bytes, _BYTES), *(None if u is None else int(round(u)) for u in utils)]
+
+
+def _util_of(v) -> float | None:
+    return float(v) if v is not None and 0 <= v <= 100 else None
+
+
 def _row(frame: Frame) -> dict[str, Any]:
     row: dict[str, Any] = {}
     for g in frame.gpus:
         p = f"g{g.index}."
         for name, scale in GPU_FIELDS.items():
             row[p + name] = _q(getattr(g, name), scale)
-        row[p + "procs"] = [[pr.pid, _q(pr.used_bytes, _BYTES)] for pr in g.processes[:MAX_LIST]]
+        row[p + "procs"] = [_process_entry(pr) for pr in g.processes[:MAX_LIST]]
     h = frame.host
     if h is not None:
         for name, scale in HOST_FIELDS.items():
@@ -380,7 +395,7 @@ def _parse(blob: bytes, codec: str, t_from: float | None = None,
                 col = _repeat_nulls_window(col, j0, j1)
             elif window:
                 col = col[j0:j1]
-            col = _lists(col, (2,))
+            col = _lists(col, (2, 6))
         else:
             if window:
                 col = col[j0:j1]
@@ -549,8 +564,8 @@ def _frames(times: list[float], columns: dict[str, list], scheme) -> list[Frame]
             if cell is not None and cell is last_cell:
                 procs = last_procs  # a repeated list (stored once): its processes built once
             elif cell:
-                procs = tuple(GpuProcess(pid, mem_of(mib))
-                              for pid, mib in cell if plausible.number(pid, plausible.PID) is not None)
+                procs = tuple(GpuProcess(e[0], mem_of(e[1]), *(_util_of(u) for u in e[2:6]))
+                              for e in cell if plausible.number(e[0], plausible.PID) is not None)
                 last_cell, last_procs = cell, procs
             else:
                 procs = ()
@@ -680,7 +695,7 @@ def _series(times: list[float], columns: dict[str, list], scheme) -> SeriesWindo
         for name in gpu_names:
             values.setdefault(name, [None] * n)  # not in this codec: None, as decode passes it
         procs_col = columns.get(p + "procs") or [None] * n
-        nprocs = [sum(1 for pid, _ in cell if plausible.number(pid, plausible.PID) is not None) if cell else 0
+        nprocs = [sum(1 for e in cell if plausible.number(e[0], plausible.PID) is not None) if cell else 0
                   for cell in procs_col]
         cols = [values[name] for name in gpu_names]
         present = [bool(k) or any(v is not None for v in row) for k, row in zip(nprocs, zip(*cols))]

@@ -30,7 +30,7 @@ from traintop.text import one_line
 from traintop.samples import Frame, GpuInfo, SessionInfo, StackDump, ThreadStack
 
 FORMAT = "traintop-recording"
-SCHEMA_VERSION = 2  # 2: chunks in cols3+zlib (v1 files, cols1/cols2, are still read)
+SCHEMA_VERSION = 3  # 3: a GPU process may carry its utilization; 2: chunks in cols3+zlib (v1, v2 still read)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);

@@ -73,6 +73,11 @@ def pcie_bandwidth(gen: int | None, width: int | None) -> float | None:
 class GpuProcess:
     pid: int
     used_bytes: int | None
+    # its share of the GPU over the last window, in % (NVML's per-process samples; None: not read)
+    sm_util: float | None = None
+    mem_util: float | None = None
+    enc_util: float | None = None
+    dec_util: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

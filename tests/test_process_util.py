@@ -1,0 +1,91 @@
+"""Per-process GPU utilization: the newer NVML call first, the older as fallback, each window once."""
+
+import types
+
+import pytest
+from fakes import NVMLError
+
+from traintop.codec import decode, encode
+from traintop.collectors.nvml import NvmlCollector
+from traintop.collectors.process_util import LEGACY_CALL, NEW_CALL, ProcessUtil, ProcessUtilReader
+from traintop.samples import Frame, GpuProcess, GpuSample
+
+
+def _s(ts, pid, sm, mem=0, enc=0, dec=0):
+    return types.SimpleNamespace(timeStamp=ts, pid=pid, smUtil=sm, memUtil=mem, encUtil=enc, decUtil=dec)
+
+
+class Buffer:
+    """An NVML per-process sample buffer: returns what is newer than asked, as the driver does,
+    or answers with an error code."""
+
+    def __init__(self, samples=(), error=None):
+        self.samples, self.error, self.asked = list(samples), error, []
+
+    def __call__(self, handle, last_seen):
+        self.asked.append(last_seen)
+        if self.error is not None:
+            raise NVMLError(self.error)
+        return [s for s in self.samples if s.timeStamp > last_seen]
+
+
+def _nv(**calls):
+    return types.SimpleNamespace(NVMLError=NVMLError, **calls)
+
+
+def test_the_newer_call_answers_one_window_at_a_time():
+    new = Buffer([_s(10, 7, 30)])
+    r = ProcessUtilReader(_nv(**{NEW_CALL: new}), [0])
+    assert r.poll(0) is None  # priming: what the buffer held before is not this window
+    new.samples += [_s(20, 7, 40, 10), _s(30, 7, 60, 30), _s(30, 8, 5), _s(25, 9, 101), _s(5, 8, 99)]
+    assert r.poll(0) == {7: ProcessUtil(50.0, 20.0, 0.0, 0.0), 8: ProcessUtil(5.0, 0.0, 0.0, 0.0),
+                         9: ProcessUtil(None, 0.0, 0.0, 0.0)}  # above 100 %: dropped; older than asked: dropped
+    new.error = 6  # NOT_FOUND: nothing ran since
+    assert r.poll(0) == {}
+    assert new.asked == [0, 10, 30] and r.calls == [NEW_CALL]  # each poll asks from the newest seen
+
+
+@pytest.mark.parametrize("new", [None, Buffer(error=3), Buffer(error=13)])
+def test_where_the_newer_call_is_missing_or_unsupported_the_older_one_answers(new):
+    legacy = Buffer([_s(10, 7, 30), _s(20, 7, 50)])
+    calls = {LEGACY_CALL: legacy} if new is None else {NEW_CALL: new, LEGACY_CALL: legacy}
+    r = ProcessUtilReader(_nv(**calls), [0])
+    r.poll(0)
+    legacy.samples.append(_s(30, 7, 70))
+    assert r.poll(0) == {7: ProcessUtil(70.0, 0.0, 0.0, 0.0)} and r.calls == [LEGACY_CALL]
+    if new is not None:
+        assert len(new.asked) == 1  # unsupported once: never asked again
+
+
+def test_neither_call_answering_reads_none_and_other_errors_are_counted():
+    r = ProcessUtilReader(_nv(**{NEW_CALL: Buffer(error=3), LEGACY_CALL: Buffer(error=3)}), [0])
+    assert r.poll(0) is None and not r.supported(0) and r.calls == [None]
+    flaky = Buffer(error=999)
+    r = ProcessUtilReader(_nv(**{NEW_CALL: flaky}), [0])
+    assert r.poll(0) is None and r.errors == 1 and r.supported(0)
+
+
+def test_the_collector_gives_each_gpu_process_its_share(fake_nvml):
+    nv, _ = fake_nvml()
+    buf = Buffer([_s(10, 42, 10)])
+    setattr(nv, NEW_CALL, buf)
+    nv.nvmlDeviceGetComputeRunningProcesses = lambda h: [types.SimpleNamespace(pid=42, usedGpuMemory=2**30),
+                                                         types.SimpleNamespace(pid=43, usedGpuMemory=2**20)]
+    c = NvmlCollector(nv)
+    c.sample()
+    c.poll_util_window()  # primes
+    (g,) = c.sample()
+    assert [p.sm_util for p in g.processes] == [None, None]
+    buf.samples += [_s(20, 42, 64, 30)]
+    c.poll_util_window()
+    (g,) = c.sample()
+    assert [(p.pid, p.sm_util, p.mem_util) for p in g.processes] == [(42, 64.0, 30.0), (43, 0.0, 0.0)]
+    assert c.process_util.calls == [NEW_CALL]
+
+
+def test_a_process_share_is_recorded_and_read_back_and_old_entries_still_read():
+    with_util = GpuSample(0, util=90.0, processes=(GpuProcess(42, 2**30, 64.0, 30.0, 0.0, None),
+                                                   GpuProcess(43, 2**20)))
+    frames = [Frame(t=1000.0 + k, gpus=(with_util,)) for k in range(3)]
+    got = decode(encode(frames))
+    assert got[0].gpus[0].processes == (GpuProcess(42, 2**30, 64.0, 30.0, 0.0, None), GpuProcess(43, 2**20))
