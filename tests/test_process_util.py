@@ -89,3 +89,18 @@ def test_a_process_share_is_recorded_and_read_back_and_old_entries_still_read():
     frames = [Frame(t=1000.0 + k, gpus=(with_util,)) for k in range(3)]
     got = decode(encode(frames))
     assert got[0].gpus[0].processes == (GpuProcess(42, 2**30, 64.0, 30.0, 0.0, None), GpuProcess(43, 2**20))
+
+
+@pytest.mark.parametrize("calls, status, says", [
+    ({NEW_CALL: Buffer([_s(10, 42, 10)])}, "pass", NEW_CALL),
+    ({NEW_CALL: Buffer(error=3), LEGACY_CALL: Buffer([_s(10, 42, 10)])}, "pass", LEGACY_CALL),
+    ({}, "info", "neither"),
+])
+def test_doctor_says_which_call_answers(fake_nvml, calls, status, says):
+    from traintop import doctor
+
+    nv, _ = fake_nvml()
+    nv.__dict__.update(calls)
+    checks, _ = doctor.nvml_checks(nv)
+    (check,) = [c for c in checks if c.name == "Per-process utilization"]
+    assert check.status == status and says in check.detail

@@ -106,10 +106,24 @@ def _health_checks(col) -> list[Check]:
     else:
         out.append(Check("GPM metrics", INFO, "not available (needs a Hopper-class GPU or newer and a recent "
                                              "driver): SM activity is not measured, utilization is a point sample"))
+    out.append(_process_util_check(col))
     out.append(Check("XID events", PASS if col.events.available else INFO,
                      "the driver delivers XID and ECC events to traintop" if col.events.available
                      else "event registration not permitted here: XIDs show only in the driver log (dmesg)"))
     return out
+
+
+def _process_util_check(col) -> Check:
+    """Which NVML call gives each process's share of the GPU (asked twice: the first read primes)."""
+    reader = col.process_util
+    for _ in range(2):
+        for i in range(len(col.handles)):
+            reader.poll(i)
+    calls = sorted({c for c in reader.calls if c})
+    if calls:
+        return Check("Per-process utilization", PASS, f"{' and '.join(calls)} answers")
+    return Check("Per-process utilization", INFO, "neither NVML per-process call answers here: "
+                 "each process's memory is shown, not its share of the GPU's time")
 
 
 def nvml_checks(nvml=None) -> tuple[list[Check], str | None]:
