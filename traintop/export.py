@@ -52,7 +52,9 @@ def sample_record(frame: Frame, info: SessionInfo, owners: dict[int, dict] | Non
         entry = {"index": g.index, "name": gi.name if gi else None, "uuid": gi.uuid if gi else None,
                  **_plain(g, _GPU_FIELDS),
                  "stale": g.index in frame.stale_gpus,
-                 "processes": [{"pid": p.pid, "used_bytes": p.used_bytes, **((owners or {}).get(p.pid) or {})}
+                 "processes": [{"pid": p.pid, "used_bytes": p.used_bytes, "sm_util": _num(p.sm_util),
+                                "mem_util": _num(p.mem_util), "enc_util": _num(p.enc_util),
+                                "dec_util": _num(p.dec_util), **((owners or {}).get(p.pid) or {})}
                                for p in g.processes]}
         gpus.append(entry)
     out: dict[str, Any] = {"schema": SCHEMA, "t": frame.t, "host": info.hostname, "gpus": gpus,
@@ -78,14 +80,16 @@ def csv_header() -> str:
 
 
 def csv_rows(frame: Frame, info: SessionInfo) -> str:
-    """One row a GPU: the sample's time and host, the GPU's fields, its processes as pid:bytes."""
+    """One row a GPU: the sample's time and host, the GPU's fields, its processes as pid:bytes
+    (pid:bytes:SM % where its share is known)."""
     names = {g.index: g for g in info.gpus}
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     host = one_line(info.hostname or "", 253)
     for g in frame.gpus:
         gi = names.get(g.index)
-        procs = " ".join(f"{p.pid}:{'' if p.used_bytes is None else p.used_bytes}" for p in g.processes)
+        procs = " ".join(f"{p.pid}:{'' if p.used_bytes is None else p.used_bytes}"
+                         f"{'' if p.sm_util is None else f':{p.sm_util:g}'}" for p in g.processes)
         w.writerow([f"{frame.t:.3f}", host, g.index, one_line(gi.name, 96) if gi else "",
                     one_line(gi.uuid, 96) if gi and gi.uuid else "",
                     *("" if (v := _num(getattr(g, n))) is None else v for n in _GPU_FIELDS), procs])

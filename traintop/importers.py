@@ -28,6 +28,7 @@ from array import array
 from dataclasses import dataclass, field, fields
 
 from traintop import plausible
+from traintop.import_pmon import PmonFailed, is_pmon_header, load_pmon
 from traintop.errors import TraintopError
 from traintop.files import open_regular
 from traintop.samples import Frame, GpuInfo, GpuSample, SessionInfo
@@ -318,6 +319,11 @@ def load(path: str, fields: list[str] | None = None) -> ImportedLog:
     if first is None:
         raise ImportFailed(f"{path} is empty")
     first = first.strip()
+    if is_pmon_header(first):  # before dmon: pmon's sm and mem are a process's, not the GPU's
+        try:
+            return load_pmon(path, first, it, _Clock(("%Y%m%d %H:%M:%S",)), _Skips(), lines, _gpu_index)
+        except PmonFailed as e:
+            raise ImportFailed(str(e)) from None
     if first.startswith("#") and {"gpu", "idx"} & set(first.lstrip("#").replace(",", " ").lower().split()):
         return _load_dmon(path, first, it, lines)
     if fields:
