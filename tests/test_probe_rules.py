@@ -135,6 +135,19 @@ def test_another_process_holding_gpu_memory():
     assert "other_process" in _ids([frame(t) for t in range(40)])
 
 
+def test_another_process_computing_beside_the_job_with_little_memory():
+    """NVML's per-process share: a small process busy 60 % of the GPU's time shares it with the job."""
+    from traintop.samples import GpuProcess
+
+    def frame(t, sm):
+        g = GpuSample(index=0, util=90.0, mem_used=41 * GiB, mem_total=140 * GiB, power_w=500, power_limit_w=700,
+                      processes=(GpuProcess(10, 40 * GiB, 30.0), GpuProcess(999, 256 * 2**20, sm)))
+        return Frame(t=float(t), gpus=(g,), process=job(t))
+    busy = [a for a in run([frame(t, 60.0) for t in range(40)]).engine.alerts if a.rule == "other_process"]
+    assert busy and "PID 999 (256 MiB, busy 60 % of the time)" in busy[0].evidence
+    assert "other_process" not in _ids([frame(t, 5.0) for t in range(40)])  # small and nearly idle: no concern
+
+
 def test_host_memory_pressure():
     from traintop.samples import HostSample
 

@@ -48,6 +48,7 @@ class Thresholds:
     idle_max_util: float = 2.0
     # another process holding GPU memory
     other_process_min_gib: float = 1.0
+    other_process_min_sm: float = 20.0  # % of the GPU's time another process computes (its NVML share)
     # host RAM and swap
     host_mem_frac: float = 0.95
     host_swap_rise_gib: float = 0.5
@@ -105,7 +106,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "cpu_training_min_cpu": (0.0, 100_000.0), "cpu_training_window_s": _WINDOW,
     "step_regression_ratio": (1.0, 100.0), "step_regression_window_s": _WINDOW,
     "idle_window_s": _WINDOW, "idle_max_util": _PCT,
-    "other_process_min_gib": _GIB,
+    "other_process_min_gib": _GIB, "other_process_min_sm": _PCT,
     "host_mem_frac": _FRAC, "host_swap_rise_gib": _GIB,
     "imbalance_window_s": _WINDOW, "imbalance_gap": _PCT,
     "low_clocks_frac": _FRAC, "low_clocks_min_util": _PCT,

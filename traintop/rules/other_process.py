@@ -28,7 +28,15 @@ class OtherProcess:
         for g in ctx.gpus():
             if not any(p.pid in ours for p in g.processes):
                 continue  # a GPU the job does not use: another job's process there is no concern of its
-            others = [p for p in g.processes if p.pid not in ours and (p.used_bytes or 0) >= ctx.config.other_process_min_gib * GiB]
+            c = ctx.config
+            others = [p for p in g.processes if p.pid not in ours
+                      and ((p.used_bytes or 0) >= c.other_process_min_gib * GiB or (p.sm_util or 0) >= c.other_process_min_sm)]
             if others:
-                listed = ", ".join(f"PID {p.pid} ({fmt_bytes(p.used_bytes)})" for p in others[:4])
+                listed = ", ".join(f"PID {p.pid} ({_what(p)})" for p in others[:4])
                 yield Verdict(gpu_subject(g.index), f"GPU {g.index}: {listed} beside the job (PID {proc.pid})")
+
+
+def _what(p) -> str:
+    """Its memory and, where NVML gives it, its share of the GPU's time."""
+    held = fmt_bytes(p.used_bytes) if p.used_bytes is not None else "memory unknown"
+    return held if p.sm_util is None else f"{held}, busy {p.sm_util:.0f} % of the time"
