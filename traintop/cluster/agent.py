@@ -270,7 +270,7 @@ def gpu_note(h: HostAgent) -> str | None:
     problem = one_line(h.gpu_problem, 300)
     if h.gpus_unreadable:
         return (f"traintop: {h.hostname}: this node has NVIDIA GPUs that NVML cannot read ({problem}); serving "
-                f"the host and the probes' series, and {S.P}{S.GPUS_UNREADABLE} 1")
+                f"the host and the probes' series, and {S.agent('gpus_unreadable')} 1")
     return f"traintop: {h.hostname}: no NVIDIA GPU here ({problem}); serving the host and the probes' series"
 
 

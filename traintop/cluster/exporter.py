@@ -50,6 +50,12 @@ def _gpu_labels(host: str, info: GpuInfo | None, index: int) -> list[str]:
             f"nvidia{minor}", (info.name if info else None) or "", host]
 
 
+def _family(s: S.Series, labels) -> CounterMetricFamily | GaugeMetricFamily:
+    """A metric family named, described and typed by the series table."""
+    cls = CounterMetricFamily if s.counter else GaugeMetricFamily
+    return cls(S.P + s.name, s.help, labels=list(labels))
+
+
 class HostCollector(Collector):
     """A prometheus-client collector over whatever ``HostState`` the agent published last."""
 
@@ -63,19 +69,15 @@ class HostCollector(Collector):
         st = self.state
         host = st.hostname
         out = []
-        info = GaugeMetricFamily(S.P + S.AGENT_INFO, "The traintop agent serving these series",
-                                 labels=["version", "mode", "Hostname"])
+        info = _family(S.series("agent", "info"), ["version", "mode", "Hostname"])
         info.add_metric([__version__, st.mode, host], 1)
         out.append(info)
         if st.sample_age is not None:
-            age = GaugeMetricFamily(S.P + S.AGENT_SAMPLE_AGE, "Seconds since the agent's last sample",
-                                    labels=["Hostname"])
+            age = _family(S.series("agent", "sample_age"), S.HOST_LABELS)
             age.add_metric([host], st.sample_age)
             out.append(age)
         if st.gpus_unreadable is not None:
-            bad = GaugeMetricFamily(S.P + S.GPUS_UNREADABLE, "1 when this node has NVIDIA GPUs that the agent "
-                                    "cannot read through NVML (no GPU series then: not a CPU node)",
-                                    labels=["Hostname"])
+            bad = _family(S.series("agent", "gpus_unreadable"), S.HOST_LABELS)
             bad.add_metric([host], 1 if st.gpus_unreadable else 0)
             out.append(bad)
         frame = st.frame
@@ -84,14 +86,11 @@ class HostCollector(Collector):
             out += self._gpu_families(host, frame, infos, st)
             out += self._host_families(host, frame, st)
         out += self._rank_families(host, st)
-        fa = GaugeMetricFamily(S.P + S.FINDING_ACTIVE, "1 while a traintop finding is active (absent otherwise)",
-                               labels=["rule", "severity", "subject", "Hostname"])
+        fa = _family(S.series("agent", "findings"), ["rule", "severity", "subject", "Hostname"])
         for rule, severity, subject in st.findings:
             fa.add_metric([rule, severity, subject, host], 1)
         out.append(fa)
-        lost = CounterMetricFamily(S.P + S.GPU_SECONDS_LOST,
-                                   "GPU-seconds left unused while a finding was active, by rule",
-                                   labels=["rule", "Hostname"])
+        lost = _family(S.series("agent", "lost_s"), ["rule", "Hostname"])
         for rule, seconds in st.lost_s:
             lost.add_metric([rule, host], seconds)
         out.append(lost)
@@ -101,21 +100,15 @@ class HostCollector(Collector):
     def _gpu_families(host, frame: Frame, infos, st: HostState):
         fams = []
         for s in S.GPU_SERIES:
-            cls = CounterMetricFamily if s.counter else GaugeMetricFamily
-            fam = cls(S.P + s.name, s.help, labels=list(S.GPU_LABELS))
+            fam = _family(s, S.GPU_LABELS)
             for g in frame.gpus:
                 v = getattr(g, s.field)
                 if v is None:
                     continue
                 fam.add_metric(_gpu_labels(host, infos.get(g.index), g.index), float(v) * s.scale)
             fams.append(fam)
-        xid_total = CounterMetricFamily(S.P + S.GPU_XID_TOTAL, "Critical XID events the agent saw",
-                                        labels=list(S.GPU_LABELS))
-        last = GaugeMetricFamily(S.P + S.GPU_LAST_XID, "The last XID code the agent saw (0: none)",
-                                 labels=list(S.GPU_LABELS))
+        xid_total, last, stale = (_family(S.series("gpu", f), S.GPU_LABELS) for f in ("xid_total", "last_xid", "stale"))
         counts = {gpu: (n, code) for gpu, n, code in st.xids}
-        stale = GaugeMetricFamily(S.P + S.GPU_STALE, "1 when the GPU's driver did not answer in time",
-                                  labels=list(S.GPU_LABELS))
         for g in frame.gpus:
             labels = _gpu_labels(host, infos.get(g.index), g.index)
             n, code = counts.get(g.index, (0, 0))
@@ -129,17 +122,15 @@ class HostCollector(Collector):
         fams = []
         h = frame.host
         for s in S.HOST_SERIES:
-            fam = GaugeMetricFamily(S.P + s.name, s.help, labels=list(S.HOST_LABELS))
+            fam = _family(s, S.HOST_LABELS)
             v = getattr(h, s.field) if h is not None else None
             if v is not None:
                 fam.add_metric([host], float(v) * s.scale)
             fams.append(fam)
-        cpu = GaugeMetricFamily(S.P + S.HOST_LOADER_CPU, "Mean CPU of the probed jobs' DataLoader workers, of one core",
-                                labels=list(S.HOST_LABELS))
+        cpu = _family(S.series("host", "loader_cpu"), S.HOST_LABELS)
         if st.loader_cpu is not None:
             cpu.add_metric([host], st.loader_cpu)
-        n = GaugeMetricFamily(S.P + S.HOST_LOADER_WORKERS, "DataLoader workers of the probed jobs",
-                              labels=list(S.HOST_LABELS))
+        n = _family(S.series("host", "loader_workers"), S.HOST_LABELS)
         if st.loader_workers is not None:
             n.add_metric([host], st.loader_workers)
         return fams + [cpu, n]
@@ -148,8 +139,7 @@ class HostCollector(Collector):
     def _rank_families(host, st: HostState):
         fams = []
         for s in S.RANK_SERIES:
-            cls = CounterMetricFamily if s.counter else GaugeMetricFamily
-            fam = cls(S.P + s.name, s.help, labels=list(S.RANK_LABELS))
+            fam = _family(s, S.RANK_LABELS)
             for labels, r in st.ranks:
                 v = getattr(r, s.field)
                 if v is None:

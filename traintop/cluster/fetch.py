@@ -115,6 +115,13 @@ GPU_BY = HOST_BY + ("gpu",)
 RANK_BY = HOST_BY + ("exported_job", "job", "rank", "local_rank", "world_size", "uid")
 FINDING_BY = HOST_BY + ("rule", "severity", "subject")
 
+# What is read, as (the series' field in the series table, the attribute it fills here): the
+# query names come from the table, so a name it does not hold raises instead of reading nothing.
+RANK_READS = (("step_time", "step"), ("steps", "steps"), ("input_wait", "wait"))
+GPU_READS = (("power_w", "power"), ("mem_used", "mem_used"), ("temp_c", "temp"), ("reasons", "reasons"))
+GPU_ERROR_READS = (("xid_total", "xid_total"), ("last_xid", "last_xid"), ("ecc_uncorrected", "ecc_uncorrected"))
+GPU_LIMIT_READS = (("power_limit_w", "power_limit"), ("mem_total", "mem_total"))
+
 
 def fetch(prom: Prometheus, start: float, end: float, step: float | None = None, job: str | None = None) -> ClusterData:
     return fetch_grid(prom, Grid.over(start, end, step or choose_step(end - start)), end, job)
@@ -155,34 +162,29 @@ def _fetch(prom, grid, end, job, slim, part_of, pool) -> ClusterData:
     span = max(1, int(end - start))
     # error counters stay flat on a healthy fleet: read them only where one moved (a margin
     # of Prometheus's lookback before the range: the first instant may show a change from there)
-    moved = ask_now(f"count(changes({S.P}gpu_xid_errors_total[{span + LOOKBACK_S}s]) > 0) or "
-                    f"count(changes({S.P}gpu_ecc_uncorrected_errors_total[{span + LOOKBACK_S}s]) > 0)")
-    util_q = ask(S.P + "gpu_utilization_ratio", GPU_BY + ("modelName", "model_name"))
-    rank_qs = [(f, ask(S.P + name, RANK_BY)) for name, f in
-               (("step_seconds", "step"), ("steps_total", "steps"), ("input_wait_ratio", "wait"))]
+    moved = ask_now(" or ".join(f"count(changes({S.gpu(f)}[{span + LOOKBACK_S}s]) > 0)"
+                                for f in ("xid_total", "ecc_uncorrected")))
+    util_q = ask(S.gpu("util"), GPU_BY + ("modelName", "model_name"))
+    rank_qs = [(attr, ask(S.rank(f), RANK_BY)) for f, attr in RANK_READS]
     # the clock ratio is taken in Prometheus: one series read instead of two (matched on every label)
-    gpu_qs = [("clock_ratio", ask(f"{S.P}gpu_sm_clock_hertz / {S.P}gpu_sm_clock_max_hertz"))]
-    gpu_qs += [(attr, ask(S.P + name)) for name, attr in
-               (("gpu_power_watts", "power"), ("gpu_memory_used_bytes", "mem_used"),
-                ("gpu_temperature_celsius", "temp"), ("gpu_clock_event_reasons", "reasons"))]
-    limit_qs = [(attr, ask_now(f"max by ({', '.join(GPU_BY)}) (max_over_time({S.P}{name}[{span}s]))"))
-                for name, attr in (("gpu_power_limit_watts", "power_limit"), ("gpu_memory_total_bytes", "mem_total"))]
-    findings_q = ask(S.P + S.FINDING_ACTIVE, FINDING_BY)
+    gpu_qs = [("clock_ratio", ask(f"{S.gpu('sm_clock')} / {S.gpu('sm_clock_max')}"))]
+    gpu_qs += [(attr, ask(S.gpu(f))) for f, attr in GPU_READS]
+    limit_qs = [(attr, ask_now(f"max by ({', '.join(GPU_BY)}) (max_over_time({S.gpu(f)}[{span}s]))"))
+                for f, attr in GPU_LIMIT_READS]
+    findings_q = ask(S.agent("findings"), FINDING_BY)
     # GPUs here that the agent cannot read: such a node has no GPU series, and is no CPU node
     unreadable_q = ask_now(f"max by ({', '.join(HOST_BY)}) "
-                           f"(max_over_time({S.P}{S.GPUS_UNREADABLE}[{max(span, 60)}s])) == 1")
-    loader_q = ask(S.P + S.HOST_LOADER_CPU, HOST_BY)
+                           f"(max_over_time({S.agent('gpus_unreadable')}[{max(span, 60)}s])) == 1")
+    loader_q = ask(S.host("loader_cpu"), HOST_BY)
 
     util = util_q.result()
-    if not util and part_of is None and not ask(f"count({S.P}agent_info)", ()).result():
+    if not util and part_of is None and not ask(f"count({S.agent('info')})", ()).result():
         raise NoTraintopSeries(f"no traintop series at {prom.shown} between the times asked "
                             "(is `traintop agent` scraped? try a longer --since)")
     check = Checked()
     rank_results = [(f, q.result()) for f, q in rank_qs]
     if moved.result():
-        gpu_qs += [(attr, ask(S.P + name)) for name, attr in
-                   (("gpu_xid_errors_total", "xid_total"), ("gpu_last_xid", "last_xid"),
-                    ("gpu_ecc_uncorrected_errors_total", "ecc_uncorrected"))]
+        gpu_qs += [(attr, ask(S.gpu(f))) for f, attr in GPU_ERROR_READS]
     gpu_results = [(attr, q.result()) for attr, q in gpu_qs]
     limit_results = [(attr, q.result()) for attr, q in limit_qs]
     finding_results = findings_q.result()

@@ -13,13 +13,14 @@ from __future__ import annotations
 import math
 
 from traintop.cluster import claims
-from traintop.cluster.fetch import AgentFinding, ClusterData, fetch_grid
+from traintop.cluster.fetch import GPU_ERROR_READS, GPU_READS, RANK_READS, AgentFinding, ClusterData, fetch_grid
 from traintop.cluster.promapi import Grid, Prometheus
 
 OVERLAP = 2  # instants read again at each refresh
 
-_GPU_SERIES = ("util", "clock_ratio", "power", "mem_used", "temp", "reasons", "xid_total", "last_xid", "ecc_uncorrected")
-_RANK_SERIES = ("step", "steps", "wait")
+# the time series a read fills (fetch.py): what rolls
+_GPU_SERIES = ("util", "clock_ratio") + tuple(attr for _, attr in GPU_READS + GPU_ERROR_READS)
+_RANK_SERIES = tuple(attr for _, attr in RANK_READS)
 
 
 def window_grid(now: float, window: float, step: float) -> Grid:

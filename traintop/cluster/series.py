@@ -51,10 +51,12 @@ GPU_SERIES = (
     Series("gpu_ecc_uncorrected_errors_total", "ecc_uncorrected", "Uncorrectable ECC errors since the driver loaded", counter=True),
     Series("gpu_ecc_corrected_errors_total", "ecc_corrected", "Corrected ECC errors since the driver loaded", counter=True),
 )
-# Derived per GPU (not a sample field): counted by the agent.
-GPU_XID_TOTAL = "gpu_xid_errors_total"  # critical XID events seen by the agent
-GPU_LAST_XID = "gpu_last_xid"  # the last XID code (0: none yet)
-GPU_STALE = "gpu_stale"  # 1 when the driver did not answer in time
+# Derived per GPU (no sample field): counted by the agent, keyed here by the names readers use.
+GPU_DERIVED = (
+    Series("gpu_xid_errors_total", "xid_total", "Critical XID events the agent saw", counter=True),
+    Series("gpu_last_xid", "last_xid", "The last XID code the agent saw (0: none)"),
+    Series("gpu_stale", "stale", "1 when the GPU's driver did not answer in time"),
+)
 
 RANK_SERIES = (
     Series("step_seconds", "step_time", "Median seconds per optimizer step over the last sample"),
@@ -72,18 +74,67 @@ HOST_SERIES = (
     Series("host_memory_used_bytes", "mem_used", "Host memory in use"),
     Series("host_memory_total_bytes", "mem_total", "Host memory in total"),
 )
-HOST_LOADER_CPU = "host_loader_worker_cpu_ratio"  # mean CPU of the probed jobs' loader workers, of one core
-HOST_LOADER_WORKERS = "host_loader_workers"
+# Derived per host: the probed jobs' loader workers, and the agent's own series.
+HOST_DERIVED = (
+    Series("host_loader_worker_cpu_ratio", "loader_cpu", "Mean CPU of the probed jobs' DataLoader workers, of one core"),
+    Series("host_loader_workers", "loader_workers", "DataLoader workers of the probed jobs"),
+)
+AGENT_SERIES = (
+    Series("finding_active", "findings", "1 while a traintop finding is active (absent otherwise)"),  # {rule, severity, subject}
+    Series("gpu_seconds_lost_total", "lost_s", "GPU-seconds left unused while a finding was active, by rule",
+           counter=True),  # {rule}
+    Series("agent_info", "info", "The traintop agent serving these series"),  # {version, mode}: 1
+    Series("agent_last_sample_age_seconds", "sample_age", "Seconds since the agent's last sample"),
+    Series("gpus_unreadable", "gpus_unreadable", "1 when this node has NVIDIA GPUs that the agent cannot read "
+           "through NVML (no GPU series then: not a CPU node)"),
+)
 
-FINDING_ACTIVE = "finding_active"  # {rule, severity, subject}
-GPU_SECONDS_LOST = "gpu_seconds_lost_total"  # {rule}
-AGENT_INFO = "agent_info"  # {version, mode}: 1
-AGENT_SAMPLE_AGE = "agent_last_sample_age_seconds"
-GPUS_UNREADABLE = "gpus_unreadable"  # {Hostname}: 1 when NVIDIA GPUs are here but NVML cannot read them
+
+class UnknownSeries(LookupError):
+    """A series asked for by a name the table does not hold: a typo, which would otherwise read as
+    an empty answer (no data), never as an error."""
+
+
+def _index(*tables: tuple[Series, ...]) -> dict[str, Series]:
+    return {s.field: s for table in tables for s in table}
+
+
+_BY_KIND = {"gpu": _index(GPU_SERIES, GPU_DERIVED), "rank": _index(RANK_SERIES),
+            "host": _index(HOST_SERIES, HOST_DERIVED), "agent": _index(AGENT_SERIES)}
+
+
+def series(kind: str, field: str) -> Series:
+    """The series of a ``kind`` (gpu, rank, host, agent) keyed by its field name; an unknown one raises."""
+    try:
+        return _BY_KIND[kind][field]
+    except KeyError:
+        known = ", ".join(sorted(_BY_KIND.get(kind, {})))
+        raise UnknownSeries(f"no traintop {kind} series for {field!r} (known: {known})") from None
+
+
+def name(kind: str, field: str) -> str:
+    """The full Prometheus name (``traintop_…``) of a series keyed by its field name; an unknown one raises."""
+    return P + series(kind, field).name
+
+
+def gpu(field: str) -> str:
+    return name("gpu", field)
+
+
+def rank(field: str) -> str:
+    return name("rank", field)
+
+
+def host(field: str) -> str:
+    return name("host", field)
+
+
+def agent(field: str) -> str:
+    return name("agent", field)
 
 
 def series_per_gpu() -> int:
-    return len(GPU_SERIES) + 3
+    return len(GPU_SERIES) + len(GPU_DERIVED)
 
 
 def series_per_rank() -> int:
@@ -92,7 +143,5 @@ def series_per_rank() -> int:
 
 def all_names() -> set[str]:
     """Every series name the agent exposes (counters with their ``_total``)."""
-    names = {P + s.name for s in GPU_SERIES + RANK_SERIES + HOST_SERIES}
-    names |= {P + n for n in (GPU_XID_TOTAL, GPU_LAST_XID, GPU_STALE, HOST_LOADER_CPU, HOST_LOADER_WORKERS,
-                              FINDING_ACTIVE, GPU_SECONDS_LOST, AGENT_INFO, AGENT_SAMPLE_AGE, GPUS_UNREADABLE)}
-    return names
+    return {P + s.name for table in (GPU_SERIES, GPU_DERIVED, RANK_SERIES, HOST_SERIES, HOST_DERIVED, AGENT_SERIES)
+            for s in table}
