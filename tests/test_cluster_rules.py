@@ -238,3 +238,31 @@ def test_a_rank_claimed_twice_leaves_no_older_series_behind_in_the_rolling_windo
     data = roll(old, part, Grid(6.0, 1.0, 60))
     assert ("sim", 0) not in data.ranks
     assert crosshost.stalled(data) == []
+
+
+def test_set_of_a_cluster_threshold_changes_the_cross_host_verdict():
+    """--set reaches the cross-host rules as it does the local ones: asking for a gap wider than the
+    H200 straggler's (87 % against 35 %) leaves no straggler, and each agent's verdict stands."""
+    from traintop.cli import parse_args
+    from traintop.cluster.report import findings_of
+    from traintop.config import describe_thresholds, load_thresholds
+
+    for argv in (["analyze", "--prometheus", "http://127.0.0.1:9"], ["cluster", "--prometheus", "http://127.0.0.1:9"]):
+        args = parse_args([*argv, "--set", "cluster_straggler_wait_gap=0.6"])
+        assert args.set == ["cluster_straggler_wait_gap=0.6"]
+    config = load_thresholds(None, ["cluster_straggler_wait_gap=0.6"])
+    assert "cluster_straggler_wait_gap" in describe_thresholds(config, "config.toml")
+    shown, explained = findings_of(h200_ddp())
+    assert [f.rule for f in shown] == ["straggler"] and len(explained) == 2
+    shown, explained = findings_of(h200_ddp(), config)
+    assert sorted((f.rule, f.host) for f in shown) == [("starvation", "h200-node0"), ("starvation", "h200-node1")]
+    assert explained == []
+    # the hold: a straggler all through a minute of data is no finding when a verdict must hold 90 s
+    assert not crosshost.stragglers(h200_ddp(), load_thresholds(None, ["cluster_hold_s=90"]))
+    # a node's clocks: 0.72 of max is slow by default, not when slow means below 0.7
+    d = grid_data()
+    job(d, hosts=("n1", "n2", "n3"))
+    for (h, _), g in d.gpus.items():
+        if h == "n3":
+            g.clock_ratio = {t: 0.72 for t in d.grid}
+    assert crosshost.slow_nodes(d) and not crosshost.slow_nodes(d, load_thresholds(None, ["cluster_slow_node_clock_frac=0.7"]))

@@ -17,7 +17,7 @@ from dataclasses import fields
 
 from traintop.errors import TraintopError
 from traintop.files import open_regular
-from traintop.rules.config import DEFAULT, RANGES, Thresholds
+from traintop.rules.config import CLUSTER_PREFIX, DEFAULT, RANGES, Thresholds
 from traintop.text import one_line
 
 MAX_CONFIG_BYTES = 1 << 20
@@ -47,13 +47,15 @@ def describe_thresholds(values: Thresholds, path: str) -> str:
     """Every threshold: the value in effect, its default and its range; "changed" marks a value
     the config file or --set moved from its default."""
     rows = []
+    width = max(len(f.name) for f in fields(Thresholds))
     for f in fields(Thresholds):
         now, default = getattr(values, f.name), getattr(DEFAULT, f.name)
         lo, hi = RANGES[f.name]
-        rows.append(f"  {f.name:<28} {now:>9g} {default:>9g}  {f'{lo:g}-{hi:g}':<12}"
+        rows.append(f"  {f.name:<{width}} {now:>9g} {default:>9g}  {f'{lo:g}-{hi:g}':<12}"
                     f"{'' if now == default else ' changed'}".rstrip())
-    head = (f"Rule thresholds: set them in {one_line(path)} under [thresholds], or with --set NAME=NUMBER.\n"
-            f"  {'name':<28} {'in effect':>9} {'default':>9}  range")
+    head = (f"Rule thresholds: set them in {one_line(path)} under [thresholds], or with --set NAME=NUMBER "
+            f"({CLUSTER_PREFIX}*: the cross-host rules of traintop cluster and analyze --prometheus).\n"
+            f"  {'name':<{width}} {'in effect':>9} {'default':>9}  range")
     return "\n".join([head, *rows])
 
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import json
 import threading
-from dataclasses import asdict
 
 from traintop.errors import RecordingError, TraintopError
 from traintop.rules import RULES_VERSION, RulesEngine, default_engine
+from traintop.rules.config import host_values
 from traintop.rules.engine import Alert
 from traintop.samples import Frame, SessionInfo, StackDump
 from traintop.store import Store
@@ -71,7 +71,7 @@ class Monitor:
         with self.lock:
             try:
                 recorder.set_meta("rules", json.dumps({"version": RULES_VERSION,
-                                                       "thresholds": asdict(self.engine.config)}))
+                                                       "thresholds": host_values(self.engine.config)}))
                 for a in self.engine.active:
                     recorder.alert(a)
             except RecordingError as e:

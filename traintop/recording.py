@@ -518,13 +518,14 @@ class RecordingReader:
         """Were its recorded alerts made by these rules (this version, ``config`` or the default
         thresholds)? Then they can stand for re-running the rules; an older file says nothing."""
         from traintop.rules import DEFAULT, RULES_VERSION
+        from traintop.rules.config import host_values
 
         try:
             meta = json.loads(self.meta.get("rules", "null"))
         except (ValueError, RecursionError):
             return False
         return isinstance(meta, dict) and meta.get("version") == RULES_VERSION \
-            and meta.get("thresholds") == asdict(config or DEFAULT)
+            and meta.get("thresholds") == host_values(config or DEFAULT)
 
     def alerts(self) -> list[Alert]:
         out = []

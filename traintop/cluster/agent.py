@@ -27,6 +27,7 @@ from traintop.cluster.metrics_server import MetricsServer
 from traintop.errors import TraintopError
 from traintop.hooks import FindingEvents, FindingHook, finding_hook
 from traintop.rules import Severity
+from traintop.rules.across_hosts import RANK_CLAIMED, RANK_OWNERS
 from traintop.text import one_line
 
 # Prometheus's wiki of default ports hands out 9100-9999 to exporters, and that range is
@@ -105,9 +106,9 @@ def rank_series(samples, default_job: str | None) -> tuple[list, tuple]:
         count[(labels.job, labels.rank)] = count.get((labels.job, labels.rank), 0) + 1
         if labels.uid:
             owners.setdefault(labels.job, set()).add(labels.uid)
-    claims = tuple(("rank_claimed_twice", "warning", one_line(f"job {job} rank {rank}", 128))
+    claims = tuple((RANK_CLAIMED.id, RANK_CLAIMED.severity.label, one_line(f"job {job} rank {rank}", 128))
                    for (job, rank), n in sorted(count.items()) if n > 1)
-    claims += tuple(("rank_owners_differ", "warning", one_line(f"job {job}", 128))
+    claims += tuple((RANK_OWNERS.id, RANK_OWNERS.severity.label, one_line(f"job {job}", 128))
                     for job, uids in sorted(owners.items()) if len(uids) > 1)
     return [(labels, r) for labels, r in labelled if count[(labels.job, labels.rank)] == 1], claims
 

@@ -15,6 +15,7 @@ from traintop.cluster.fetch import fetch
 from traintop.cluster.promapi import Prometheus, no_gc
 from traintop.cluster.report import ClusterReport, findings_of, summarise
 from traintop.errors import NoTraintopSeries
+from traintop.rules.config import DEFAULT
 
 
 def analyze_prometheus(url: str, since: float, until: float | None = None, job: str | None = None,
@@ -33,7 +34,7 @@ def analyze_prometheus(url: str, since: float, until: float | None = None, job: 
             report = dcgm_report(prom, start, end, step, config)
         else:
             with no_gc():
-                shown, explained = findings_of(data)
+                shown, explained = findings_of(data, config or DEFAULT)
                 report = summarise(data, shown, "prometheus", job, explained=explained)
         report.queries, report.bytes_read = prom.calls, prom.bytes_read
     report.seconds = round(time.perf_counter() - t0, 3)

@@ -16,9 +16,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-HOST_CLAIMED = "host_claimed_twice"
-RANK_CLAIMED = "rank_claimed_twice"
-RANK_OWNERS = "rank_owners_differ"
+from traintop.rules import across_hosts
+
+# the rules these raise (rules/across_hosts.py)
+HOST_CLAIMED = across_hosts.HOST_CLAIMED.id
+RANK_CLAIMED = across_hosts.RANK_CLAIMED.id
+RANK_OWNERS = across_hosts.RANK_OWNERS.id
 
 
 @dataclass(frozen=True)

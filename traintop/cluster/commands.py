@@ -99,6 +99,7 @@ def add_cluster(sub, handler) -> None:
     p.add_argument("--refresh", type=float, default=5.0, metavar="S",
                    help="seconds between reads of Prometheus (default 5)")
     p.add_argument("--window", default="5m", help="how far back the sparklines and findings reach (default 5m)")
+    options.add_thresholds(p)
     p.set_defaults(handler=handler)
 
 
@@ -111,7 +112,7 @@ def cluster_source(args):
 
     if not 1.0 <= args.refresh <= 3600:
         raise TraintopError("--refresh must be between 1 and 3600 seconds")
-    source = PrometheusSource(args.prometheus, args.job, window=parse_duration(args.window))
+    source = PrometheusSource(args.prometheus, args.job, window=parse_duration(args.window), config=args.thresholds)
     try:
         source()
     except TraintopError:

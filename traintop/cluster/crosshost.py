@@ -1,87 +1,28 @@
-"""Cross-host rules: what only a view over every host and rank of a job can see.
+"""Judging the cross-host rules (declared in traintop/rules/across_hosts.py) on a cluster's series.
 
 Each rule is judged at every instant of the grid; an instant-by-instant verdict becomes a
-finding once it has held for ``HOLD_S`` (gaps of up to two steps bridged), as the local
+finding once it has held for ``cluster_hold_s`` (gaps of up to two steps bridged), as the local
 rules' hysteresis does. The evidence names the numbers, and for a lagging rank or node
-says why from that host's own data (its input wait, its clocks, its agent's findings).
+says why from that host's own data (its input wait, its clocks, its agent's findings). The
+thresholds are the ``cluster_*`` fields of ``Thresholds`` (traintop config lists them).
 """
 
 from __future__ import annotations
 
+import bisect
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from traintop.cluster.fetch import ClusterData, RankData
+from traintop.rules import HOST, catalogue
+from traintop.rules.across_hosts import (CROSS_HOST_RULES, NODE_GPU_ERRORS, NODE_MISSING, NODE_STARVING, SLOW_NODE,
+                                         STALLED, STRAGGLER, STRAGGLER_NODE, CrossRule)
+from traintop.rules.config import DEFAULT, Thresholds
 from traintop.samples import reason_names
 
-HOLD_S = 10.0
-STRAGGLER_RATIO = 1.25  # step time this much above the job's median
-INPUT_WAIT_HIGH = 0.2
-# Synchronous DDP: every rank steps at the straggler's pace, so a rank's input wait times the
-# common step time is its loader's time a step. The straggler's loader takes this share of the
-# step more than the others' median (the share they spend waiting for it in collectives), and
-# at least WAIT_RATIO times as much. An absolute gap, not only a ratio: on an H200 the others'
-# own loader took 35 % of the step (building a batch on the CPU) while the straggler's took 88 %.
-WAIT_GAP = 0.2
-WAIT_RATIO = 1.5
-NODE_STARVING = 0.3  # a node's mean input wait, while the other nodes' median stays under
-OTHERS_FACTOR = 2.5  # ... at least this many times the other nodes' median
-CLOCK_LOW = 0.85  # every busy GPU of a node below this share of its maximum SM clock
-CLOCK_NORMAL = 0.95  # while the other nodes' median stays at or above it
-BUSY = 0.5
-
-
-@dataclass(frozen=True)
-class CrossRule:
-    id: str
-    title: str
-    severity: str
-    remedies: tuple[str, ...]
-
-
-STRAGGLER = CrossRule("straggler", "Straggler rank", "warning", (
-    "Look at the lagging rank's host: its input pipeline, its GPU clocks, other processes on it.",
-    "If its loader starves: more DataLoader workers on that node, or a local copy of the data.",
-    "Exclude a persistently slow node from the allocation (Slurm --exclude) and report it.",
-))
-STRAGGLER_NODE = CrossRule("straggler_node", "Straggler node", "warning", STRAGGLER.remedies)
-STALLED = CrossRule("stalled_job", "Job stalled", "critical", (
-    "Dump the ranks' stacks (py-spy dump --pid) to see where they wait: usually a collective.",
-    "Set NCCL_DEBUG=INFO and TORCH_NCCL_ASYNC_ERROR_HANDLING=1 so a hang becomes an error.",
-    "Check for a dead or missing rank (a node that stopped reporting).",
-))
-NODE_STARVING_RULE = CrossRule("node_starving", "One node's loader starves the job", "warning", (
-    "Compare that node's storage and CPU with the others (a slower mount, fewer cores, a busy neighbour).",
-    "Raise DataLoader num_workers on that node, or stage the data on its local disk.",
-))
-SLOW_NODE = CrossRule("slow_node", "Slow node: all its GPUs clocked down", "warning", (
-    "Check that node's cooling and power (nvidia-smi -q -d PERFORMANCE shows why clocks are held).",
-    "Drain it for maintenance if it persists: the whole job runs at its pace.",
-))
-NODE_GPU_ERRORS = CrossRule("node_gpu_errors", "GPU errors on a node", "critical", (
-    "Read the node's kernel log for the XID (dmesg | grep -i xid).",
-    "Drain the node (scontrol update nodename=… state=drain) before the job is restarted on it.",
-))
-NODE_MISSING = CrossRule("node_missing", "Node stopped reporting", "critical", (
-    "Check whether the node and its agent are alive (a crash, a reboot, the network).",
-    "A training job that lost a node usually hangs in its next collective: check the job too.",
-))
-HOST_CLAIMED = CrossRule("host_claimed_twice", "Two sources claim one host", "warning", (
-    "See which scrape targets send this Hostname: count by (instance) (traintop_agent_info{Hostname=\"…\"}).",
-    "Stop the agent that should not speak for this host, or give each agent its own --hostname.",
-    "Scrape agents without honor_labels (docs/CLUSTER.md): a target then cannot choose its own instance label.",
-))
-RANK_CLAIMED = CrossRule("rank_claimed_twice", "One rank claimed twice", "warning", (
-    "Find the processes on the hosts named (traintop --pid, or ps on that host) and the users that own them.",
-    "A rank claimed by another user's process is someone posing as the job: report it to the cluster's admins.",
-    "Two runs of one job id at once (a restart before the old run ended) claim every rank twice: stop the old one.",
-))
-RANK_OWNERS = CrossRule("rank_owners_differ", "A job's ranks run as different users", "warning", (
-    "A job's ranks on one host normally belong to one user: find the rank that does not and who started it.",
-    "Until then, its figures are that user's word, not the job's.",
-))
-RULES = {r.id: r for r in (STRAGGLER, STRAGGLER_NODE, STALLED, NODE_STARVING_RULE, SLOW_NODE, NODE_GPU_ERRORS,
-                           NODE_MISSING, HOST_CLAIMED, RANK_CLAIMED, RANK_OWNERS)}
+EXACT_UP_TO = 32  # ranks; beyond, a job-wide figure (computed once per interval) stands for "the others"
+MIN_LAG_S = 0.005  # a step this much slower at least: below, timer noise of quick steps
+_BY_ID = {r.id: r for r in CROSS_HOST_RULES}
 
 
 @dataclass
@@ -96,7 +37,40 @@ class CrossFinding:
     ranks: tuple[int, ...] = ()  # the lagging ranks (straggler findings): what the others wait for
 
 
-def _intervals(times: list[float], step: float, hold: float = HOLD_S) -> list[tuple[float, float]]:
+@dataclass
+class Judging:
+    """One judgement of one read: the data, the thresholds, and what several verdicts ask of the
+    data (each figure computed once, kept here for this judgement only)."""
+
+    data: ClusterData
+    config: Thresholds = DEFAULT
+    _interval_means: dict = field(default_factory=dict)  # (job, a, b, what) -> the job's ranks' figures
+    _agent_warnings: dict | None = None  # host -> [(title, first, last)] of its agent's warnings
+
+    def agent_warnings(self) -> dict:
+        if self._agent_warnings is None:
+            names = {r.id: r.title for r in catalogue() if r.scope == HOST}
+            found: dict = {}
+            for f in self.data.findings:
+                if f.severity in ("warning", "critical") and f.times:
+                    found.setdefault(f.host, []).append((names.get(f.rule, f.rule), f.times[0], f.times[-1]))
+            self._agent_warnings = found
+        return self._agent_warnings
+
+    def job_figure(self, job: str, a: float, b: float, what: str, compute):
+        key = (job, a, b, what)
+        if key not in self._interval_means:
+            self._interval_means[key] = compute()
+        return self._interval_means[key]
+
+    def intervals(self, times: list[float]) -> list[tuple[float, float]]:
+        """The findings' spans: the instants a verdict held, once it has held ``cluster_hold_s``."""
+        return spans(times, self.data.step, self.config.cluster_hold_s)
+
+
+def spans(times: list[float], step: float, hold: float) -> list[tuple[float, float]]:
+    """The instants ``times`` as (first, last) runs, gaps of up to two steps bridged; only the runs
+    that last ``hold`` seconds at least."""
     out = []
     for t in sorted(times):
         if out and t - out[-1][1] <= 2.5 * step:
@@ -119,47 +93,37 @@ def _pct(v: float | None) -> str:
     return "–" if v is None else f"{100 * v:.0f} %"
 
 
-def _why(data: ClusterData, host: str, ranks: list[RankData], a: float, b: float, others: list[RankData]) -> str:
+def _why(j: Judging, host: str, ranks: list[RankData], a: float, b: float, others: list[RankData]) -> str:
     """Why a rank or node lags, from its host's own series."""
+    data, c = j.data, j.config
     parts = []
     wait = _mean(v for r in ranks for v in _between(r.wait, a, b))
-    other_wait = _per_rank_means(data, others, a, b, "wait")
-    if wait is not None and wait >= INPUT_WAIT_HIGH:
+    other_wait = _per_rank_means(j, others, a, b, "wait")
+    high = wait is not None and wait >= c.cluster_straggler_input_wait
+    if high:
         parts.append(f"input wait {_pct(wait)}"
                      + (f" (the other ranks' median {_pct(statistics.median(other_wait))})" if other_wait else ""))
     cpu = _mean(_between(data.loader_cpu.get(host, {}), a, b))
-    if cpu is not None and wait is not None and wait >= INPUT_WAIT_HIGH:
+    if cpu is not None and high:
         parts.append(f"loader workers at {cpu * 100:.0f} % CPU")
     for r in ranks:
         g = data.gpus.get((host, r.local_rank))
         if g is None:
             continue
         clk = _mean(_between(g.clock_ratio, a, b))
-        if clk is not None and clk < CLOCK_LOW:
+        if clk is not None and clk < c.cluster_slow_node_clock_frac:
             reasons = sorted({n for v in _between(g.reasons, a, b) for n in reason_names(int(v))} - {"idle"})
             parts.append(f"GPU {g.index} clocked at {_pct(clk)} of max" + (f" ({', '.join(reasons)})" if reasons else ""))
-    titles = sorted({title for title, t0, t1 in _host_findings(data).get(host, ()) if t0 <= b and t1 >= a})
+    titles = sorted({title for title, t0, t1 in j.agent_warnings().get(host, ()) if t0 <= b and t1 >= a})
     if titles:
         parts.append(f"{host}'s agent reports {', '.join(titles)}")
     return "; why, from " + host + ": " + "; ".join(parts) if parts else f"; {host}'s own series show no cause"
 
 
-def _host_findings(data: ClusterData) -> dict:
-    """host -> [(title, first, last)] of its agent's warnings, built once per read."""
-    cached = getattr(data, "_by_host", None)
-    if cached is None:
-        from traintop.rules import default_rules
-
-        names = {r.id: r.title for r in default_rules()}
-        cached = {}
-        for f in data.findings:
-            if f.severity in ("warning", "critical") and f.times:
-                cached.setdefault(f.host, []).append((names.get(f.rule, f.rule), f.times[0], f.times[-1]))
-        data._by_host = cached
-    return cached
-
-
-def stragglers(data: ClusterData) -> list[CrossFinding]:
+def stragglers(data: ClusterData, config: Thresholds = DEFAULT) -> list[CrossFinding]:
+    """A rank (or all of one node's ranks) the others wait for: ``straggler`` and ``straggler_node``."""
+    j = Judging(data, config)
+    ratio = config.cluster_straggler_ratio
     out = []
     for job, ranks in data.jobs().items():
         if len(ranks) < 2:
@@ -171,16 +135,16 @@ def stragglers(data: ClusterData) -> list[CrossFinding]:
             if len(steps) >= 2:
                 m = _reference(steps.values())
                 for rk, s in steps.items():
-                    if s >= STRAGGLER_RATIO * m and s - m >= 0.005:
+                    if s >= ratio * m and s - m >= MIN_LAG_S:
                         lag[rk].append(t)
-                if max(steps.values()) < STRAGGLER_RATIO * m and len(waits) >= 2:
+                if max(steps.values()) < ratio * m and len(waits) >= 2:
                     # synchronous DDP: equal step times; the rank the others wait for waits for its data
-                    for rk in _waiting_for_input(waits):
+                    for rk in _waiting_for_input(waits, config):
                         lag[rk].append(t)
         by_rank = {r.rank: r for r in ranks}
         lagging_hosts: dict[str, list[RankData]] = {}
         for rk, times in lag.items():
-            for a, b in _intervals(times, data.step):
+            for a, b in j.intervals(times):
                 lagging_hosts.setdefault(by_rank[rk].host, []).append((by_rank[rk], a, b))
         n_hosts = len({r.host for r in ranks})
         for host, items in lagging_hosts.items():
@@ -190,32 +154,32 @@ def stragglers(data: ClusterData) -> list[CrossFinding]:
             if len(host_ranks) > 1 and lagging == {r.rank for r in host_ranks} and n_hosts > 1:
                 a, b = min(x[1] for x in items), max(x[2] for x in items)
                 own = _mean(v for r in host_ranks for v in _between(r.step, a, b))
-                med = _median_step(others, a, b, data)
+                med = _median_step(j, others, a, b)
                 head = (f"all {len(host_ranks)} ranks on {host} lag: {_fmt(own)} a step vs {_fmt(med)} on the other "
                         f"{len(others)} ranks of job {job}")
                 waiters = ""
-                if _in_step(own, med):
+                if _in_step(own, med, ratio):
                     head = (f"all {len(host_ranks)} ranks on {host} hold job {job} back: every rank steps at their "
                             f"pace ({_fmt(own)} a step) and {_others_wait(len(others))} for them in collectives")
-                    waiters = _waiters(data, others, a, b)
+                    waiters = _waiters(j, others, a, b)
                 out.append(CrossFinding(STRAGGLER_NODE, host, f"job {job}", a, b,
-                                        head + _why(data, host, host_ranks, a, b, others) + waiters,
+                                        head + _why(j, host, host_ranks, a, b, others) + waiters,
                                         job, tuple(sorted(lagging))))
                 continue
             for r, a, b in items:
                 own = _mean(_between(r.step, a, b))
                 rest = [x for x in ranks if x.rank != r.rank]
-                med = _median_step(rest, a, b, data)
+                med = _median_step(j, rest, a, b)
                 waiters = ""
-                if _in_step(own, med):  # synchronous: the lag shows in what the ranks wait for, not the step time
+                if _in_step(own, med, ratio):  # synchronous: the lag shows in what the ranks wait for, not the step time
                     head = (f"rank {r.rank} of job {job} on {host} holds the job back: every rank steps at its pace "
                             f"({_fmt(own)} a step) and {_others_wait(len(rest))} for it in collectives")
-                    waiters = _waiters(data, rest, a, b)
+                    waiters = _waiters(j, rest, a, b)
                 else:
                     head = (f"rank {r.rank} of job {job} on {host}: {_fmt(own)} a step vs a median of "
                             f"{_fmt(med)} over the other {len(rest)} ranks")
                 out.append(CrossFinding(STRAGGLER, host, f"job {job} rank {r.rank}", a, b,
-                                        head + _why(data, host, [r], a, b, rest) + waiters, job, (r.rank,)))
+                                        head + _why(j, host, [r], a, b, rest) + waiters, job, (r.rank,)))
     return out
 
 
@@ -235,19 +199,18 @@ def _gpu_states(data: ClusterData, ranks: list[RankData], a: float, b: float) ->
     return states
 
 
-def _in_step(own: float | None, med: float | None) -> bool:
-    return own is not None and med is not None and own < STRAGGLER_RATIO * med
+def _in_step(own: float | None, med: float | None, ratio: float) -> bool:
+    return own is not None and med is not None and own < ratio * med
 
 
-def _waiters(data: ClusterData, rest: list[RankData], a: float, b: float) -> str:
+def _waiters(j: Judging, rest: list[RankData], a: float, b: float) -> str:
     """What the waiting ranks' GPUs do meanwhile: busy by utilization at little power is a collective's
     spin, not work (rules/collective.py)."""
+    data = j.data
     if len(rest) > EXACT_UP_TO:  # a large job: the job's figure for the interval, computed once
-        cache = data.__dict__.setdefault("_interval_means", {})
-        key = (rest[0].job, a, b, "waiters")
-        if key not in cache:
-            cache[key] = _gpu_states(data, [r for r in data.ranks.values() if r.job == rest[0].job], a, b)
-        states = cache[key]
+        job = rest[0].job
+        states = j.job_figure(job, a, b, "waiters",
+                              lambda: _gpu_states(data, [r for r in data.ranks.values() if r.job == job], a, b))
     else:
         states = _gpu_states(data, rest, a, b)
     if not states:
@@ -263,27 +226,25 @@ def _waiters(data: ClusterData, rest: list[RankData], a: float, b: float) -> str
     return f"; meanwhile the others' GPUs: {shown}"
 
 
-def _waiting_for_input(waits: dict) -> list:
-    """Ranks whose input wait is high and ``WAIT_GAP`` above (and ``WAIT_RATIO`` times) the others' median. The median of
-    the others is the median of all but one value: computed from the sorted list in O(1) per
-    rank, not by rebuilding it (10 000 ranks × 720 instants)."""
+def _waiting_for_input(waits: dict, c: Thresholds) -> list:
+    """Ranks whose input wait is high and ``cluster_straggler_wait_gap`` above (and ``cluster_straggler_wait_ratio``
+    times) the others' median. The median of the others is the median of all but one value: computed
+    from the sorted list in O(1) per rank, not by rebuilding it (10 000 ranks × 720 instants)."""
     vals = sorted(waits.values())
     n = len(vals)
     out = []
     for rk, w in waits.items():
-        if w < INPUT_WAIT_HIGH:
+        if w < c.cluster_straggler_input_wait:
             continue
         # the median of vals without one copy of w
         i = vals.index(w) if n < 64 else _bisect_index(vals, w)
         rest_mid = _median_without(vals, i)
-        if w - rest_mid >= WAIT_GAP and w >= WAIT_RATIO * rest_mid:
+        if w - rest_mid >= c.cluster_straggler_wait_gap and w >= c.cluster_straggler_wait_ratio * rest_mid:
             out.append(rk)
     return out
 
 
 def _bisect_index(vals, w):
-    import bisect
-
     return bisect.bisect_left(vals, w)
 
 
@@ -301,38 +262,35 @@ def _reference(values) -> float:
     return statistics.median(vals[: max(1, len(vals) // 3)])
 
 
-def _median_step(ranks, a, b, data=None):
-    vals = _per_rank_means(data, ranks, a, b, "step") if data is not None else \
-        [v for r in ranks for v in _between(r.step, a, b)]
+def _median_step(j: Judging, ranks: list[RankData], a: float, b: float) -> float | None:
+    vals = _per_rank_means(j, ranks, a, b, "step")
     return statistics.median(vals) if vals else None
 
 
-EXACT_UP_TO = 32  # ranks; beyond, a job-wide figure (computed once per interval) stands for "the others"
-
-
-def _per_rank_means(data, ranks: list[RankData], a: float, b: float, attr: str) -> list[float]:
+def _per_rank_means(j: Judging, ranks: list[RankData], a: float, b: float, attr: str) -> list[float]:
     """Each rank's mean of ``attr`` over [a, b]. For a large job the same interval is asked about
     for many lagging ranks: the means of every rank of the job are computed once per interval,
     and "the others" are all of them (one rank more or less does not move a median of hundreds)."""
     if len(ranks) <= EXACT_UP_TO:
         vals = [_mean(_between(getattr(r, attr), a, b)) for r in ranks]
         return [v for v in vals if v is not None]
-    cache = data.__dict__.setdefault("_interval_means", {})
     job = ranks[0].job
-    key = (job, a, b, attr)
-    if key not in cache:
-        vals = [_mean(_between(getattr(r, attr), a, b)) for r in data.ranks.values() if r.job == job]
-        cache[key] = [v for v in vals if v is not None]
-    return cache[key]
+
+    def every_rank() -> list[float]:
+        vals = [_mean(_between(getattr(r, attr), a, b)) for r in j.data.ranks.values() if r.job == job]
+        return [v for v in vals if v is not None]
+
+    return j.job_figure(job, a, b, attr, every_rank)
 
 
 def _fmt(v):
     return "–" if v is None else f"{v:.3g} s"
 
 
-def stalled(data: ClusterData) -> list[CrossFinding]:
+def stalled(data: ClusterData, config: Thresholds = DEFAULT) -> list[CrossFinding]:
+    j = Judging(data, config)
     out = []
-    window = max(10.0, min(60.0, 10 * data.step))
+    window = max(config.cluster_stall_min_s, min(60.0, 10 * data.step))
     for job, ranks in data.jobs().items():
         times = []
         for t in data.grid:
@@ -345,7 +303,7 @@ def stalled(data: ClusterData) -> list[CrossFinding]:
                 flat.append(now - then <= 0)
             if flat and all(flat) and len(flat) == len([r for r in ranks if r.steps.get(t) is not None]):
                 times.append(t)
-        for a, b in _intervals(times, data.step):
+        for a, b in j.intervals(times):
             hosts = sorted({r.host for r in ranks})
             util = _mean(v for (h, _), g in data.gpus.items() if h in hosts for v in _between(g.util, a, b))
             out.append(CrossFinding(STALLED, ",".join(hosts[:3]) + ("…" if len(hosts) > 3 else ""), f"job {job}",
@@ -358,7 +316,9 @@ def stalled(data: ClusterData) -> list[CrossFinding]:
     return out
 
 
-def node_starving(data: ClusterData) -> list[CrossFinding]:
+def node_starving(data: ClusterData, config: Thresholds = DEFAULT) -> list[CrossFinding]:
+    j = Judging(data, config)
+    least, factor = config.cluster_node_starving_input_wait, config.cluster_node_starving_ratio
     out = []
     for job, ranks in data.jobs().items():
         hosts = sorted({r.host for r in ranks})
@@ -373,16 +333,16 @@ def node_starving(data: ClusterData) -> list[CrossFinding]:
                 continue
             vals = sorted(per.values())
             for h, w in per.items():
-                if w >= NODE_STARVING and w >= OTHERS_FACTOR * _median_without(vals, _bisect_index(vals, w)):
+                if w >= least and w >= factor * _median_without(vals, _bisect_index(vals, w)):
                     hit[h].append(t)
         for h, times in hit.items():
-            for a, b in _intervals(times, data.step):
+            for a, b in j.intervals(times):
                 mine = [r for r in ranks if r.host == h]
                 others = [r for r in ranks if r.host != h]
                 w = _mean(v for r in mine for v in _between(r.wait, a, b))
                 ow = _mean(v for r in others for v in _between(r.wait, a, b))
                 cpu = _mean(_between(data.loader_cpu.get(h, {}), a, b))
-                out.append(CrossFinding(NODE_STARVING_RULE, h, f"job {job}", a, b,
+                out.append(CrossFinding(NODE_STARVING, h, f"job {job}", a, b,
                                         f"the {len(mine)} rank(s) on {h} wait for input {_pct(w)} of the time, the "
                                         f"other {len(hosts) - 1} node(s) {_pct(ow)}"
                                         + (f"; {h}'s loader workers at {cpu * 100:.0f} % CPU" if cpu is not None else ""),
@@ -390,7 +350,10 @@ def node_starving(data: ClusterData) -> list[CrossFinding]:
     return out
 
 
-def slow_nodes(data: ClusterData) -> list[CrossFinding]:
+def slow_nodes(data: ClusterData, config: Thresholds = DEFAULT) -> list[CrossFinding]:
+    j = Judging(data, config)
+    low, normal = config.cluster_slow_node_clock_frac, config.cluster_slow_node_others_clock_frac
+    busy = config.cluster_slow_node_min_util / 100  # the grid's utilization is a ratio
     hosts = sorted({h for h, _ in data.gpus})
     if len(hosts) < 2:
         return []
@@ -400,18 +363,18 @@ def slow_nodes(data: ClusterData) -> list[CrossFinding]:
         per = {}
         for h in hosts:
             ratios = [g.clock_ratio.get(t) for g in by_host[h]
-                      if (g.util.get(t) or 0) >= BUSY and g.clock_ratio.get(t) is not None]
+                      if (g.util.get(t) or 0) >= busy and g.clock_ratio.get(t) is not None]
             if ratios:
                 per[h] = max(ratios)  # every busy GPU below the line: the highest of them is
         if len(per) < 2:
             continue
         vals = sorted(per.values())
         for h, top in per.items():
-            if top < CLOCK_LOW and _median_without(vals, _bisect_index(vals, top)) >= CLOCK_NORMAL:
+            if top < low and _median_without(vals, _bisect_index(vals, top)) >= normal:
                 hit[h].append(t)
     out = []
     for h, times in hit.items():
-        for a, b in _intervals(times, data.step):
+        for a, b in j.intervals(times):
             gpus = [g for (gh, _), g in sorted(data.gpus.items()) if gh == h]
             clk = _mean(v for g in gpus for v in _between(g.clock_ratio, a, b))
             temp = max((v for g in gpus for v in _between(g.temp, a, b)), default=None)
@@ -425,7 +388,7 @@ def slow_nodes(data: ClusterData) -> list[CrossFinding]:
     return out
 
 
-def gpu_errors(data: ClusterData) -> list[CrossFinding]:
+def gpu_errors(data: ClusterData, config: Thresholds = DEFAULT) -> list[CrossFinding]:
     out = []
     for h in sorted({h for h, _ in data.gpus}):
         bad = []
@@ -463,25 +426,29 @@ def last_seen(data: ClusterData) -> dict[str, float]:
     return seen
 
 
-def silent_hosts(data: ClusterData) -> dict[str, float]:
+def silent_hosts(data: ClusterData, config: Thresholds = DEFAULT) -> dict[str, float]:
     """Hosts whose series stopped: seconds since each one's last sample. Stopped while others go
     on (as `missing_nodes` judges), or, where every host stopped, long before the window's end."""
     seen = last_seen(data)
     if not seen:
         return {}
     newest = max(seen.values())
-    gap = max(3 * data.step, 5.0)
+    gap = _missing_after(data, config)
     return {h: data.end - t for h, t in seen.items()
             if newest - t > gap or data.end - t > max(6 * data.step, 60.0)}
 
 
-def missing_nodes(data: ClusterData) -> list[CrossFinding]:
+def _missing_after(data: ClusterData, c: Thresholds) -> float:
+    return max(3 * data.step, c.cluster_node_missing_s)
+
+
+def missing_nodes(data: ClusterData, config: Thresholds = DEFAULT) -> list[CrossFinding]:
     """A node whose series stopped while the others' went on."""
     last_seen_ = last_seen(data)
     if len(last_seen_) < 2:
         return []
     newest = max(last_seen_.values())
-    gap = max(3 * data.step, 5.0)
+    gap = _missing_after(data, config)
     out = []
     for h, t in sorted(last_seen_.items()):
         if newest - t > gap:
@@ -493,32 +460,34 @@ def missing_nodes(data: ClusterData) -> list[CrossFinding]:
     return out
 
 
-def claimed_twice(data: ClusterData) -> list[CrossFinding]:
+def claimed_twice(data: ClusterData, config: Thresholds = DEFAULT) -> list[CrossFinding]:
     """Two sources for one host, one rank claimed twice, a job's ranks owned by different users (claims.py)."""
-    return [CrossFinding(RULES[c.rule], c.host, c.subject, c.start, c.end, c.evidence, c.job)
+    return [CrossFinding(_BY_ID[c.rule], c.host, c.subject, c.start, c.end, c.evidence, c.job)
             for c in data.conflicts]
 
 
 ALL = (stragglers, stalled, node_starving, slow_nodes, gpu_errors, missing_nodes, claimed_twice)
+WITHOUT_RANKS = (slow_nodes, gpu_errors, missing_nodes, claimed_twice)  # what dcgm-exporter's series alone carry
 
 
-def evaluate(data: ClusterData) -> list[CrossFinding]:
+def evaluate(data: ClusterData, config: Thresholds = DEFAULT, judges=ALL) -> list[CrossFinding]:
     out = []
-    for rule in ALL:
-        out.extend(rule(data))
-    return _fold_node_starving(out)
+    for judge in judges:
+        out.extend(judge(data, config))
+    return _fold_deferring(out)
 
 
 def overlap(a0: float, a1: float, b0: float, b1: float) -> float:
     return max(0.0, min(a1, b1) - max(a0, b0))
 
 
-def _fold_node_starving(found: list[CrossFinding]) -> list[CrossFinding]:
-    """A node whose loader starves the job and the straggler (rank or node) it makes are one finding:
-    the straggler's, which names the rank and carries the cause. "One node's loader starves the
-    job" stays for a node whose ranks starve without one standing out as the job's straggler."""
-    lagging = [f for f in found if f.rule in (STRAGGLER, STRAGGLER_NODE)]
-    return [f for f in found if f.rule is not NODE_STARVING_RULE
-            or not any(s.host == f.host and s.job == f.job and (overlap(s.start, s.end, f.start, f.end) > 0
-                                                                  or s.start <= f.start <= s.end)
-                       for s in lagging)]
+def _fold_deferring(found: list[CrossFinding]) -> list[CrossFinding]:
+    """A finding whose rule defers to another found on the same host and job, at the same time, is
+    folded into that one (``defers_to``): "one node's loader starves the job" into the straggler it
+    makes, which names the rank and carries the cause. It stays for a node whose ranks starve without
+    one standing out as the job's straggler."""
+    def folded(f: CrossFinding) -> bool:
+        return any(s.rule.id in f.rule.defers_to and s.host == f.host and s.job == f.job
+                   and (overlap(s.start, s.end, f.start, f.end) > 0 or s.start <= f.start <= s.end)
+                   for s in found)
+    return [f for f in found if not f.rule.defers_to or not folded(f)]

@@ -6,11 +6,12 @@ need no ranks. The report says what cannot be seen without agents.
 from __future__ import annotations
 
 from traintop import plausible as P
-from traintop.cluster import claims
+from traintop.cluster import claims, crosshost
 from traintop.cluster import report as R
 from traintop.cluster.checks import Checked, gpu_index_of
 from traintop.cluster.fetch import ClusterData, GpuData, choose_step
 from traintop.cluster.promapi import Grid, Prometheus, Series
+from traintop.rules.config import DEFAULT
 from traintop.samples import Frame, GpuInfo, GpuSample, SessionInfo
 from traintop.units import MiB
 from traintop.metrics import gpu_index
@@ -143,11 +144,8 @@ def dcgm_findings(prom: Prometheus, start: float, end: float, step: float | None
                     lost = R._lost_hours(g.clock_ratio, a.start, a.end, step, lambda v: 1 - v)
             findings.append(R._finding(data, a.rule, a.title, host, a.subject, a.severity.label, a.start, a.end,
                                        a.evidence, list(a.remedies), lost, "host"))
-    from traintop.cluster import crosshost
-
-    for c in (crosshost.slow_nodes(data) + crosshost.gpu_errors(data) + crosshost.missing_nodes(data)
-              + crosshost.claimed_twice(data)):
-        findings.append(R._finding(data, c.rule.id, c.rule.title, c.host, c.subject, c.rule.severity, c.start,
+    for c in crosshost.evaluate(data, config or DEFAULT, crosshost.WITHOUT_RANKS):
+        findings.append(R._finding(data, c.rule.id, c.rule.title, c.host, c.subject, c.rule.severity.label, c.start,
                                    min(c.end + step, end), c.evidence, list(c.rule.remedies), 0.0, "cluster"))
     notes = [CANNOT_SEE] + check.notes()
     if missing:

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from traintop.analyze import WASTE_ALL, WASTE_FROM_CLOCK, WASTE_FROM_UTIL, GpuSummary
 from traintop.cluster import crosshost
 from traintop.cluster.fetch import ClusterData, GpuData
-from traintop.rules import Severity, default_rules
+from traintop.rules import DEFAULT, Severity, Thresholds, declared
 from traintop.text import one_line
 from traintop.units import GiB, fmt_duration
 from traintop.metrics import gpu_index
@@ -119,8 +119,6 @@ def _gpu_evidence(g: GpuData, a: float, b: float) -> str:
 
 
 def agent_findings(data: ClusterData) -> list[ClusterFinding]:
-    catalogue = {r.id: r for r in default_rules()}
-    catalogue.update((k, r) for k, r in crosshost.RULES.items() if k not in catalogue)  # an agent's claim findings
     out = []
     merged: dict[tuple, dict] = {}
     for f in data.findings:  # one series per severity: merge them, keep the worst
@@ -133,8 +131,8 @@ def agent_findings(data: ClusterData) -> list[ClusterFinding]:
         except ValueError:
             pass
     for (host, rule_id, subject), m in sorted(merged.items()):
-        rule = catalogue.get(rule_id)
-        for a, b in crosshost._intervals(sorted(m["times"]), data.step, hold=0.0):
+        rule = declared(rule_id)  # a single-host rule's, or a claim an agent raises about its own node
+        for a, b in crosshost.spans(sorted(m["times"]), data.step, 0.0):
             b_end = min(b + data.step, data.end)
             evidence = f"{host}'s agent judged it over {fmt_duration(b_end - a)}"
             lost = 0.0
@@ -160,8 +158,8 @@ def _finding(data, rule, title, host, subject, severity, a, b, evidence, remedie
                           round(b - a, 1), one_line(evidence, 1000), remedies, round(lost, 4), scope)
 
 
-def cross_findings(data: ClusterData) -> list[ClusterFinding]:
-    return [_cross(data, c) for c in crosshost.evaluate(data)]
+def cross_findings(data: ClusterData, config: Thresholds = DEFAULT) -> list[ClusterFinding]:
+    return [_cross(data, c) for c in crosshost.evaluate(data, config)]
 
 
 def _cross(data: ClusterData, c) -> ClusterFinding:
@@ -172,26 +170,22 @@ def _cross(data: ClusterData, c) -> ClusterFinding:
         hosts = {r.host for r in data.jobs().get(c.job, ())}
         lost = sum(_lost_hours(g.util, c.start, end, data.step, lambda v: 1.0)
                    for (h, _), g in data.gpus.items() if h in hosts)
-    return _finding(data, c.rule.id, c.rule.title, c.host, c.subject, c.rule.severity, c.start,
+    return _finding(data, c.rule.id, c.rule.title, c.host, c.subject, c.rule.severity.label, c.start,
                     end, c.evidence, list(c.rule.remedies), lost, "cluster")
 
 
-# An agent's verdicts on a GPU of a job that has a straggler, which the straggler explains: the
-# waiting ranks' GPUs idle (or spin) for it, the straggler's own starves (the cause its finding names).
-EXPLAINED_BY_STRAGGLER = frozenset({"starvation", "underuse", "idle_gpu"})
-
-
-def findings_of(data: ClusterData) -> tuple[list[ClusterFinding], list[ClusterFinding]]:
+def findings_of(data: ClusterData, config: Thresholds = DEFAULT) -> tuple[list[ClusterFinding], list[ClusterFinding]]:
     """(findings, explained): the agents' and the cross-host findings, less the agents' verdicts that
-    a cross-host finding explains. An agent sees one node: a rank that waits in its collectives for
-    a straggler on another node looks starved or underused from there, and is neither."""
+    a cross-host finding explains (its rule's ``explains``, on its job's GPUs). An agent sees one
+    node: a rank that waits in its collectives for a straggler on another node looks starved or
+    underused from there, and is neither."""
     host = agent_findings(data)
-    cross = crosshost.evaluate(data)
+    cross = crosshost.evaluate(data, config)
     shown_cross = [_cross(data, c) for c in cross]
     jobs = data.jobs()
     lagging = []  # (finding shown, its lagging GPUs, every GPU of its job), built once each
     for c, cf in zip(cross, shown_cross):
-        if c.rule in (crosshost.STRAGGLER, crosshost.STRAGGLER_NODE) and c.job in jobs:
+        if c.rule.explains and c.job in jobs:
             ranks = jobs[c.job]
             lagging.append((c, cf, {(r.host, r.local_rank) for r in ranks if r.rank in c.ranks},
                             {(r.host, r.local_rank) for r in ranks}))
@@ -210,11 +204,11 @@ def findings_of(data: ClusterData) -> tuple[list[ClusterFinding], list[ClusterFi
 
 def _explaining(f: ClusterFinding, lagging: list):
     i = gpu_index(f.subject)
-    if f.rule not in EXPLAINED_BY_STRAGGLER or i is None:
+    if i is None:
         return None
     gpu = (f.host, i)
     for c, cf, slow, job_gpus in lagging:
-        if gpu not in job_gpus:
+        if f.rule not in c.rule.explains or gpu not in job_gpus:
             continue
         # most of the agent's verdict lies within the straggler's time
         if crosshost.overlap(f.start, f.end, cf.start, cf.end) < 0.5 * max(f.end - f.start, 1e-9):

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from traintop.cluster.crosshost import silent_hosts
 from traintop.cluster.fetch import ClusterData
 from traintop.cluster.report import ClusterFinding, findings_of
+from traintop.rules.config import DEFAULT, Thresholds
 
 WINDOW_S = 300.0
 POINTS = 60
@@ -111,7 +112,8 @@ def _host_lines(hosts: list[str], gpus: tuple[GpuLine, ...]) -> tuple[HostLine, 
     return tuple(out)
 
 
-def snapshot_from(data: ClusterData, findings: list[ClusterFinding], refresh_s: float = 0.0) -> ClusterSnapshot:
+def snapshot_from(data: ClusterData, findings: list[ClusterFinding], refresh_s: float = 0.0,
+                  config: Thresholds = DEFAULT) -> ClusterSnapshot:
     gpus = tuple(GpuLine(h, i, g.model, _latest(g.util), _latest(g.power), g.power_limit, _latest(g.mem_used),
                          g.mem_total, _latest(g.temp), _latest(g.clock_ratio), _spark(g.util, data.grid))
                  for (h, i), g in sorted(data.gpus.items()))
@@ -123,7 +125,7 @@ def snapshot_from(data: ClusterData, findings: list[ClusterFinding], refresh_s: 
     hosts = data.hosts
     return ClusterSnapshot(data.url, data.end, tuple(hosts), gpus, ranks, active, data.mode,
                            tuple(data.notes), refresh_s, tuple(sorted({r.job for r in data.ranks.values()})),
-                           _host_lines(hosts, gpus), tuple(sorted(silent_hosts(data).items())),
+                           _host_lines(hosts, gpus), tuple(sorted(silent_hosts(data, config).items())),
                            tuple(sorted(data.unreadable)))
 
 
@@ -131,13 +133,15 @@ class PrometheusSource:
     """Reads a snapshot of the last ``window`` seconds; called from a worker thread. The
     window is kept between calls: each reads only what is new (rolling.py)."""
 
-    def __init__(self, url: str, job: str | None = None, window: float = WINDOW_S) -> None:
+    def __init__(self, url: str, job: str | None = None, window: float = WINDOW_S,
+                 config: Thresholds = DEFAULT) -> None:
         from traintop.cluster.promapi import Prometheus
         from traintop.cluster.rolling import RollingCluster
 
         self.prom = Prometheus(url, timeout=10.0)
         self.job = job
         self.window = window
+        self.config = config
         self.step = float(max(1, round(window / POINTS)))  # whole seconds: every read's instants line up
         self.rolling = RollingCluster(self.prom, job, window, self.step)
         self._lock = threading.Lock()  # the kept window is read and rolled by one caller at a time
@@ -158,13 +162,13 @@ class PrometheusSource:
             try:
                 data = self.rolling.read(end)
                 with no_gc():
-                    findings = findings_of(data)[0]  # less the agents' verdicts a cross-host finding explains
+                    findings = findings_of(data, self.config)[0]  # less the agents' verdicts a cross-host finding explains
             except NoTraintopSeries:
                 start = end - self.window
                 if self.job or not has_dcgm(self.prom, start, end):
                     raise
-                data, findings, _ = dcgm_findings(self.prom, start, end, self.step)
-        return snapshot_from(data, findings, time.perf_counter() - t0)
+                data, findings, _ = dcgm_findings(self.prom, start, end, self.step, self.config)
+        return snapshot_from(data, findings, time.perf_counter() - t0, self.config)
 
     def close(self) -> None:
         self.prom.close()

@@ -1,6 +1,10 @@
-"""The rule catalogue."""
+"""The rule catalogue: every rule, single-host and cross-host, with what it declares (rules/declaration.py)."""
 
+from functools import lru_cache
+
+from traintop.rules.across_hosts import CROSS_HOST_RULES, CrossRule
 from traintop.rules.config import DEFAULT, Thresholds
+from traintop.rules.declaration import CLUSTER, HOST, Declared, HostRule
 from traintop.rules.engine import HOLDS, LAPSED, REVERSED, WEAK, Alert, Verdict, RuleContext, RulesEngine, Severity
 from traintop.rules.cpu_training import TrainingOnCpu
 from traintop.rules.fragmentation import Fragmentation
@@ -28,9 +32,10 @@ RULES_VERSION = 8  # 8: findings hold now, explained findings, out of memory (20
 
 
 def default_rules() -> list:
-    # Order matters: starvation defers to a saturated PCIe link, underuse to starvation (and does not
-    # advise a larger batch while memory creeps or fragments); the straggler to a stall; imbalance
-    # to the straggler; fragmentation to out-of-memory.
+    # In the order the engine judges them: a rule reads the verdicts of those before it in this
+    # evaluation, so it comes after every rule it defers to (``defers_to``; a test checks it), and
+    # underuse after memory creep and fragmentation (it does not advise a larger batch while memory
+    # creeps or fragments).
     return [PcieBottleneck(), Stall(), Straggler(), Starvation(), ThermalThrottle(), PowerCapAtFullLoad(), MemoryCreep(),
             OutOfMemory(), Fragmentation(), Underuse(), TrainingOnCpu(), StepTimeRegression(), IdleWhileAlive(), OtherProcess(),
             HostMemoryPressure(), Imbalance(), ClocksBelowMax(), GpuErrors()]
@@ -40,7 +45,26 @@ def default_engine(config: Thresholds = DEFAULT) -> RulesEngine:
     return RulesEngine(rules=default_rules(), config=config)
 
 
+def catalogue() -> tuple[Declared, ...]:
+    """Every rule traintop judges: the single-host ones (``scope`` host), then the cross-host ones."""
+    return (*default_rules(), *CROSS_HOST_RULES)
+
+
+def declared(rule_id: str, scope: str = HOST) -> Declared | None:
+    """The rule of that id in that scope; a host-scope id not found there may be a cross-host rule's
+    that an agent raises too (a rank claimed twice on its own node)."""
+    index = _index()
+    found = index.get((scope, rule_id))
+    return index.get((CLUSTER, rule_id)) if found is None and scope == HOST else found
+
+
+@lru_cache(maxsize=1)
+def _index() -> dict[tuple[str, str], Declared]:
+    return {(r.scope, r.id): r for r in catalogue()}
+
+
 __all__ = [
+    "CLUSTER", "CROSS_HOST_RULES", "CrossRule", "Declared", "HOST", "HostRule",
     "Alert", "DEFAULT", "HOLDS", "LAPSED", "REVERSED", "WEAK", "RULES_VERSION", "Verdict", "RuleContext", "RulesEngine", "Severity", "Thresholds",
-    "default_engine", "default_rules",
+    "catalogue", "declared", "default_engine", "default_rules",
 ]

@@ -1,8 +1,8 @@
-"""Thresholds every rule reads; all of them can be changed by the user."""
+"""Thresholds every rule reads, single-host and cross-host; all of them can be changed by the user."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,23 @@ class Thresholds:
     pcie_pageable_max_util: float = 60.0
     # XID / ECC: corrected errors per minute that warrant a warning
     ecc_corrected_per_min: float = 10.0
+    # across hosts (traintop cluster, analyze --prometheus), judged at each instant of Prometheus's grid
+    cluster_hold_s: float = 10.0  # a verdict becomes a finding once it has held this long (gaps of 2 steps bridged)
+    cluster_straggler_ratio: float = 1.25  # a rank's step time this many times the pace of the job's fastest third
+    # Synchronous DDP: every rank steps at the straggler's pace; its loader takes this share of the step
+    # more than the others' median (the share they wait for it in collectives), and this many times it.
+    # An absolute gap, not only a ratio: on an H200 the others' own loader took 35 % of the step, the
+    # straggler's 88 %.
+    cluster_straggler_input_wait: float = 0.2  # the straggler's input wait is at least this share
+    cluster_straggler_wait_gap: float = 0.2
+    cluster_straggler_wait_ratio: float = 1.5
+    cluster_node_starving_input_wait: float = 0.3  # a node's mean input wait...
+    cluster_node_starving_ratio: float = 2.5  # ...at least this many times the other nodes' median
+    cluster_slow_node_clock_frac: float = 0.85  # every busy GPU of a node below this share of its maximum SM clock...
+    cluster_slow_node_others_clock_frac: float = 0.95  # ...while the other nodes' median stays at or above it
+    cluster_slow_node_min_util: float = 50.0  # a GPU at or above this utilization is busy
+    cluster_stall_min_s: float = 10.0  # no rank stepped for this long (10 steps of the grid if longer, up to 60 s)
+    cluster_node_missing_s: float = 5.0  # a node's series stopped this long (3 steps if longer) while the others' go on
 
     def with_overrides(self, **overrides: float) -> "Thresholds":
         names = {f.name for f in fields(self)}
@@ -84,6 +101,14 @@ class Thresholds:
 
 
 DEFAULT = Thresholds()
+
+CLUSTER_PREFIX = "cluster_"  # the cross-host rules' thresholds: they judge Prometheus's grid, never a recording
+
+
+def host_values(t: Thresholds) -> dict[str, float]:
+    """The thresholds the single-host rules read: what a recording says judged its alerts (a
+    cross-host threshold changes nothing there)."""
+    return {k: v for k, v in asdict(t).items() if not k.startswith(CLUSTER_PREFIX)}
 
 # The values each threshold may take. Outside them a rule would silently never fire (a
 # window longer than the 15 minutes of samples the dashboard keeps, a share above 1) or
@@ -115,4 +140,9 @@ RANGES: dict[str, tuple[float, float]] = {
     "straggler_window_s": _WINDOW, "stall_min_s": _WINDOW, "stall_step_factor": (1.0, 100.0),
     "underuse_util_only_window_s": _WINDOW, "underuse_util_only_max": _PCT,
     "pcie_pageable_min_gbs": (0.0, 1000.0), "pcie_pageable_max_util": _PCT,
+    "cluster_hold_s": _WINDOW, "cluster_straggler_ratio": (1.0, 100.0), "cluster_straggler_input_wait": _FRAC,
+    "cluster_straggler_wait_gap": _FRAC, "cluster_straggler_wait_ratio": (1.0, 100.0),
+    "cluster_node_starving_input_wait": _FRAC, "cluster_node_starving_ratio": (1.0, 100.0),
+    "cluster_slow_node_clock_frac": _FRAC, "cluster_slow_node_others_clock_frac": _FRAC,
+    "cluster_slow_node_min_util": _PCT, "cluster_stall_min_s": _WINDOW, "cluster_node_missing_s": _WINDOW,
 }

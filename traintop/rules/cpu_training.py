@@ -11,10 +11,11 @@ finding ends at once when the job has ended: nothing trains any more.
 
 from __future__ import annotations
 
+from traintop.rules.declaration import HostRule
 from traintop.rules.engine import REVERSED, Verdict, RuleContext, Severity
 
 
-class TrainingOnCpu:
+class TrainingOnCpu(HostRule):
     id = "cpu_training"
     title = "Training on the CPU?"
     severity = Severity.WARNING

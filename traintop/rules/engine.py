@@ -36,6 +36,7 @@ from traintop import metrics
 from traintop.attribution import GpuFeed, WorkerLoad, gpu_feeds
 from traintop.findings import Severity
 from traintop.rules.config import DEFAULT, Thresholds
+from traintop.rules.declaration import Declared
 from traintop.samples import Frame, GpuSample, HostSample, ProcessSample, RankSample
 from traintop.store import Store, mean
 
@@ -231,17 +232,16 @@ class RecentContext(RuleContext):
         return super().pairs(key, min(window_s, self.recent_s), min_n=min(min_n, RECENT_MIN_N), min_span=min_span)
 
 
-class Rule(Protocol):
-    id: str
-    title: str
-    severity: Severity
+class Rule(Declared, Protocol):
+    """A single-host rule: its declaration (rules/declaration.py; ``HostRule`` gives the defaults),
+    its hysteresis, and its verdicts on the store."""
+
     raise_after: float
     clear_after: float
-    remedies: tuple[str, ...]
 
     def evaluate(self, ctx: RuleContext) -> Iterable[Verdict]: ...
 
-    # optional: now_s (float | None, DEFAULT_NOW_S when absent), explains (rule ids), explains_all_gpus
+    # optional: now_s (float | None, DEFAULT_NOW_S when absent), explains_all_gpus
 
 
 @dataclass

@@ -9,6 +9,7 @@ Allocations that fail or retry are the out-of-memory finding (traintop.rules.oom
 
 from __future__ import annotations
 
+from traintop.rules.declaration import HostRule
 from traintop.rules.engine import Verdict, RuleContext, Severity
 from traintop.units import GiB, fmt_bytes
 
@@ -17,10 +18,11 @@ WINDOW_S = 60.0
 LIVE_MIN_FRAC = 0.25  # split blocks count while live tensors hold at least this share of the cache
 
 
-class Fragmentation:
+class Fragmentation(HostRule):
     id = "fragmentation"
     title = "Allocator fragmentation"
     severity = Severity.WARNING
+    defers_to = ("oom",)  # allocations fail or retry: that finding says so, with the split blocks
     raise_after = 10.0
     clear_after = 60.0
     now_s = None  # the allocator's state now
@@ -37,7 +39,7 @@ class Fragmentation:
         for subject, r in ctx.ranks():
             if not r.cuda or not r.reserved or r.allocated is None:
                 continue
-            if ctx.is_holding("oom", subject):
+            if any(ctx.is_holding(r, subject) for r in self.defers_to):
                 continue  # allocations fail or retry: that finding says so, with the split blocks
             # Split blocks are the free pieces of segments partly in use: a larger request cannot take
             # them. They count while live tensors sit among them: between the steps of a healthy job

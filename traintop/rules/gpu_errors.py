@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from traintop.metrics import gpu_subject
+from traintop.rules.declaration import HostRule
 from traintop.rules.engine import Verdict, RuleContext, Severity
 
 # The XIDs people meet most; the full list is NVIDIA's "XID Errors" document.
@@ -32,7 +33,7 @@ def xid_text(code: int) -> str:
     return f"XID {code}: {XID_MEANING.get(code, 'see NVIDIA XID Errors documentation')}"
 
 
-class GpuErrors:
+class GpuErrors(HostRule):
     id = "gpu_errors"
     title = "GPU errors (XID / ECC)"
     severity = Severity.CRITICAL

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from traintop.rules.declaration import HostRule
 from traintop.rules.engine import Verdict, RuleContext, Severity
 from traintop.units import GiB, fmt_bytes
 
 
-class HostMemoryPressure:
+class HostMemoryPressure(HostRule):
     id = "host_memory"
     title = "Host memory pressure"
     severity = Severity.WARNING

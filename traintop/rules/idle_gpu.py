@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from traintop.metrics import gpu_subject
+from traintop.rules.declaration import HostRule
 from traintop.rules.engine import Verdict, RuleContext, Severity
 from traintop.units import MiB, fmt_bytes
 
@@ -11,7 +12,7 @@ from traintop.units import MiB, fmt_bytes
 HELD_BLIND_BYTES = 512 * MiB
 
 
-class IdleWhileAlive:
+class IdleWhileAlive(HostRule):
     id = "idle_gpu"
     title = "GPU idle while the job is alive"
     severity = Severity.WARNING

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 from traintop.metrics import gpu_subject
 from traintop.rules.collective import job_gpus
+from traintop.rules.declaration import HostRule
 from traintop.rules.engine import Verdict, RuleContext, Severity
 
 
-# findings on the lagging GPU that explain its lower utilization (rules that run before this one)
-EXPLAINED_BY = ("starvation", "pcie", "underuse", "thermal")
+JOB_WAITS = ("straggler", "stall")  # on any of the job's GPUs: the job waits, no GPU lags
+LAGGING_CAUSES = ("starvation", "pcie", "underuse", "thermal")  # on the lagging GPU: why it lags
 
 
-class Imbalance:
+class Imbalance(HostRule):
     id = "imbalance"
     title = "GPUs busy unequally"
     severity = Severity.WARNING
+    defers_to = JOB_WAITS + LAGGING_CAUSES
     raise_after = 20.0
     clear_after = 30.0
     now_s = 10.0  # it counts ten samples or more
@@ -25,7 +27,7 @@ class Imbalance:
     )
 
     def evaluate(self, ctx: RuleContext):
-        if any(ctx.is_holding(r, gpu_subject(g.index)) for g in ctx.gpus() for r in ("straggler", "stall")):
+        if any(ctx.is_holding(r, gpu_subject(g.index)) for g in ctx.gpus() for r in JOB_WAITS):
             return
         # Only the watched job's GPUs: on a shared node another job's GPU is not "lagging".
         job = set(job_gpus(ctx)) if ctx.process is not None else None
@@ -42,7 +44,7 @@ class Imbalance:
         hi = max(means, key=means.get)
         lo = min(means, key=means.get)
         lagging = gpu_subject(lo)
-        if any(ctx.is_holding(r, lagging) or ctx.is_active(r, lagging) for r in EXPLAINED_BY):
+        if any(ctx.is_holding(r, lagging) or ctx.is_active(r, lagging) for r in LAGGING_CAUSES):
             return  # the lagging GPU's own finding says why it lags: "busy unequally" adds nothing
         if means[hi] >= 50 and means[hi] - means[lo] >= ctx.config.imbalance_gap:
             yield Verdict("gpus", f"GPU {lo} averages {means[lo]:.0f} % utilization over the last {ctx.config.imbalance_window_s:.0f} s while "

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from traintop.metrics import gpu_subject
+from traintop.rules.declaration import HostRule
 from traintop.rules.engine import Verdict, RuleContext, Severity
 from traintop.samples import REASON_GPU_IDLE
 
 
-class ClocksBelowMax:
+class ClocksBelowMax(HostRule):
     id = "low_clocks"
     title = "Clocks below maximum"
     severity = Severity.WARNING

@@ -5,6 +5,7 @@ from __future__ import annotations
 from operator import itemgetter
 
 from traintop.metrics import gpu_key, gpu_subject, rank_key
+from traintop.rules.declaration import HostRule
 from traintop.rules.engine import LAPSED, REVERSED, Verdict, RuleContext, Severity
 from traintop.store import linear_fit
 from traintop.units import GiB, MiB, fmt_bytes, fmt_duration
@@ -12,7 +13,7 @@ from traintop.units import GiB, MiB, fmt_bytes, fmt_duration
 _value = itemgetter(1)
 
 
-class MemoryCreep:
+class MemoryCreep(HostRule):
     id = "memory_creep"
     title = "Creeping GPU memory"
     severity = Severity.WARNING

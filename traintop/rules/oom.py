@@ -7,6 +7,7 @@ last WINDOW_S seconds, so a caught ``OutOfMemoryError`` that the job survived is
 
 from __future__ import annotations
 
+from traintop.rules.declaration import HostRule
 from traintop.rules.engine import Verdict, RuleContext, Severity
 from traintop.units import fmt_bytes
 
@@ -21,7 +22,7 @@ def _rise(pairs: list[tuple[float, float]]) -> tuple[int, float | None]:
     return int(pairs[-1][1] - pairs[0][1]), last
 
 
-class OutOfMemory:
+class OutOfMemory(HostRule):
     id = "oom"
     title = "Out of GPU memory"
     severity = Severity.WARNING  # critical once an allocation has failed

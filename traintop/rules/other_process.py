@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from traintop.metrics import gpu_subject
+from traintop.rules.declaration import HostRule
 from traintop.rules.engine import Verdict, RuleContext, Severity
 from traintop.units import GiB, fmt_bytes
 
 
-class OtherProcess:
+class OtherProcess(HostRule):
     id = "other_process"
     title = "Another process holds GPU memory"
     severity = Severity.WARNING

@@ -10,12 +10,13 @@ pinned 2 GiB copies moved 49 GB/s.
 from __future__ import annotations
 
 from traintop.metrics import gpu_subject
+from traintop.rules.declaration import HostRule
 from traintop.rules.engine import HOLDS, WEAK, Verdict, RuleContext, Severity
 from traintop.samples import pcie_bandwidth
 from traintop.units import fmt_bytes
 
 
-class PcieBottleneck:
+class PcieBottleneck(HostRule):
     id = "pcie"
     title = "Host-to-device copies limit the GPU"
     severity = Severity.WARNING

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from traintop.metrics import gpu_subject
 from traintop.rules.collective import collective_waits
+from traintop.rules.declaration import HostRule
 from traintop.rules.engine import LAPSED, REVERSED, Verdict, RuleContext, Severity
 from traintop.samples import REASON_SW_POWER_CAP
 
@@ -12,10 +13,11 @@ SPIN_SM_PCT = 20.0  # "utilization" near 100 % with SMs this idle is a kernel sp
 CAP_POWER_FRAC = 0.4  # a GPU held by its power cap draws near its limit; below 40 % of it, the cap holds nothing
 
 
-class PowerCapAtFullLoad:
+class PowerCapAtFullLoad(HostRule):
     id = "power_cap"
     title = "Power-capped at full load (normal)"
     severity = Severity.INFO
+    defers_to = ("stall",)
     raise_after = 10.0
     clear_after = 30.0
     remedies = ("Nothing to fix: a fully loaded GPU runs at its power limit and the driver trims clocks to hold it.",)
@@ -26,7 +28,7 @@ class PowerCapAtFullLoad:
         waits = collective_waits(ctx, c.straggler_window_s)
         for g in ctx.gpus():
             i, subject = g.index, gpu_subject(g.index)
-            if (waits is not None and i in waits.waiting) or ctx.is_holding("stall", subject):
+            if (waits is not None and i in waits.waiting) or any(ctx.is_holding(r, subject) for r in self.defers_to):
                 # "utilization" is a kernel spinning in a collective, not load
                 if ctx.is_active(self.id, subject):
                     yield Verdict(subject, f"GPU {i} is waiting, not loaded", state=REVERSED)

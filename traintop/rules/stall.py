@@ -13,6 +13,7 @@ import time
 
 from traintop.metrics import gpu_subject
 from traintop.rules.collective import job_gpus, loads
+from traintop.rules.declaration import HostRule
 from traintop.rules.engine import HOLDS, WEAK, Verdict, RuleContext, Severity
 from traintop.units import fmt_duration
 
@@ -36,7 +37,7 @@ def last_change(pairs: list[tuple[float, float]]) -> float | None:
     return None
 
 
-class Stall:
+class Stall(HostRule):
     id = "stall"
     title = "Training stalled"
     severity = Severity.CRITICAL

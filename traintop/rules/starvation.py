@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from traintop.metrics import gpu_subject
 from traintop.rules.collective import collective_waits
+from traintop.rules.declaration import HostRule
 from traintop.rules.engine import HOLDS, LAPSED, REVERSED, WEAK, Verdict, RuleContext, Severity
 from traintop.units import fmt_range
 
@@ -47,10 +48,11 @@ def _quartiles(xs: list[float]) -> tuple[float, float]:
     return s[len(s) // 4], s[(3 * len(s)) // 4]
 
 
-class Starvation:
+class Starvation(HostRule):
     id = "starvation"
     title = "Data starvation"
     severity = Severity.WARNING
+    defers_to = ("pcie", "stall")  # the copies to the GPU, or a hang, explain the gaps better than the loader
     raise_after = 8.0
     clear_after = 15.0
     now_s = 12.0  # gaps of 1-2 s: a pattern needs a few of them
@@ -74,7 +76,7 @@ class Starvation:
         for i in ctx.gpu_indices():
             subject = gpu_subject(i)
             pairs = ctx.gpu_pairs(i, "util", w, min_n=8, min_span=0.5)
-            if not pairs or ctx.is_holding("pcie", subject) or ctx.is_holding("stall", subject):
+            if not pairs or any(ctx.is_holding(r, subject) for r in self.defers_to):
                 continue  # too little history, or the copies to the GPU explain the gaps better than the loader
             if in_collective is not None and i in in_collective.waiting:
                 continue  # it waits for another rank (the straggler rule), not for its own input

@@ -6,13 +6,14 @@ import bisect
 import math
 from operator import itemgetter
 
+from traintop.rules.declaration import HostRule
 from traintop.rules.engine import Verdict, RuleContext, Severity
 from traintop.stats import median
 
 _value = itemgetter(1)
 
 
-class StepTimeRegression:
+class StepTimeRegression(HostRule):
     id = "step_regression"
     title = "Steps slowed down"
     severity = Severity.WARNING

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from traintop.metrics import gpu_subject
 from traintop.rules.collective import Load, Waits, collective_waits
+from traintop.rules.declaration import HostRule
 from traintop.rules.engine import HOLDS, WEAK, Verdict, RuleContext, Severity
 from traintop.samples import THERMAL_REASONS, reason_names
 from traintop.units import fmt_bytes
@@ -107,13 +108,14 @@ def step_cost(ctx: RuleContext, waits: Waits, window_s: float) -> str:
     return f"the GPUs compute only ~{busy * 100:.0f} % of the time; the rest is the wait for the slow rank"
 
 
-class Straggler:
+class Straggler(HostRule):
     id = "straggler"
     title = "A slow rank holds back the others"
     severity = Severity.WARNING
     raise_after = 10.0
     clear_after = 20.0
     explains = ("underuse", "imbalance", "idle_gpu")  # the others wait for it
+    defers_to = ("stall",)
     explains_all_gpus = True
     remedies = (
         "Find what only the slow rank does: its input pipeline (more DataLoader workers, faster decoding), "
@@ -125,7 +127,7 @@ class Straggler:
 
     def evaluate(self, ctx: RuleContext):
         w = ctx.config.straggler_window_s
-        if any(ctx.is_holding("stall", gpu_subject(g.index)) for g in ctx.gpus()):
+        if any(ctx.is_holding(r, gpu_subject(g.index)) for g in ctx.gpus() for r in self.defers_to):
             return  # nobody steps: that is a stall, not a slow rank
         waits = collective_waits(ctx, w)
         if waits is None:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from traintop.metrics import gpu_subject
+from traintop.rules.declaration import HostRule
 from traintop.rules.engine import Verdict, RuleContext, Severity
 from traintop.samples import POWER_BRAKE_REASONS, THERMAL_REASONS, reason_names
 
 
-class ThermalThrottle:
+class ThermalThrottle(HostRule):
     id = "thermal"
     title = "Thermal throttling"
     severity = Severity.WARNING

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 from traintop.metrics import gpu_subject
 from traintop.rules.collective import collective_waits
+from traintop.rules.declaration import HostRule
 from traintop.rules.engine import Verdict, RuleContext, Severity
 from traintop.units import fmt_bytes
 
 
-class Underuse:
+class Underuse(HostRule):
     id = "underuse"
     title = "GPU underused"
     severity = Severity.WARNING
+    defers_to = ("starvation", "pcie", "stall", "straggler")
     raise_after = 8.0  # the window already asks for 15 s of low draw; and it must hold now
     clear_after = 20.0
     RAISE_BATCH = "Raise the batch size while memory allows (scale the learning rate with it)."
@@ -37,7 +39,7 @@ class Underuse:
                              collective_waits(ctx, c.straggler_window_s / 2)) if x is not None]
         for g in ctx.gpus():
             i, subject = g.index, gpu_subject(g.index)
-            if any(ctx.is_holding(r, subject) for r in ("starvation", "pcie", "stall", "straggler")):
+            if any(ctx.is_holding(r, subject) for r in self.defers_to):
                 continue  # starvation, the copies, a hang or a slow rank explain the low draw better
             if any(ctx.is_holding("straggler", rank) for rank, _ in ctx.feed(i).ranks):
                 continue  # one of its ranks holds back the others
