@@ -5,11 +5,22 @@ from __future__ import annotations
 from traintop.app.main import TraintopApp
 from traintop.feeds import Feed
 from traintop.monitor import Monitor
+from traintop.samples import SessionKind
+from traintop.session import Session
 
 
-def build_app(monitor: Monitor, feed: Feed, *, mode: str = "live", start_feed: bool = True,
-              banner: str | None = None, record_dir: str | None = None, max_fps: float | None = None,
-              job=None, grace: float = 10.0) -> TraintopApp:
-    """``job``: the traintop.job.Job that `traintop run` started (q then asks whether to stop it)."""
-    return TraintopApp(monitor, feed, mode=mode, start_feed=start_feed, banner=banner, record_dir=record_dir,
-                       max_fps=max_fps, job=job, grace=grace)
+def build_app(session: Session | Monitor, feed: Feed | None = None, *, mode: SessionKind | str | None = None,
+              start_feed: bool = True, banner: str | None = None, record_dir: str | None = None,
+              max_fps: float | None = None, job=None, grace: float = 10.0) -> TraintopApp:
+    """The dashboard of ``session`` (or of a monitor and its feed, as tests and benches build
+    them; ``mode`` then says which kind of session they make). ``record_dir``: where r records;
+    ``job``: the traintop.job.Job that `traintop run` started (q then asks whether to stop it)."""
+    if not isinstance(session, Session):
+        session = Session(session, feed)
+    if mode is not None:
+        session.kind = mode
+    if record_dir is not None:
+        session.record_dir = record_dir
+    if job is not None:
+        session.job = job
+    return TraintopApp(session, start_feed=start_feed, banner=banner, max_fps=max_fps, grace=grace)

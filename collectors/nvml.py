@@ -32,7 +32,7 @@ from traintop.collectors.gpm import GpmReader
 from traintop.collectors.nvml_events import ECC_DOUBLE_BIT, XID_CRITICAL, EventListener
 from traintop.collectors.process_util import ProcessUtilReader
 from traintop.errors import NoGpuError, TraintopError
-from traintop.samples import GpuInfo, GpuProcess, GpuSample, SessionInfo
+from traintop.samples import GpuInfo, GpuProcess, GpuSample, SessionInfo, SessionKind
 
 _UNSUPPORTED_CODES = {3, 4, 13}  # NOT_SUPPORTED, NO_PERMISSION, FUNCTION_NOT_FOUND
 
@@ -146,7 +146,7 @@ class NvmlCollector:
         fn = getattr(self.nv, fn_name, None)
         return self._safe(i, field, fn, *args) if fn is not None else None
 
-    def session_info(self, interval: float, kind: str = "live") -> SessionInfo:
+    def session_info(self, interval: float, kind: str = SessionKind.LIVE) -> SessionInfo:
         import socket
         return SessionInfo(kind=kind, gpus=self.infos, driver=_text(self.driver) if self.driver else None,
                            cuda_driver=self.cuda_driver, hostname=socket.gethostname(), interval=interval,

@@ -29,6 +29,7 @@ from traintop.samples import (
     ProcInfo,
     RankSample,
     SessionInfo,
+    SessionKind,
 )
 from traintop.units import GiB, MiB
 
@@ -83,7 +84,7 @@ class Simulator:
 
     def info(self) -> SessionInfo:
         return SessionInfo(
-            kind="simulated",
+            kind=SessionKind.SIMULATED,
             gpus=tuple(GpuInfo(index=i, name=H200["name"], uuid=f"GPU-sim-{self.seed}-{i}",
                                mem_total=H200["mem_total"], power_limit_w=H200["power_limit_w"],
                                temp_slowdown_c=H200["temp_slowdown_c"], sm_clock_max=H200["sm_clock_max"],

@@ -132,7 +132,9 @@ def test_an_uncaught_exception_gives_a_non_zero_exit(monkeypatch, sim_app):
     monkeypatch.setattr(TraintopApp, "run", lambda self: original_run(self, headless=True, size=(80, 24),
                                                                          auto_pilot=press_help))
     _, monitor, feed = sim_app()
-    assert cli._run_app(argparse.Namespace(fps=2), monitor, feed, "simulated") != 0
+    from traintop.session import Session
+
+    assert cli._run_app(argparse.Namespace(fps=2), Session(monitor, feed)) != 0
 
 
 

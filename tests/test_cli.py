@@ -95,8 +95,8 @@ def test_no_gpu_says_so_in_the_app_and_plays_the_demo(monkeypatch, capsys):
 
     ran = {}
     monkeypatch.setattr(sessions, "live_session", no_gpu)
-    monkeypatch.setattr(cli, "_run_app", lambda args, monitor, feed, mode, banner=None:
-                        ran.update(mode=mode, feed=feed, banner=banner) or 0)
+    monkeypatch.setattr(cli, "_run_app", lambda args, session, banner=None:
+                        ran.update(mode=session.kind, feed=session.feed, banner=banner) or 0)
     assert cli.main([]) == 0
     # A line printed before the UI starts is seen only after quitting: the app shows it.
     assert "NVML Shared Library Not Found" in ran["banner"] and "playing the embedded demo" in ran["banner"]

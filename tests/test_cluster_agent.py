@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from traintop.cluster import series as S
 from traintop.cluster.agent import HostAgent, is_loopback, parse_listen, serve
-from traintop.cluster.live_source import AgentSampler, AllProbes
+from traintop.collectors.node import AgentSampler, AllProbes
 from traintop.errors import TraintopError
 from traintop.sessions import simulated_session
 
@@ -122,8 +122,8 @@ def test_listen_beyond_loopback_warns_once(capsys):
     with pytest.raises(TraintopError):
         parse_listen("host:port")
     said = []
-    monitor, feed = simulated_session("healthy", history_s=0)
-    h = HostAgent("h", monitor, feed, None, "simulated")
+    session = simulated_session("healthy", history_s=0)
+    h = HostAgent("h", session, None)
     servers = serve([h], "0.0.0.0:0", said.append)
     for s in servers:
         s.shutdown()
@@ -136,8 +136,9 @@ def test_listen_beyond_loopback_warns_once(capsys):
 
 
 def test_a_stuck_scraper_does_not_stop_sampling():
-    monitor, feed = simulated_session("healthy", history_s=0, interval=0.1)
-    h = HostAgent("h", monitor, feed, None, "simulated")
+    session = simulated_session("healthy", history_s=0, interval=0.1)
+    monitor = session.monitor
+    h = HostAgent("h", session, None)
     (server,) = serve([h], "127.0.0.1:0", lambda m: None)
     port = server.server_port
     stuck = socket.create_connection(("127.0.0.1", port))
@@ -193,15 +194,15 @@ def test_a_probe_appears_with_its_job_and_its_series_go_when_it_stops(tmp_path, 
 
 
 def test_root_reads_every_users_probe_directory(monkeypatch, tmp_path):
-    from traintop.cluster import live_source
+    from traintop.collectors import node
 
     monkeypatch.setenv("TRAINTOP_PROBE_DIR", str(tmp_path))
-    monkeypatch.setattr(live_source.os, "geteuid", lambda: 1000)
-    assert live_source.probe_dirs() == [str(tmp_path)]
-    monkeypatch.setattr(live_source.os, "geteuid", lambda: 0)
-    monkeypatch.setattr(live_source.glob, "glob", lambda pattern: [str(tmp_path / "u1")] if "run" in pattern else [])
+    monkeypatch.setattr(node.os, "geteuid", lambda: 1000)
+    assert node.probe_dirs() == [str(tmp_path)]
+    monkeypatch.setattr(node.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(node.glob, "glob", lambda pattern: [str(tmp_path / "u1")] if "run" in pattern else [])
     (tmp_path / "u1").mkdir()
-    assert live_source.probe_dirs() == [str(tmp_path), str(tmp_path / "u1")]
+    assert node.probe_dirs() == [str(tmp_path), str(tmp_path / "u1")]
 
 
 def test_on_finding_runs_the_command_with_json_and_never_blocks(tmp_path):
@@ -286,9 +287,11 @@ def test_an_agent_that_reads_no_gpu_says_so_once_and_serves_whether_gpus_are_unr
     class Unread:
         gpu_problem, gpus_unreadable = "NVML could not start (Insufficient Permissions)", True
 
-    monitor, feed = simulated_session("healthy", gpus=1, interval=0.5)
-    feed.source = Unread()
-    h = HostAgent("gpu-b", monitor, feed, None, "live")
+    session = simulated_session("healthy", gpus=1, interval=0.5)
+    monitor = session.monitor
+    session.feed.source = Unread()
+    session.kind = "live"  # posing as a live agent's session
+    h = HostAgent("gpu-b", session, None)
     note = gpu_note(h)
     assert "NVIDIA GPUs that NVML cannot read (NVML could not start (Insufficient Permissions))" in note
     from traintop.cluster.exporter import HostCollector
@@ -300,7 +303,7 @@ def test_an_agent_that_reads_no_gpu_says_so_once_and_serves_whether_gpus_are_unr
 
 
 def test_nvidia_hardware_is_seen_without_nvml(tmp_path):
-    from traintop.cluster.live_source import nvidia_hardware_present
+    from traintop.collectors.node import nvidia_hardware_present
 
     assert not nvidia_hardware_present(str(tmp_path))
     dev = tmp_path / "sys" / "bus" / "pci" / "devices" / "0000:17:00.0"
@@ -316,8 +319,8 @@ def test_metrics_only_a_bare_port_is_loopback_and_half_sent_requests_do_not_pile
     from traintop.cluster.metrics_server import MetricsServer
 
     assert parse_listen("19401") == ("127.0.0.1", 19401) and parse_listen(":7") == ("127.0.0.1", 7)
-    monitor, feed = simulated_session("healthy", history_s=0)
-    h = HostAgent("h", monitor, feed, None, "simulated")
+    session = simulated_session("healthy", history_s=0)
+    h = HostAgent("h", session, None)
     srv = MetricsServer("127.0.0.1", 0, h.registry, max_connections=4, connection_s=1.0).start()
     held = []
     try:

@@ -287,7 +287,7 @@ def _probe_as(uid: int, directory: str, job: str, rank: int) -> int:
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run processes as two other users")
 def test_a_rank_claimed_by_another_users_process_is_exported_for_neither_and_is_a_finding():
     from traintop.cluster.agent import HostAgent
-    from traintop.cluster.live_source import AllProbes
+    from traintop.collectors.node import AllProbes
     from traintop.cluster.metrics_server import MetricsServer
     from traintop.sessions import simulated_session
 
@@ -312,8 +312,8 @@ def test_a_rank_claimed_by_another_users_process_is_exported_for_neither_and_is_
         probes.close()
         assert sorted(r.uid for r in ranks) == [65533, 65534]  # from SO_PEERCRED, not from the message
         # through the agent's exporter: neither claim of rank 0 is a series, both are a finding
-        monitor, feed = simulated_session("healthy", history_s=0)
-        h = HostAgent("node-a", monitor, feed, None, "simulated")
+        session = simulated_session("healthy", history_s=0)
+        h = HostAgent("node-a", session, None)
         labelled, claims = rank_series(ranks, None)
         assert labelled == [] and ("rank_claimed_twice", "warning", "job 1234 rank 0") in claims
         assert ("rank_owners_differ", "warning", "job 1234") in claims

@@ -448,7 +448,7 @@ def test_a_rank_waiting_for_a_slow_rank_in_the_all_reduce_is_not_waiting_for_inp
 
 
 def test_the_socket_of_a_job_killed_by_a_signal_is_removed_by_the_next_reader(tmp_path):
-    from traintop.cluster.live_source import AllProbes
+    from traintop.collectors.node import AllProbes
 
     d = tmp_path / "probes"
     d.mkdir(mode=0o700)

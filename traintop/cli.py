@@ -57,18 +57,14 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"traintop: {plain(message)} (see {self.prog} --help)\n")
 
 
-def _attach_finding_hook(args, monitor, headless: bool) -> None:
+def _on_finding(args, session, headless: bool) -> None:
     """--on-finding: the hook runs on its own thread; under the dashboard its failures show in the
     status bar, headless the first one is said at once."""
-    from traintop.hooks import finding_hook
-
-    hook = finding_hook(getattr(args, "on_finding", None), echo if headless else None)
-    if hook is not None:
-        monitor.attach_finding_hook(hook)
+    session.on_finding(getattr(args, "on_finding", None), echo if headless else None)
 
 
-def _hook_summary(monitor) -> None:
-    if monitor.hook is not None and (problem := monitor.hook.problem()):
+def _hook_summary(session) -> None:
+    if problem := session.hook_problem():
         echo(problem)
 
 
@@ -89,24 +85,24 @@ def has_terminal() -> bool:
     return True
 
 
-def require_terminal(monitor=None) -> None:
+def require_terminal(session=None) -> None:
     """One line and exit 2 where the dashboard cannot draw; a session already built is closed."""
     if not has_terminal():
-        if monitor is not None:
-            monitor.close()
+        if session is not None:
+            session.close()
         raise TraintopError(NO_TERMINAL)
 
 
-def _run_app(args, monitor, feed, mode: str, banner: str | None = None, prepare=None, job=None) -> int:
+def _run_app(args, session, banner: str | None = None, prepare=None) -> int:
     from traintop.app.factory import build_app
 
-    require_terminal(monitor)
-    app = build_app(monitor, feed, mode=mode, banner=banner, max_fps=args.fps, job=job,
-                    grace=getattr(args, "grace", 10.0))
+    require_terminal(session)
+    app = build_app(session, banner=banner, max_fps=args.fps, grace=getattr(args, "grace", 10.0))
     if prepare is not None:
         prepare(app)
     app.run()
-    _hook_summary(monitor)
+    _hook_summary(session)
+    monitor = session.monitor
     if monitor.recording_error:
         echo(monitor.recording_error)
     if monitor.recorder is not None and not monitor.recording_error:
@@ -121,26 +117,25 @@ def cmd_live(args) -> int:
         require_terminal()  # before the recording is created: nothing left behind to remove
     explicit = args.pid is not None or args.record is not None
     try:
-        monitor, feed = sessions.live_session(args.interval, pid=args.pid, record=args.record,
-                                              require_gpu=not explicit, config=args.thresholds,
-                                              only_gpus=args.only_gpus)
+        session = sessions.live_session(args.interval, pid=args.pid, record=args.record,
+                                        require_gpu=not explicit, config=args.thresholds,
+                                        only_gpus=args.only_gpus)
     except NoGpuError as e:
         # Said inside the app: a line printed before it starts is hidden until the user quits.
-        monitor, feed = sessions.demo_session(config=args.thresholds)
-        return _run_app(args, monitor, feed, "demo",
+        return _run_app(args, sessions.demo_session(config=args.thresholds),
                         banner=f"No GPU here: playing the embedded demo (recorded on an H200). {e}")
-    require_terminal(monitor)  # before the notes below: one line, not three
-    _attach_finding_hook(args, monitor, headless=False)
-    banner = None if monitor.info.gpus else "No NVIDIA GPU visible: showing the host and the process only."
+    require_terminal(session)  # before the notes below: one line, not three
+    _on_finding(args, session, headless=False)
+    banner = None if session.monitor.info.gpus else "No NVIDIA GPU visible: showing the host and the process only."
     if args.pid is not None and (note := _probe_dir_note()):
         echo(note)
         banner = note
-    if args.pid is not None and monitor.info.gpus:
-        note = _gpu_use_note(monitor, feed, args.pid)
+    if args.pid is not None and session.monitor.info.gpus:
+        note = _gpu_use_note(session, args.pid)
         if note:
             echo(note)
             banner = note
-    return _run_app(args, monitor, feed, "live", banner=banner)
+    return _run_app(args, session, banner=banner)
 
 
 def _probe_dir_note() -> str | None:
@@ -157,15 +152,15 @@ def _probe_dir_note() -> str | None:
                     "jobs started by traintop run are still found")
 
 
-def _gpu_use_note(monitor, feed, pid: int) -> str | None:
+def _gpu_use_note(session, pid: int) -> str | None:
     """One line when the attached process holds no GPU memory (it may not have started yet).
 
     The sample taken to find out is the session's first, not thrown away."""
     try:
-        frame = feed.source.next_frame()
+        frame = session.feed.source.next_frame()
     except Exception:
         return None
-    monitor.ingest(frame)
+    session.monitor.ingest(frame)
     pids = {m.pid for m in frame.process.members} | {pid} if frame.process else {pid}
     if any(p.pid in pids for g in frame.gpus for p in g.processes):
         return None
@@ -176,8 +171,8 @@ def _gpu_use_note(monitor, feed, pid: int) -> str | None:
 def cmd_demo(args) -> int:
     from traintop import sessions
 
-    monitor, feed = sessions.demo_session(config=args.thresholds)
-    return _run_app(args, monitor, feed, "demo", banner="Demo: a recorded H200 session, replayed in a loop.")
+    return _run_app(args, sessions.demo_session(config=args.thresholds),
+                    banner="Demo: a recorded H200 session, replayed in a loop.")
 
 
 def cmd_simulate(args) -> int:
@@ -185,10 +180,10 @@ def cmd_simulate(args) -> int:
 
     if args.record is not None:
         require_terminal()  # before the recording is created: nothing left behind to remove
-    monitor, feed = sessions.simulated_session(args.scenario, gpus=args.gpus, seed=args.seed,
-                                               interval=args.interval, record=args.record, config=args.thresholds)
-    _attach_finding_hook(args, monitor, headless=False)
-    return _run_app(args, monitor, feed, "simulated")
+    session = sessions.simulated_session(args.scenario, gpus=args.gpus, seed=args.seed,
+                                         interval=args.interval, record=args.record, config=args.thresholds)
+    _on_finding(args, session, headless=False)
+    return _run_app(args, session)
 
 
 def cmd_run(args) -> int:
@@ -211,34 +206,34 @@ def cmd_run(args) -> int:
         if not ui and not args.no_ui:
             echo("no terminal here: running without the dashboard (as with --no-ui)")
         try:
-            monitor, feed = sessions.live_session(args.interval, pid=job.pid, record=args.record, require_gpu=False,
-                                                  config=args.thresholds, probe_dir=base, own_child=True,
-                                                  only_gpus=args.only_gpus)
+            session = sessions.live_session(args.interval, pid=job.pid, record=args.record, require_gpu=False,
+                                            config=args.thresholds, probe_dir=base, own_child=True,
+                                            only_gpus=args.only_gpus)
         except BaseException:
             job.forward(signal.SIGTERM, 2.0)  # nothing will watch it: do not leave it running
             job.watch()
             job.finish()
             raise
-        job.on_end(monitor.end_job)
-        _attach_finding_hook(args, monitor, headless=not ui)
+        session.attach_job(job)
+        _on_finding(args, session, headless=not ui)
         job.watch()
         if ui:
-            return _run_job_in_app(args, job, monitor, feed)
-        return _run_job_headless(args, job, monitor, feed)
+            return _run_job_in_app(args, job, session)
+        return _run_job_headless(args, job, session)
     finally:
         restore()
 
 
-def _run_job_headless(args, job, monitor, feed) -> int:
+def _run_job_headless(args, job, session) -> int:
+    monitor = session.monitor
     try:
-        feed.start()
+        session.start()
         job.finish()
         job.drain_output()
-        _wait_for_tick(feed, timeout=max(2.0, 3 * args.interval))  # a last sample shows the end
+        _wait_for_tick(session.feed, timeout=max(2.0, 3 * args.interval))  # a last sample shows the end
     finally:
-        feed.stop()
-        monitor.close()
-    _hook_summary(monitor)
+        session.close()
+    _hook_summary(session)
     end = job.end
     saved = f"; recorded to {args.record}" if args.record and not monitor.recording_error else ""
     echo(f"{end.describe()}{saved}")
@@ -247,7 +242,7 @@ def _run_job_headless(args, job, monitor, feed) -> int:
     return end.status
 
 
-def _run_job_in_app(args, job, monitor, feed) -> int:
+def _run_job_in_app(args, job, session) -> int:
     import asyncio
 
     from traintop.job import forward_signals
@@ -264,7 +259,7 @@ def _run_job_in_app(args, job, monitor, feed) -> int:
     # Said in turn where the top line is short: the PID, then the log (its path whole), then q.
     banner = f"Job started (PID {job.pid}). Its output goes to: {job.log_path}. " \
              "? says it again; q asks whether to stop the job."
-    _run_app(args, monitor, feed, "live", prepare=close_app, job=job, banner=banner)
+    _run_app(args, session, prepare=close_app, banner=banner)
     if job.end is None and not job.signals_received:
         echo(f"the job (PID {job.pid}) goes on; its output: {job.log_path}")
         return 0
@@ -328,10 +323,10 @@ def cmd_analyze(args) -> int:
 def cmd_replay(args) -> int:
     from traintop import sessions
 
-    monitor, feed = sessions.replay_session(args.file, speed=args.speed, fields=_fields(args),
-                                            config=args.thresholds)
-    note = f" ({feed.reader.skipped_chunks} damaged chunk(s) skipped)" if feed.reader.skipped_chunks else ""
-    return _run_app(args, monitor, feed, "replay", banner=f"Replaying {os.path.basename(args.file)}{note}. "
+    session = sessions.replay_session(args.file, speed=args.speed, fields=_fields(args), config=args.thresholds)
+    skipped = session.feed.reader.skipped_chunks
+    note = f" ({skipped} damaged chunk(s) skipped)" if skipped else ""
+    return _run_app(args, session, banner=f"Replaying {os.path.basename(args.file)}{note}. "
                     "space: pause  ← →: seek  [ ]: speed  ?: help")
 
 
@@ -345,13 +340,14 @@ def cmd_record(args) -> int:
     if args.simulate and args.only_gpus is not None:
         raise TraintopError("--only-gpus picks real GPUs: it does not go with --simulate (use --gpus)")
     if args.simulate:
-        monitor, feed = sessions.simulated_session(args.simulate, gpus=args.gpus, seed=args.seed,
-                                                   interval=args.interval, history_s=0, record=args.file,
-                                                   realtime=not args.fast, config=args.thresholds)
+        session = sessions.simulated_session(args.simulate, gpus=args.gpus, seed=args.seed,
+                                             interval=args.interval, history_s=0, record=args.file,
+                                             realtime=not args.fast, config=args.thresholds)
     else:
-        monitor, feed = sessions.live_session(args.interval, pid=args.pid, record=args.file, require_gpu=False,
-                                              config=args.thresholds, only_gpus=args.only_gpus)
-    _attach_finding_hook(args, monitor, headless=True)
+        session = sessions.live_session(args.interval, pid=args.pid, record=args.file, require_gpu=False,
+                                        config=args.thresholds, only_gpus=args.only_gpus)
+    _on_finding(args, session, headless=True)
+    monitor, feed = session.monitor, session.feed
     say = (lambda *a: None) if args.quiet else echo
     n_gpus = len(monitor.info.gpus)
     what = f"{n_gpus} GPU{'s' if n_gpus != 1 else ''}"
@@ -368,9 +364,8 @@ def cmd_record(args) -> int:
         else:
             _record_until_stopped(feed, args.duration, lambda: monitor.recording_error is not None)
     finally:
-        feed.stop()
-        monitor.close()
-    _hook_summary(monitor)
+        session.close()
+    _hook_summary(session)
     if monitor.recording_error:
         raise TraintopError(f"{monitor.recording_error} (samples up to the error are kept)")
     alerts = monitor.engine.alerts

@@ -2,7 +2,7 @@
 
 Each runs on its own thread and calls ``notify()`` after every ingest so a UI can
 redraw; the UI cannot tell one feed from another. Replay also takes commands
-(pause, step, seek, speed).
+(pause, step, seek, speed), queued by its ``ReplayControls``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from typing import Callable, Protocol
 
 from traintop.errors import RecordingError
 from traintop.monitor import Monitor
-from traintop.samples import Frame
+from traintop.replay_controls import ReplayControls
+from traintop.samples import Frame, SessionKind
 from traintop.store import Store
 
 Notify = Callable[[], None]
@@ -26,27 +27,10 @@ class FrameSource(Protocol):
     def next_frame(self) -> Frame: ...
 
 
-class ReplayControls(Protocol):
-    """What a feed that plays a recording lets a user do (``Feed.replay_controls()``)."""
-
-    t_start: float | None
-    t_end: float | None
-    position: float | None
-    speed: float
-    playing: bool
-    at_end: bool
-
-    def toggle_pause(self) -> None: ...
-    def seek(self, t: float) -> None: ...
-    def step(self, direction: int = 1) -> None: ...
-    def faster(self) -> None: ...
-    def slower(self) -> None: ...
-
-
 class Feed:
     """Base: a thread that ticks; subclasses implement ``_tick``."""
 
-    kind = "live"
+    kind = SessionKind.LIVE
 
     def __init__(self, monitor: Monitor, interval: float) -> None:
         self.monitor = monitor
@@ -66,7 +50,7 @@ class Feed:
             self._thread.start()
 
     def replay_controls(self) -> ReplayControls | None:
-        """Pause, seek, step and speed where the feed plays a recording; None for live data."""
+        """Pause, seek, step and speed, queued, where the feed plays a recording; None for live data."""
         return None
 
     def stop(self) -> None:
@@ -106,7 +90,8 @@ class Feed:
 class SourceFeed(Feed):
     """Ticks a frame source (live collectors or the simulator) at a fixed interval."""
 
-    def __init__(self, monitor: Monitor, source: FrameSource, interval: float, kind: str = "live") -> None:
+    def __init__(self, monitor: Monitor, source: FrameSource, interval: float,
+                 kind: SessionKind = SessionKind.LIVE) -> None:
         super().__init__(monitor, interval)
         self.source = source
         self.kind = kind
@@ -135,7 +120,7 @@ class SourceFeed(Feed):
 class ReplayFeed(Feed):
     """Plays a recording (or any time-ordered frames) with pause, step, seek and speed."""
 
-    kind = "replay"
+    kind = SessionKind.REPLAY
     SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
     WARM_S = 300.0  # history rebuilt before a seek target, so sparklines and rules have context
     RULES_WARM_S = 150.0  # rules need their longest window (120 s) plus hysteresis before the target
@@ -149,9 +134,10 @@ class ReplayFeed(Feed):
     # seek has the start and end it has when the file plays from its start.
     JUDGE_ALL_MAX_GPU_SAMPLES = 4000
 
-    def __init__(self, monitor: Monitor, reader, *, loop: bool = False, tick: float = 0.1) -> None:
+    def __init__(self, monitor: Monitor, reader, *, loop: bool = False, tick: float = 0.1,
+                 kind: SessionKind = SessionKind.REPLAY) -> None:
         super().__init__(monitor, tick)
-        self.kind = "replay"
+        self.kind = kind
         self.reader = reader
         self.loop = loop
         self.t_start = reader.t_start
@@ -177,6 +163,7 @@ class ReplayFeed(Feed):
         self._stack_times = [d.t for d in self._stacks]
         self._emitted_t: float | None = None
         self._judged = self._recorded_alerts is not None
+        self.controls = ReplayControls(self)
         if self.t_start is not None:
             self._open_at(self.t_start)
             self._emit_until(self.t_start)  # something to show before the clock starts
@@ -236,9 +223,9 @@ class ReplayFeed(Feed):
             n += 1
         return n
 
-    # -- commands (any thread) ----------------------------------------------
+    # -- commands (any thread; a UI queues them through ``controls``) ---------------
     def replay_controls(self) -> ReplayControls:
-        return self
+        return self.controls
 
     def toggle_pause(self) -> None:
         with self._lock:

@@ -88,6 +88,7 @@ class FindingHook:
         self._q: queue.Queue = queue.Queue(maxsize=QUEUE_MAX)
         self._current: tuple[subprocess.Popen, str] | None = None
         self._stopping = threading.Event()
+        self._closed = False
         self._thread = threading.Thread(target=self._work, name="traintop-on-finding", daemon=True)
         self._thread.start()
 
@@ -100,7 +101,11 @@ class FindingHook:
 
     def close(self, wait: float = 5.0) -> None:
         """Let the queued events run for up to ``wait`` seconds, then stop: a run still going is
-        killed with everything it started, and nothing of it outlives traintop."""
+        killed with everything it started, and nothing of it outlives traintop. Closing again does
+        nothing (the agent's hosts share one hook, and each host's session closes it)."""
+        if self._closed:
+            return
+        self._closed = True
         end = time.monotonic() + wait
         try:
             self._q.put(None, timeout=wait)

@@ -7,6 +7,7 @@ A field a source cannot read is ``None``, never 0.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 
 # NVML clock-event ("throttle") reason bits.
 REASON_GPU_IDLE = 0x1
@@ -183,11 +184,31 @@ class Frame:
     stale_gpus: tuple[int, ...] = ()  # GPUs whose driver did not answer in time (their fields are None)
 
 
+class SessionKind(str, Enum):
+    """How a session is watched: the one spelling for the dashboard's mode, the feed's kind and
+    the kind a recording names. A str, so files and tests that say "live" compare equal."""
+
+    LIVE = "live"
+    SIMULATED = "simulated"
+    REPLAY = "replay"
+    DEMO = "demo"
+
+    __str__ = str.__str__  # "live", not "SessionKind.LIVE", in text and files
+    __format__ = str.__format__
+
+    @property
+    def replays(self) -> bool:
+        """Plays a recording (pause, seek, step and speed; nothing to record or ask now)."""
+        return self in (SessionKind.REPLAY, SessionKind.DEMO)
+
+
 @dataclass(frozen=True, slots=True)
 class SessionInfo:
     """What a source knows about itself; recordings carry it as metadata."""
 
-    kind: str  # live, demo, simulated, replay
+    # a SessionKind where traintop watches; a reader says what it read ("import", "dcgm-exporter"),
+    # and a recording's file says what it likes (shown as text, never trusted as a kind)
+    kind: str
     gpus: tuple[GpuInfo, ...] = ()
     driver: str | None = None
     cuda_driver: str | None = None

@@ -1,11 +1,12 @@
-"""Builds (Monitor, Feed) pairs for each way of watching: live, simulated, replay, demo.
+"""Builds a Session for each way of watching: live, simulated, replay, demo, and the node
+agent's live view of every job here.
 
-Shared by the TUI, the headless recorder and the tests. No Textual here.
+Shared by the dashboard, the headless recorder, `traintop run`, the agent and the tests. No
+Textual here.
 """
 
 from __future__ import annotations
 
-import os
 import time
 
 from traintop.errors import NoGpuError, RecordingError, TraintopError
@@ -14,7 +15,8 @@ from traintop.live import LiveSampler
 from traintop.monitor import Monitor
 from traintop.recording import RecordingReader
 from traintop.rules import Thresholds, default_engine
-from traintop.samples import SessionInfo
+from traintop.samples import SessionInfo, SessionKind
+from traintop.session import Session
 from traintop.store import Store
 
 MIN_INTERVAL, MAX_INTERVAL = 0.05, 60.0
@@ -32,43 +34,51 @@ def _store_for(interval: float) -> Store:
     return Store(capacity=max(1200, min(6000, int(900 / interval))))
 
 
-def _recording(monitor: Monitor, record: str | None) -> Monitor:
-    if record and os.path.isdir(record):
-        raise TraintopError(f"{record} is a directory: give a file name in it, e.g. "
-                            f"{os.path.join(record, time.strftime('traintop-%Y%m%d-%H%M%S.ttrec'))}")
+def _monitor(info: SessionInfo, interval: float, config: Thresholds | None) -> Monitor:
+    return Monitor(info, store=_store_for(interval), engine=default_engine(config) if config else None)
+
+
+def _session(monitor: Monitor, feed, record: str | None) -> Session:
+    session = Session(monitor, feed)
     if record:
-        monitor.start_recording(record)
-    return monitor
+        session.start_recording(record)  # the route the dashboard's r key takes too
+    return session
+
+
+def _open_gpus(interval: float, only: frozenset[int] | None, require_gpu: bool):
+    """NVML's collector and the session's info; without a GPU (and not ``require_gpu``) no
+    collector, and the info says why."""
+    from traintop.collectors.nvml import NvmlCollector
+
+    try:
+        # Sampling once a second or slower, a 2-s window halves the cost of the utilization buffer.
+        gpu = NvmlCollector(window_s=1.0 if interval < 1.0 else 2.0, only=only)
+    except NoGpuError as e:
+        if require_gpu:
+            raise
+        import socket
+
+        return None, SessionInfo(kind=SessionKind.LIVE, hostname=socket.gethostname(), interval=interval,
+                                 label="no GPU", extra={"no_gpu": str(e)})
+    info = gpu.session_info(interval)
+    gpu.start_slow()
+    return gpu, info
 
 
 def live_session(interval: float = 0.5, pid: int | None = None, record: str | None = None,
                  config: Thresholds | None = None, require_gpu: bool = True, probe_dir: str | None = None,
-                 own_child: bool = False, only_gpus: frozenset[int] | None = None):
+                 own_child: bool = False, only_gpus: frozenset[int] | None = None) -> Session:
     """Live collectors. Raises NoGpuError when NVML sees no GPU and ``require_gpu``.
     ``only_gpus``: NVML indices to watch (the others are never read).
 
     ``own_child``: ``pid`` was started by this traintop (`traintop run`) and may already have
     ended; ``probe_dir`` is where its probe listens."""
     from traintop.collectors.host import HostCollector
-    from traintop.collectors.nvml import NvmlCollector
     from traintop.collectors.process import ProcessCollector
 
     check_interval(interval)
     proc = ProcessCollector(pid, ended_ok=own_child) if pid is not None else None  # fail fast on a bad PID
-    try:
-        # Sampling once a second or slower, a 2-s window halves the cost of the utilization buffer.
-        gpu = NvmlCollector(window_s=1.0 if interval < 1.0 else 2.0, only=only_gpus)
-    except NoGpuError as e:
-        if require_gpu:
-            raise
-        gpu, no_gpu = None, str(e)
-    if gpu is not None:
-        info = gpu.session_info(interval)
-        gpu.start_slow()
-    else:
-        import socket
-        info = SessionInfo(kind="live", hostname=socket.gethostname(), interval=interval, label="no GPU",
-                           extra={"no_gpu": no_gpu})
+    gpu, info = _open_gpus(interval, only_gpus, require_gpu)
     probes = None
     if proc is not None:  # the probe's reader only for an attached job
         from traintop.collectors.probe_client import ProbeClient
@@ -76,12 +86,34 @@ def live_session(interval: float = 0.5, pid: int | None = None, record: str | No
         probes = ProbeClient(probe_dir)
     sampler = LiveSampler(gpu=gpu, host=HostCollector(), process=proc, probes=probes,
                           gpu_timeout=max(1.0, 2 * interval))
-    engine = default_engine(config) if config else None
-    monitor = _recording(Monitor(info, store=_store_for(interval), engine=engine), record)
+    monitor = _monitor(info, interval, config)
     monitor.launched = own_child
-    feed = SourceFeed(monitor, sampler, interval, kind="live")
+    feed = SourceFeed(monitor, sampler, interval, kind=SessionKind.LIVE)
+    session = _session(monitor, feed, record)
     feed.closers = [lambda: _note_probe_errors(monitor, probes), sampler.close]
-    return monitor, feed
+    return session
+
+
+def agent_session(interval: float, record: str | None = None, config: Thresholds | None = None,
+                  only: frozenset[int] | None = None) -> Session:
+    """A node agent's live session: the GPUs (``only``: these NVML indices), the host, and the
+    probe of every job here (``collectors.node``). Without a GPU it serves the host and the
+    probes, and its source says why (``gpu_problem``)."""
+    from traintop.collectors.host import HostCollector
+    from traintop.collectors.node import AgentSampler, AllProbes, nvidia_hardware_present
+
+    check_interval(interval)
+    gpu, info = _open_gpus(interval, only, require_gpu=False)
+    sampler = AgentSampler(LiveSampler(gpu=gpu, host=HostCollector(), gpu_timeout=max(1.0, 2 * interval)),
+                           AllProbes(), only)
+    if gpu is None:
+        sampler.gpu_problem = info.extra["no_gpu"]
+        sampler.gpus_unreadable = nvidia_hardware_present()
+    monitor = _monitor(info, interval, config)
+    feed = SourceFeed(monitor, sampler, interval, kind=SessionKind.LIVE)
+    session = _session(monitor, feed, record)
+    feed.closers = [sampler.close]
+    return session
 
 
 def _note_probe_errors(monitor: Monitor, probes) -> None:
@@ -96,7 +128,7 @@ def _note_probe_errors(monitor: Monitor, probes) -> None:
 
 def simulated_session(scenario: str = "healthy", gpus: int = 1, seed: int = 0, interval: float = 0.5,
                       history_s: float = 0.0, record: str | None = None, realtime: bool = True,
-                      t0: float | None = None, config: Thresholds | None = None):
+                      t0: float | None = None, config: Thresholds | None = None) -> Session:
     """The simulator. Live (``realtime``) its clock starts at launch: no made-up history, so an
     alert's "since" is time the user watched (tests and screenshots ask for ``history_s``)."""
     from traintop.collectors.simulated import Simulator
@@ -108,12 +140,11 @@ def simulated_session(scenario: str = "healthy", gpus: int = 1, seed: int = 0, i
         sim = Simulator(scenario, gpus=gpus, seed=seed, interval=interval, t0=start)
     except ValueError as e:
         raise TraintopError(str(e)) from None
-    info = sim.info()
-    monitor = _recording(Monitor(info, store=_store_for(interval), engine=default_engine(config) if config else None),
-                         record)
-    feed = SourceFeed(monitor, sim, interval, kind="simulated")
+    monitor = _monitor(sim.info(), interval, config)
+    feed = SourceFeed(monitor, sim, interval, kind=SessionKind.SIMULATED)
+    session = _session(monitor, feed, record)
     feed.prefill(n_hist)
-    return monitor, feed
+    return session
 
 
 def open_source(path: str, fields: list[str] | None = None):
@@ -135,24 +166,25 @@ def _replayed_label(recorded: str | None) -> str:
     return "recorded live" if recorded == "live" else recorded
 
 
-def replay_session(path: str, *, loop: bool = False, kind: str = "replay", speed: float = 1.0,
-                   fields: list[str] | None = None, config: Thresholds | None = None):
+def replay_session(path: str, *, loop: bool = False, kind: SessionKind | str = SessionKind.REPLAY,
+                   speed: float = 1.0, fields: list[str] | None = None, config: Thresholds | None = None) -> Session:
     reader = open_source(path, fields)
     if reader.t_start is None:
         raise TraintopError(f"{path} holds no samples")
     info = reader.info
+    kind = SessionKind(kind)
     info = SessionInfo(kind=kind, gpus=info.gpus, driver=info.driver, cuda_driver=info.cuda_driver,
                        hostname=info.hostname, interval=info.interval, label=_replayed_label(info.label),
                        extra=info.extra)
-    monitor = Monitor(info, store=_store_for(info.interval), engine=default_engine(config) if config else None)
-    feed = ReplayFeed(monitor, reader, loop=loop)
+    monitor = _monitor(info, info.interval, config)
+    feed = ReplayFeed(monitor, reader, loop=loop, kind=kind)
     feed.speed = speed
     if not monitor.store and feed.peek() is None:  # every chunk damaged: nothing would ever play
         skipped = getattr(reader, "skipped_chunks", 0)
         why = getattr(reader, "damage", None) or "all damaged"
         raise TraintopError(f"{path}: none of its {getattr(reader, 'chunk_total', skipped)} chunk(s) could be read "
                             f"({why}); nothing to replay")
-    return monitor, feed
+    return Session(monitor, feed)
 
 
 def demo_path() -> str | None:
@@ -165,11 +197,11 @@ def demo_path() -> str | None:
     return str(ref) if ref.is_file() else None
 
 
-def demo_session(config: Thresholds | None = None):
+def demo_session(config: Thresholds | None = None) -> Session:
     """The embedded demo: a real H200 recording replayed in a loop."""
     path = demo_path()
     if path is None:
         raise TraintopError("the embedded demo recording is missing from this installation")
-    monitor, feed = replay_session(path, loop=True, kind="demo", config=config)
-    feed.speed = 1.0
-    return monitor, feed
+    session = replay_session(path, loop=True, kind=SessionKind.DEMO, config=config)
+    session.feed.speed = 1.0
+    return session

@@ -1,7 +1,7 @@
 """`traintop agent`: one per node — sampler, rules and probe reader, serving Prometheus.
 
 Each host (a real one, or a simulated one: one process may pose as several for scale
-tests) has its own Monitor and feed thread. After every tick the feed publishes an
+tests) has its own Session (monitor and feed thread). After every tick the feed publishes an
 immutable ``HostState`` to its collector; ``/metrics`` (prometheus-client's HTTP server,
 one thread per scrape) and the textfile writer read that state and nothing else.
 """
@@ -25,9 +25,11 @@ from traintop.cluster import series as S
 from traintop.cluster.exporter import HostCollector, HostState, RankLabels
 from traintop.cluster.metrics_server import MetricsServer
 from traintop.errors import TraintopError
-from traintop.hooks import FindingEvents, FindingHook, finding_hook
+from traintop.hooks import finding_hook
 from traintop.rules import Severity
 from traintop.rules.across_hosts import RANK_CLAIMED, RANK_OWNERS
+from traintop.samples import SessionKind
+from traintop.session import Session
 from traintop.text import one_line
 
 # Prometheus's wiki of default ports hands out 9100-9999 to exporters, and that range is
@@ -114,37 +116,35 @@ def rank_series(samples, default_job: str | None) -> tuple[list, tuple]:
 
 
 class HostAgent:
-    """One host: its monitor and feed, the state it publishes, its findings' lost GPU-seconds."""
+    """One host: its session, the state it publishes, its findings' lost GPU-seconds."""
 
-    def __init__(self, hostname: str, monitor, feed, job: str | None, mode: str, hook: FindingHook | None = None,
-                 textfile=None) -> None:
+    def __init__(self, hostname: str, session: Session, job: str | None, textfile=None) -> None:
         self.hostname = hostname
-        source = getattr(feed, "source", None)
+        self.session = session
+        self.monitor, self.feed = session.monitor, session.feed
+        self.mode = session.kind.value
+        live = session.kind == SessionKind.LIVE
+        source = getattr(self.feed, "source", None)
         # A live agent without GPUs says why once, and serves whether GPUs are here unread
-        self.gpu_problem: str | None = getattr(source, "gpu_problem", None) if mode == "live" else None
-        self.gpus_unreadable: bool | None = bool(getattr(source, "gpus_unreadable", False)) if mode == "live" else None
-        self.monitor, self.feed = monitor, feed
+        self.gpu_problem: str | None = getattr(source, "gpu_problem", None) if live else None
+        self.gpus_unreadable: bool | None = bool(getattr(source, "gpus_unreadable", False)) if live else None
         self.job = job
-        self.mode = mode
-        self.hook = hook
         self.textfile = textfile  # a TextfileWriter (textfile.py), or None
-        self.collector = HostCollector(HostState(hostname=hostname, gpus=monitor.info.gpus, mode=mode,
+        self.collector = HostCollector(HostState(hostname=hostname, gpus=self.monitor.info.gpus, mode=self.mode,
                                                  gpus_unreadable=self.gpus_unreadable))
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.collector)
         self._lost: dict[str, float] = {}
         self._xids: dict[int, tuple[int, int]] = {}
         self._prev_t: float | None = None
-        self._events = FindingEvents(hostname)
         self._last_textfile = 0.0
         self.textfile_error: str | None = None
 
     def start(self) -> None:
-        self.feed.start(self.publish)
+        self.session.start(self.publish)
 
     def stop(self) -> None:
-        self.feed.stop()
-        self.monitor.close()
+        self.session.close()
         if self.textfile is not None:
             self.textfile.close()
 
@@ -169,7 +169,6 @@ class HostAgent:
             loader_cpu=sum(cpus) / len(cpus) / 100 if cpus else None,
             loader_workers=len(workers) if p is not None else None,
             sample_age=max(0.0, time.time() - frame.t), mode=self.mode, gpus_unreadable=self.gpus_unreadable))
-        self._hooks(alerts, frame.t)
         self._write_textfile()
 
     def _account(self, frame, alerts) -> None:
@@ -193,12 +192,6 @@ class HostAgent:
                 self._lost[rule] = self._lost.get(rule, 0.0) + dt * min(1.0, max(0.0, share))
             else:
                 self._lost.setdefault(rule, 0.0)
-
-    def _hooks(self, alerts, t: float) -> None:
-        if self.hook is None:
-            return
-        for event in self._events.update(alerts, t):
-            self.hook.submit(event)
 
     def _write_textfile(self) -> None:
         if self.textfile is None:
@@ -247,20 +240,18 @@ def build_hosts(args) -> list[HostAgent]:
             safe = re.sub(r"[^A-Za-z0-9._-]", "_", name)
             textfile = TextfileWriter(textdir, "traintop.prom" if n_hosts == 1 else f"traintop-{safe}.prom")
         if args.simulate:
-            monitor, feed = sessions.simulated_session(args.simulate, gpus=args.gpus, seed=args.seed + i,
-                                                       interval=args.interval, history_s=60.0, record=args.record,
-                                                       config=args.thresholds)
+            session = sessions.simulated_session(args.simulate, gpus=args.gpus, seed=args.seed + i,
+                                                 interval=args.interval, history_s=60.0, record=args.record,
+                                                 config=args.thresholds)
             node_rank = args.node_rank + i
+            feed = session.feed
             feed.source = SimulatedRanks(feed.source, node_rank, max(args.nodes, args.node_rank + n_hosts), job or "sim",
                                          straggler=args.straggler, stall_after=args.stall_after)
-            mode = "simulated"
         else:
-            from traintop.cluster.live_source import live_agent_session
-
-            monitor, feed = live_agent_session(args.interval, record=args.record, config=args.thresholds,
-                                               only=args.only_gpus)
-            mode = "live"
-        hosts.append(HostAgent(name, monitor, feed, job, mode, hook=hook, textfile=textfile))
+            session = sessions.agent_session(args.interval, record=args.record, config=args.thresholds,
+                                             only=args.only_gpus)
+        session.attach_hook(hook, host=name)  # one hook for every host, each event naming its host
+        hosts.append(HostAgent(name, session, job, textfile=textfile))
     return hosts
 
 
@@ -326,10 +317,10 @@ def run_agent(args) -> int:
         signal.signal(signal.SIGTERM, old)
         for s in servers:
             s.shutdown()
+        for h in hosts:  # every host stops sampling before the hook they share is closed
+            h.feed.stop()
         for h in hosts:
             h.stop()
-        if hosts and hosts[0].hook is not None:
-            hosts[0].hook.close()
     errors = [h.monitor.recording_error for h in hosts if h.monitor.recording_error]
     if errors:
         raise TraintopError(f"{errors[0]} (samples up to the error are kept)")

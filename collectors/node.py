@@ -1,4 +1,5 @@
-"""The agent's live source: the GPUs, the host, and the probe of every training job here.
+"""What a node's agent reads beyond one job: the probe of every training job here, and
+whether NVIDIA hardware is present where NVML reads none (``sessions.agent_session``).
 
 A node's agent is attached to no process: it reads every probe socket it may read. Run
 as a user, that user's probe directory; run as root, every user's (each socket's peer
@@ -85,43 +86,6 @@ class AgentSampler:
     def close(self) -> None:
         self.sampler.close()
         self.probes.close()
-
-
-def live_agent_session(interval: float, record: str | None = None, config=None, only: frozenset[int] | None = None):
-    from traintop.collectors.host import HostCollector
-    from traintop.collectors.nvml import NvmlCollector
-    from traintop.errors import NoGpuError
-    from traintop.feeds import SourceFeed
-    from traintop.live import LiveSampler
-    from traintop.monitor import Monitor
-    from traintop.recording import RecordingWriter
-    from traintop.rules import default_engine
-    from traintop.samples import SessionInfo
-    from traintop.sessions import _store_for, check_interval
-
-    check_interval(interval)
-    problem = None
-    try:
-        gpu = NvmlCollector(window_s=1.0 if interval < 1.0 else 2.0, only=only)
-    except NoGpuError as e:
-        gpu, problem = None, str(e)
-    if gpu is not None:
-        info = gpu.session_info(interval)
-        gpu.start_slow()
-    else:
-        import socket
-
-        info = SessionInfo(kind="live", hostname=socket.gethostname(), interval=interval, label="no GPU")
-    sampler = AgentSampler(LiveSampler(gpu=gpu, host=HostCollector(), gpu_timeout=max(1.0, 2 * interval)),
-                           AllProbes(), only)
-    if problem is not None:
-        sampler.gpu_problem = problem
-        sampler.gpus_unreadable = nvidia_hardware_present()
-    monitor = Monitor(info, store=_store_for(interval), engine=default_engine(config) if config else None,
-                      recorder=RecordingWriter(record, info) if record else None)
-    feed = SourceFeed(monitor, sampler, interval, kind="live")
-    feed.closers = [sampler.close]
-    return monitor, feed
 
 
 def nvidia_hardware_present(sys_root: str = "/") -> bool:
