@@ -5,10 +5,7 @@ FrameReady after each ingest. What to do lives in the session, what to say in
 from __future__ import annotations
 
 import gc
-import signal
-import time
 
-from rich.text import Text
 from textual import work
 from textual.app import App, ComposeResult
 from textual.containers import Horizontal, Vertical
@@ -16,7 +13,8 @@ from textual.message import Message
 from textual.widgets import Footer
 
 from traintop.app.keys import BINDINGS, REPLAY_ACTIONS, unavailable
-from traintop.app.notices import Notices
+from traintop.app.notices import Notices, plain_message
+from traintop.app.redraw import RedrawPacer
 from traintop.app.screen import DashboardScreen
 from traintop.errors import RecordingError, TraintopError
 from traintop.session import Session
@@ -36,7 +34,6 @@ from traintop.widgets.status_bar import StatusBar
 
 __all__ = ["TraintopApp", "FrameReady", "banner_parts", "short_path"]
 
-REDRAW_SLACK = 0.2  # a frame due within this share of the redraw interval is drawn at once
 BANNER_PART_S = 6.0  # each part of a message too long for the top line, shown in turn
 # A frame allocates thousands of short-lived objects (Text, Segments, Strips, messages): at
 # Python's default gen-0 threshold (700) the cyclic GC ran ~1.1 times a frame, ~1 ms of a
@@ -68,11 +65,7 @@ class TraintopApp(App):
         if self.replay is not None:  # replay commands run on a worker (a seek rebuilds minutes of history)
             self.replay.runner = self._run_replay_commands
         self.grace = grace  # `traintop run`: the job's time to stop after SIGTERM
-        # Redraws are the UI's main cost; sampling and recording keep the feed's interval.
-        self.min_redraw_s = 1.0 / max_fps if max_fps else 0.0
-        self._last_redraw = 0.0
-        self._redraw_timer = None
-        self._drawn_alert_changes = 0
+        self._pacer = RedrawPacer(self, max_fps)
         self.start_feed = start_feed
         self.banner = banner
         self.paused = False
@@ -162,14 +155,7 @@ class TraintopApp(App):
 
     def notify(self, message, *, title: str = "", severity: str = "information", timeout: float | None = None,
                markup: bool = True) -> None:
-        # Textual's own messages (ctrl+c: "press q to quit") carry markup; ours call say().
-        text = str(message)
-        if markup:
-            try:
-                text = Text.from_markup(text).plain
-            except Exception:  # not markup after all: show it as it is
-                pass
-        self.say(f"{title}: {text}" if title else text, severity, timeout)
+        self.say(plain_message(message, title, markup), severity, timeout)  # ours call say()
 
     # -- data in ------------------------------------------------------------------
     def _notify_from_feed(self) -> None:
@@ -182,32 +168,12 @@ class TraintopApp(App):
         self._pending = False
         if self.paused or not self.is_running or (self.replay is not None and self.replay.busy):
             return
-        if self.monitor.alert_changes != self._drawn_alert_changes:  # a finding starts or ends: now, not later
-            if self._redraw_timer is not None:
-                self._redraw_timer.stop()
-                self._redraw_timer = None
-            self.refresh_view()
-            return
-        if self._redraw_timer is not None:
-            return
-        wait = self._last_redraw + self.min_redraw_s - time.monotonic()
-        # A frame that comes a little early (sampling at the redraw rate, give or take the loop's
-        # jitter) is drawn now: a timer for a few milliseconds costs more than it saves.
-        if wait > REDRAW_SLACK * self.min_redraw_s:  # draw the newest frame once the redraw budget allows
-            self._redraw_timer = self.set_timer(wait, self._deferred_redraw)
-        else:
-            self.refresh_view()
-
-    def _deferred_redraw(self) -> None:
-        self._redraw_timer = None
-        if not self.paused and self.is_running:
-            self.refresh_view()
+        self._pacer.frame_ready()
 
     def refresh_view(self) -> None:
         if self._status is None:  # not mounted yet (a resize comes first)
             return
-        self._last_redraw = time.monotonic()
-        self._drawn_alert_changes = self.monitor.alert_changes
+        self._pacer.drawn(self.monitor.alert_changes)
         view = build_view(self.monitor)
         self.last_view = view
         end = view.process.job_end
@@ -273,14 +239,10 @@ class TraintopApp(App):
         # one overlay at a time, never a stack of them.
         return isinstance(self.screen, (HelpScreen, StacksScreen, QuitJobScreen))
 
-    def _job_running(self) -> bool:
-        job = self.session.job
-        return job is not None and job.end is None and not job.signals_received
-
     async def action_quit(self) -> None:
         """q (and Ctrl-Q): with a job that `traintop run` started still running, ask whether to
         stop it, leave it running or stay; otherwise quit."""
-        if not self._job_running():
+        if not self.session.job_running():
             self.exit()
         elif not isinstance(self.screen, QuitJobScreen):
             job = self.session.job
@@ -294,9 +256,8 @@ class TraintopApp(App):
 
     def stop_job(self) -> None:
         """The path a SIGTERM to traintop takes: SIGTERM to the job's whole group, SIGKILL after
-        the grace period (the CLI waits for that once the dashboard is gone), then quit."""
-        if self._job_running():
-            self.session.job.forward(signal.SIGTERM, self.grace)
+        the grace period, then quit."""
+        self.session.stop_job(self.grace)
         self.exit()
 
     def action_help(self) -> None:
@@ -353,7 +314,8 @@ class TraintopApp(App):
 
     def _replay_command(self, name: str, *args) -> None:
         if self.replay is not None:
-            getattr(self.replay, name)(*args)
+            if why := getattr(self.replay, name)(*args):  # a speed past the range says why not
+                self.say(why)
             self._show_replay_bar()
 
     def action_seek(self, seconds: float) -> None:
@@ -366,10 +328,7 @@ class TraintopApp(App):
         self._replay_command("step", int(direction))
 
     def action_speed(self, direction: int) -> None:
-        if self.replay is not None and (why := self.replay.change_speed(int(direction))):
-            self.say(why)
-        elif self.replay is not None:
-            self._show_replay_bar()
+        self._replay_command("change_speed", int(direction))
 
     # -- recording ----------------------------------------------------------------------
     @work(thread=True, exclusive=False)

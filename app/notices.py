@@ -4,6 +4,8 @@ A message may quote a file name or an error: shown as text, never markup."""
 
 from __future__ import annotations
 
+from rich.text import Text
+
 from traintop.text import one_line
 
 NOTICE_S = 6.0
@@ -45,3 +47,14 @@ class Notices:
         self._timer = None
         if self.bar is not None:
             self.bar.show_notice(None)
+
+
+def plain_message(message, title: str = "", markup: bool = True) -> str:
+    """A message of Textual's own (ctrl+c: "press q to quit"), which carries markup, as text."""
+    text = str(message)
+    if markup:
+        try:
+            text = Text.from_markup(text).plain
+        except Exception:  # not markup after all: show it as it is
+            pass
+    return f"{title}: {text}" if title else text

@@ -10,6 +10,7 @@ No Textual here: a front end draws it and calls it.
 from __future__ import annotations
 
 import os
+import signal
 import time
 
 from traintop.errors import TraintopError
@@ -131,3 +132,14 @@ class Session:
         """The job `traintop run` started: its end is shown at once, and q asks about it."""
         self.job = job
         job.on_end(self.monitor.end_job)
+
+    def job_running(self) -> bool:
+        """The job `traintop run` started goes on (not ended, no signal passed on to it)."""
+        job = self.job
+        return job is not None and job.end is None and not job.signals_received
+
+    def stop_job(self, grace: float) -> None:
+        """SIGTERM to the job's whole group, SIGKILL after ``grace`` seconds (the CLI waits for
+        that once the dashboard is gone)."""
+        if self.job_running():
+            self.job.forward(signal.SIGTERM, grace)
