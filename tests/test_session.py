@@ -11,7 +11,6 @@ from traintop.errors import TraintopError
 from traintop.monitor import Monitor
 from traintop.recording import RecordingReader
 from traintop.samples import SessionKind
-from traintop.session import Session
 
 
 class Events:
