@@ -125,3 +125,46 @@ def test_a_slow_reader_never_holds_the_sampler_back():
     os.close(r)  # the reader goes away: the writer's blocked write ends the stream, nothing raises
     writer.close(timeout=10)
     assert writer.closed_by_reader and not writer._thread.is_alive()
+
+
+def test_record_streams_json_lines_to_a_python_reader_and_to_jq(tmp_path):
+    p = subprocess.Popen([sys.executable, "-m", "traintop", "record", "--simulate", "starved", "--fast",
+                          "--duration", "30", "--interval", "0.5", "--jsonl", "-"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    records = [json.loads(line) for line in out.splitlines()]
+    assert len(records) == 60 and all(r["schema"] == export.SCHEMA for r in records)
+    assert records[1]["t"] - records[0]["t"] == pytest.approx(0.5) and records[-1]["ranks"]
+    assert "streamed 60 sample(s)" in err and not err.count("\n") > 3
+    if shutil.which("jq"):
+        jq = subprocess.run(["jq", "-s", "map(.gpus[0].util) | length"], input=out, capture_output=True,
+                            text=True, timeout=60)
+        assert jq.stdout.strip() == "60"
+
+
+def test_record_to_a_file_and_a_stream_at_once_and_never_over_a_file(tmp_path):
+    rec, stream = tmp_path / "s.ttrec", tmp_path / "s.jsonl"
+    args = ["record", str(rec), "--simulate", "healthy", "--fast", "--duration", "10", "--interval", "0.5"]
+    out = subprocess.run([sys.executable, "-m", "traintop", *args, "--jsonl", str(stream)], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    from traintop.recording import RecordingReader
+
+    assert len(stream.read_text().splitlines()) == RecordingReader(str(rec)).frame_count == 20
+    again = subprocess.run([sys.executable, "-m", "traintop", "record", "--simulate", "healthy", "--duration", "1",
+                            "--jsonl", str(stream)], capture_output=True, text=True, timeout=60)
+    assert again.returncode == 2 and "exists" in again.stderr and len(stream.read_text().splitlines()) == 20
+    none = subprocess.run([sys.executable, "-m", "traintop", "record"], capture_output=True, text=True, timeout=60)
+    assert none.returncode == 2 and "--jsonl" in none.stderr
+
+
+def test_a_stream_whose_reader_leaves_ends_the_recorder_quietly():
+    p = subprocess.Popen([sys.executable, "-m", "traintop", "record", "--simulate", "healthy", "--interval", "0.1",
+                          "--jsonl", "-"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = p.stdout.readline()
+    p.stdout.close()  # as `| head -1` does
+    assert json.loads(first)["schema"] == export.SCHEMA
+    assert p.wait(60) == 0
+    err = p.stderr.read().decode()
+    assert "the reader closed the stream" in err and "Traceback" not in err

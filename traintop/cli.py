@@ -339,38 +339,74 @@ def cmd_record(args) -> int:
         raise TraintopError("--pid watches a real process: it does not go with --simulate")
     if args.simulate and args.only_gpus is not None:
         raise TraintopError("--only-gpus picks real GPUs: it does not go with --simulate (use --gpus)")
-    if args.simulate:
-        session = sessions.simulated_session(args.simulate, gpus=args.gpus, seed=args.seed,
-                                             interval=args.interval, history_s=0, record=args.file,
-                                             realtime=not args.fast, config=args.thresholds)
-    else:
-        session = sessions.live_session(args.interval, pid=args.pid, record=args.file, require_gpu=False,
-                                        config=args.thresholds, only_gpus=args.only_gpus)
+    if args.file is None and args.jsonl is None:
+        raise TraintopError("record needs a FILE to record to, or --jsonl OUT (- for standard output), or both")
+    stream_out = _stream_target(args.jsonl) if args.jsonl is not None else None  # refused before anything starts
+    try:
+        if args.simulate:
+            session = sessions.simulated_session(args.simulate, gpus=args.gpus, seed=args.seed,
+                                                 interval=args.interval, history_s=0, record=args.file,
+                                                 realtime=not args.fast, config=args.thresholds)
+        else:
+            session = sessions.live_session(args.interval, pid=args.pid, record=args.file, require_gpu=False,
+                                            config=args.thresholds, only_gpus=args.only_gpus)
+    except BaseException:
+        if stream_out is not None and stream_out is not sys.stdout:  # made for this run, still empty
+            stream_out.close()
+            os.unlink(args.jsonl)
+        raise
     _on_finding(args, session, headless=True)
     monitor, feed = session.monitor, session.feed
+    stream = session.stream_samples(stream_out) if stream_out is not None else None
     say = (lambda *a: None) if args.quiet else echo
     n_gpus = len(monitor.info.gpus)
     what = f"{n_gpus} GPU{'s' if n_gpus != 1 else ''}"
     if not n_gpus:
         why = monitor.info.extra.get("no_gpu") or "NVML sees no GPU"
         what = f"no GPU ({why}): the host{f' and PID {args.pid}' if args.pid else ''} only,"
-    say(f"recording {what} every {args.interval:g} s to {args.file}" + ("" if args.duration else "; Ctrl-C stops"))
+    where = " and ".join(w for w in (args.file, args.jsonl and ("standard output as JSON lines" if args.jsonl == "-"
+                                                               else f"{args.jsonl} as JSON lines")) if w)
+    say(f"recording {what} every {args.interval:g} s to {where}" + ("" if args.duration else "; Ctrl-C stops"))
+
+    def failed() -> bool:
+        return monitor.recording_error is not None or (stream is not None and (stream.closed_by_reader
+                                                                             or stream.error is not None))
     try:
         if args.fast:
             for _ in range(int(args.duration / args.interval)):
                 feed.step()
-                if monitor.recording_error:
+                if failed():
                     break  # headless recording has nothing left to do
         else:
-            _record_until_stopped(feed, args.duration, lambda: monitor.recording_error is not None)
+            _record_until_stopped(feed, args.duration, failed)
     finally:
         session.close()
     _hook_summary(session)
     if monitor.recording_error:
         raise TraintopError(f"{monitor.recording_error} (samples up to the error are kept)")
+    if stream is not None and stream.error:
+        raise TraintopError(f"writing {args.jsonl} failed: {stream.error} ({stream.written} sample(s) written)")
     alerts = monitor.engine.alerts
-    say(f"saved {monitor.store.frames_seen} samples and {len(alerts)} alert(s) to {args.file}")
+    if args.file:
+        say(f"saved {monitor.store.frames_seen} samples and {len(alerts)} alert(s) to {args.file}")
+    if stream is not None:
+        lost = f"; {stream.dropped} dropped while the reader fell behind" if stream.dropped else ""
+        ended = "; the reader closed the stream" if stream.closed_by_reader else ""
+        say(f"streamed {stream.written} sample(s){lost}{ended}")
     return 0
+
+
+def _stream_target(target: str):
+    """``--jsonl OUT``: standard output for -, else a new file (never an existing one)."""
+    if target == "-":
+        return sys.stdout
+    try:
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    except FileExistsError:
+        raise TraintopError(f"{target} exists: --jsonl writes a new file, never over one") from None
+    except OSError as e:
+        raise TraintopError(f"cannot create {target}: {e.strerror or e}") from None
+    return os.fdopen(fd, "w", encoding="utf-8")
 
 
 def _record_until_stopped(feed, duration: float | None, failed=lambda: False) -> None:
@@ -433,9 +469,12 @@ def add_simulate(sub) -> None:
 
 def add_record(sub) -> None:
     p = sub.add_parser("record", help=SUMMARIES["record"],
-                       description="Record headless (no UI) until Ctrl-C, SIGTERM or --duration.")
-    p.add_argument("file", metavar="FILE", help="the recording to create (never overwritten)")
+                       description="Record headless (no UI) until Ctrl-C, SIGTERM or --duration: to a "
+                       "recording FILE, as JSON lines (--jsonl), or both.")
+    p.add_argument("file", metavar="FILE", nargs="?", help="the recording to create (never overwritten)")
     g = p.add_argument_group("recording")
+    g.add_argument("--jsonl", metavar="OUT", help="also (or only) stream each sample as a JSON line to OUT "
+                   "(- for standard output; schema in the README); a reader that falls behind loses lines")
     g.add_argument("--duration", type=_seconds, metavar="S", help="stop after this many seconds")
     g.add_argument("--quiet", action="store_true", help="print nothing unless something fails")
     g = p.add_argument_group("simulator")

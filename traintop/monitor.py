@@ -24,6 +24,7 @@ class Monitor:
         self.store = store if store is not None else Store()  # an empty Store is falsy
         self.engine = engine if engine is not None else default_engine()
         self.recorder = None
+        self.sample_sinks: list = []  # called with each sample after it is taken in (record --jsonl)
         self.lock = threading.RLock()
         # Bumped when an alert starts, ends or changes severity (not when only its evidence's
         # figures move, as they do every second): the dashboard draws such a frame at once.
@@ -148,6 +149,8 @@ class Monitor:
                 self.ended_at = end.t
 
     def _record(self, frame: Frame, changed: list[Alert]) -> None:
+        for sink in self.sample_sinks:
+            sink(frame)
         rec = self.recorder
         if rec is None or self.recording_error:
             return

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from typing import TYPE_CHECKING
 
 from traintop.errors import TraintopError
 from traintop.feeds import Feed
@@ -19,6 +20,9 @@ from traintop.monitor import Monitor
 from traintop.recording import default_recording_dir, new_recording_path
 from traintop.replay_controls import ReplayControls
 from traintop.samples import SessionKind
+
+if TYPE_CHECKING:
+    from traintop.export import StreamWriter
 
 
 class Session:
@@ -28,6 +32,7 @@ class Session:
         self.record_dir = record_dir  # where the dashboard's r key records (None: the per-user default)
         self.job = job  # traintop.job.Job that `traintop run` started, or None
         self.replay: ReplayControls | None = feed.replay_controls()
+        self._streams: list = []
 
     # Read as the pair (monitor, feed), for code that needs only those two.
     def __iter__(self):
@@ -50,9 +55,11 @@ class Session:
         self.feed.start(notify)
 
     def close(self) -> None:
-        """Stop the feed, then close the monitor: its recording and its hook."""
+        """Stop the feed, then close the monitor: its recording and its hook; then the sample streams."""
         self.feed.stop()
         self.monitor.close()
+        for writer in self._streams:
+            writer.close()
 
     # -- recording ----------------------------------------------------------------------
     def start_recording(self, path: str | None = None) -> str:
@@ -72,6 +79,18 @@ class Session:
     def recording_path(self) -> str | None:
         rec = self.monitor.recorder
         return rec.path if rec is not None else None
+
+    def stream_samples(self, out) -> "StreamWriter":
+        """Write each sample from now on to ``out`` as a JSON line (traintop/export.py), through a
+        bounded queue: a slow reader loses lines, the sampling never waits. Closed with the session."""
+        from traintop import export
+
+        writer = export.StreamWriter(out)
+        info = self.monitor.info
+        self.monitor.sample_sinks.append(lambda frame: writer.put(export.json_line(export.sample_record(frame, info))
+                                                                  + "\n"))
+        self._streams.append(writer)
+        return writer
 
     def where_things_go(self) -> list[tuple[str, str]]:
         """Where the files traintop writes go (the dashboard's help says)."""
