@@ -253,9 +253,10 @@ class NvmlCollector:
             self._slow_thread.start()
             self.events.start()
 
-    def poll_util_window(self) -> None:
+    def poll_util_window(self, every_gpu: bool = False) -> None:
+        """``every_gpu``: read idle GPUs' buffers too (a one-off snapshot has no history of work)."""
         for i in range(len(self.handles)):
-            if not self._working[i]:
+            if not self._working[i] and not every_gpu:
                 self._window_primed[i] = False
                 continue
             self._working[i] = False

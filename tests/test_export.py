@@ -94,16 +94,20 @@ def test_snapshot_json_and_csv_with_whose_processes(monkeypatch, capsys, fake_nv
     nv, _ = fake_nvml(n=2)
     nv.nvmlDeviceGetComputeRunningProcesses = lambda h: [types.SimpleNamespace(pid=os.getpid(),
                                                                                usedGpuMemory=2**30)]
+    stamps = iter(range(10, 10_000, 10))
+    nv.nvmlDeviceGetProcessesUtilizationInfo = lambda h, since: [types.SimpleNamespace(
+        timeStamp=next(stamps), pid=os.getpid(), smUtil=64, memUtil=30, encUtil=0, decUtil=0)]
     monkeypatch.setitem(sys.modules, "pynvml", nv)
     assert main(["snapshot", "--wait", "0.05"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["schema"] == export.SCHEMA and len(doc["gpus"]) == 2 and doc["host_stats"]["cpu_percent"] is not None
     proc = doc["gpus"][0]["processes"][0]
     assert proc["pid"] == os.getpid() and proc["used_bytes"] == 2**30 and proc["visible"] is True
+    assert (proc["sm_util"], proc["mem_util"]) == (64, 30)  # a one-off reading still gets each process's share
     assert proc["uid"] == os.getuid() and proc["user"]
     assert main(["snapshot", "--csv", "--wait", "0.05"]) == 0
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
-    assert [r["gpu"] for r in rows] == ["0", "1"] and rows[0]["processes"] == f"{os.getpid()}:{2**30}"
+    assert [r["gpu"] for r in rows] == ["0", "1"] and rows[0]["processes"] == f"{os.getpid()}:{2**30}:64"
 
 
 def test_snapshot_without_a_gpu_is_one_line():

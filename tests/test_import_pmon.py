@@ -97,3 +97,32 @@ def test_a_pmon_log_replays_in_the_dashboard(tmp_path):
             await pilot.pause()
             assert len(app.query(GpuPanel)) == 2
     asyncio.run(go())
+
+
+def test_on_an_h200_traintops_share_of_each_process_matches_pmons(tmp_path):
+    """Recorded on an H200 (driver 580.159): two jobs on GPU 0, a busy one and a light one,
+    `nvidia-smi pmon -s um -o DT` beside `traintop record --jsonl` in one run. Each second
+    traintop gives both seconds' shares within 10 points of pmon's (pmon's "-": no samples, 0 %)."""
+    import json
+    import pathlib
+
+    fix = pathlib.Path(__file__).parent / "fixtures" / "h200"
+    pmon = importers.load(str(fix / "pmon-two-jobs.txt"))
+    theirs = {}
+    for f in pmon.frames():
+        for p in f.gpus[0].processes:
+            theirs[(round(f.t), p.pid)] = p.sm_util or 0.0
+    ours = {}
+    for line in (fix / "two-jobs-samples.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        for p in rec["gpus"][0]["processes"]:
+            if p["sm_util"] is not None:
+                ours[(round(rec["t"]), p["pid"])] = p["sm_util"]
+    # pmon's times are wall-clock text read in this machine's time zone: both started together, so
+    # their first seconds line them up
+    offset = round(min(t for t, _ in ours)) - round(min(t for t, _ in theirs))
+    pairs = [(v, theirs.get((t - offset, pid))) for (t, pid), v in ours.items()]
+    pairs = [(a, b) for a, b in pairs if b is not None]
+    assert len(pairs) >= 20 and {pid for _, pid in ours} == {pid for _, pid in theirs}
+    assert all(abs(a - b) <= 10 for a, b in pairs), pairs
+    assert max(a for a, _ in pairs) >= 95 and min(a for a, _ in pairs) == 0  # the busy one and the light one

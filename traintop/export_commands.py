@@ -48,7 +48,12 @@ def take_snapshot(pid: int | None, wait_s: float):
     sampler = LiveSampler(gpu=gpu, host=HostCollector(), process=proc, probes=probes, gpu_timeout=max(1.0, wait_s))
     try:
         sampler.next_frame()  # the first reading of each rate only sets its start
+        gpu.poll_util_window(every_gpu=True)  # ... and of each window (per-process shares, GPM)
+        gpu.poll_gpm()
         time.sleep(wait_s)
+        gpu.poll_util_window(every_gpu=True)
+        gpu.poll_gpm()
+        gpu.poll_slow()
         frame = sampler.next_frame()
         return gpu.session_info(wait_s), frame
     finally:
