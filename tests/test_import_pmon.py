@@ -113,14 +113,14 @@ def test_on_an_h200_traintops_share_of_each_process_matches_pmons(tmp_path):
         for p in f.gpus[0].processes:
             theirs[(round(f.t), p.pid)] = p.sm_util or 0.0
     ours = {}
-    for line in (fix / "two-jobs-samples.jsonl").read_text().splitlines():
-        rec = json.loads(line)
+    records = [json.loads(line) for line in (fix / "two-jobs-samples.jsonl").read_text().splitlines()]
+    for rec in records:
         for p in rec["gpus"][0]["processes"]:
             if p["sm_util"] is not None:
                 ours[(round(rec["t"]), p["pid"])] = p["sm_util"]
     # pmon's times are wall-clock text read in this machine's time zone: both started together, so
     # their first seconds line them up
-    offset = round(min(t for t, _ in ours)) - round(min(t for t, _ in theirs))
+    offset = round(records[0]["t"]) - round(pmon.t_start)
     pairs = [(v, theirs.get((t - offset, pid))) for (t, pid), v in ours.items()]
     pairs = [(a, b) for a, b in pairs if b is not None]
     assert len(pairs) >= 20 and {pid for _, pid in ours} == {pid for _, pid in theirs}
