@@ -90,12 +90,15 @@ def test_a_pmon_log_replays_in_the_dashboard(tmp_path):
     p.write_text(PMON_DT_UM)
     monitor, feed = sessions.replay_session(str(p))
     feed.playing = False
+    feed.seek(feed.t_start)
 
     async def go():
         app = build_app(monitor, feed, mode="replay", start_feed=False)
         async with app.run_test(size=(120, 40)) as pilot:
             await pilot.pause()
-            assert len(app.query(GpuPanel)) == 2
+            panels = list(app.query(GpuPanel))
+            assert len(panels) == 2
+            assert "2 procs, PID 12345 busiest at 64 %" in str(panels[0].render())
     asyncio.run(go())
 
 

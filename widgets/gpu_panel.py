@@ -77,7 +77,7 @@ class GpuPanel(TextLines):
             parts.append((3, f"  tensor {_num(s.tensor_active)}% DRAM {_num(s.dram_active)}%", "dim"))
         if s.pcie_tx is not None or s.pcie_rx is not None:
             parts.append((4, f"  PCIe ↑{fmt_rate(s.pcie_tx)} ↓{fmt_rate(s.pcie_rx)}", "dim"))
-        parts.append((2, f"  {n} proc{'s' if n != 1 else ''}", "dim"))
+        parts.append((2, f"  {n} proc{'s' if n != 1 else ''}{_busiest(s.processes)}", "dim"))
         while len(parts) > 1 and sum(len(text) for _, text, _ in parts) > width:
             parts.remove(min(parts, key=lambda p: p[0]))
         t = Line()
@@ -127,3 +127,12 @@ class GpuPanel(TextLines):
                 line.append(f" {value}" + (" " if j == 0 else ""))
             lines.append(line)
         return lines
+
+
+def _busiest(processes) -> str:
+    """Where NVML gives each process's share of the GPU: the busiest one's, when two or more share it."""
+    shared = [p for p in processes if p.sm_util is not None]
+    if len(shared) < 2:
+        return ""
+    top = max(shared, key=lambda p: p.sm_util)
+    return f", PID {top.pid} busiest at {top.sm_util:.0f} %"
