@@ -12,6 +12,7 @@ waste GPU time by themselves (creeping memory, fragmentation, information) cost 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import json
 from array import array
 from dataclasses import asdict, dataclass, field
@@ -365,10 +366,8 @@ def _from_recorded(source, name) -> Report:
         source.skipped_chunks += skipped
     if first is None:
         _nothing_read(source, name)
-    alerts = source.alerts()
-    for a in alerts:
-        if a.end is None or a.end > last:
-            a.end = last  # still active when the recording ended
+    # still active when the recording ended: they end at its last sample
+    alerts = [dataclasses.replace(a, end=last) if a.end is None or a.end > last else a for a in source.alerts()]
     return _report(source, name, alerts, accs, first, last, n,
                    notes=["findings as the rules judged them while recording (--rerun re-runs them)"])
 

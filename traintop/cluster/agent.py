@@ -153,7 +153,8 @@ class HostAgent:
         m = self.monitor
         with m.lock:
             frame = m.store.latest
-            alerts = [(a.rule, a.severity, a.subject, a.title, a.evidence, a.start) for a in m.engine.active]
+            active = m.engine.active
+            alerts = [(a.rule, a.severity, a.subject) for a in active]
         if frame is None:
             return
         self._account(frame, alerts)
@@ -169,7 +170,7 @@ class HostAgent:
             loader_cpu=sum(cpus) / len(cpus) / 100 if cpus else None,
             loader_workers=len(workers) if p is not None else None,
             sample_age=max(0.0, time.time() - frame.t), mode=self.mode, gpus_unreadable=self.gpus_unreadable))
-        self._hooks(alerts, frame.t)
+        self._hooks(active, frame.t)
         self._write_textfile()
 
     def _account(self, frame, alerts) -> None:
@@ -194,10 +195,10 @@ class HostAgent:
             else:
                 self._lost.setdefault(rule, 0.0)
 
-    def _hooks(self, alerts, t: float) -> None:
+    def _hooks(self, findings, t: float) -> None:
         if self.hook is None:
             return
-        for event in self._events.update(alerts, t):
+        for event in self._events.update(findings, t):
             self.hook.submit(event)
 
     def _write_textfile(self) -> None:
