@@ -13,7 +13,7 @@ import os
 from traintop.collectors.simulated import Simulator
 from traintop.monitor import Monitor
 from traintop.recording import RecordingWriter
-from traintop.rules.engine import Alert, Severity
+from traintop.findings import Finding, Severity
 from traintop.samples import ProcInfo
 
 # Control payloads: a window title (OSC 0), a clipboard write (OSC 52), a screen clear (ED),
@@ -74,10 +74,10 @@ def hostile_recording(directory: str, gpus: int = 2, seconds: float = 60.0, inte
         members += (ProcInfo(p.pid + 999, PROC_NAME, 1.0, 1 << 20, 1),)
         monitor.ingest(dataclasses.replace(f, process=dataclasses.replace(
             p, name=PROC_NAME, cmdline=CMDLINE, members=members)), evaluate=False)
-    rec.alert(Alert("starvation", ALERT_TITLE, ALERT_SUBJECT, Severity.CRITICAL, sim.t0 + 1, ALERT_EVIDENCE,
-                    (ALERT_REMEDY, ALERT_REMEDY + " 2"), None, id=1))
-    rec.alert(Alert("underuse", ALERT_TITLE + " ended", "gpu1", Severity.WARNING, sim.t0 + 2, ALERT_EVIDENCE,
-                    (ALERT_REMEDY,), t - 5, id=2))
+    rec.alert(Finding("starvation", ALERT_TITLE, ALERT_SUBJECT, Severity.CRITICAL, sim.t0 + 1, None, ALERT_EVIDENCE,
+                      (ALERT_REMEDY, ALERT_REMEDY + " 2"), id=1))
+    rec.alert(Finding("underuse", ALERT_TITLE + " ended", "gpu1", Severity.WARNING, sim.t0 + 2, t - 5, ALERT_EVIDENCE,
+                      (ALERT_REMEDY,), id=2))
     rec.flush()
     rec.close()
     return path

@@ -8,7 +8,7 @@ from traintop.analyze import analyze
 from traintop.collectors.simulated import Simulator
 from traintop.monitor import Monitor
 from traintop.recording import RecordingReader, RecordingWriter
-from traintop.rules import Thresholds
+from traintop.rules import Severity, Thresholds
 
 
 def record(path, scenario="starved,healthy", seconds=240, config=None):
@@ -32,8 +32,8 @@ def test_recorded_alerts_and_columnar_summary_match_a_full_rerun(tmp_path):
     fast = analyze(reader, name="s")
     slow = analyze(RecordingReader(str(path)), name="s", rerun=True)
     assert "while recording" in " ".join(fast.notes) and not any("while recording" in n for n in slow.notes)
-    assert [(f.rule, f.subject, f.start_s, f.end_s) for f in fast.findings] == \
-        [(f.rule, f.subject, f.start_s, f.end_s) for f in slow.findings]
+    assert [(f.rule, f.subject, fast.at(f.start), fast.at(f.end)) for f in fast.findings] == \
+        [(f.rule, f.subject, slow.at(f.start), slow.at(f.end)) for f in slow.findings]
     assert {f.rule for f in fast.findings} >= {"starvation", "power_cap"}
     for a, b in zip(fast.gpus, slow.gpus):
         for field in dataclasses.fields(a):
@@ -102,8 +102,8 @@ def test_a_long_recording_is_summarised_by_several_processes_with_the_same_resul
     assert calls and shared.samples == alone.samples
     for a, b in zip(alone.gpus, shared.gpus):
         assert dataclasses.asdict(a) == dataclasses.asdict(b)
-    assert [(f.rule, f.subject, f.gpu_hours_lost) for f in alone.findings] == \
-        [(f.rule, f.subject, f.gpu_hours_lost) for f in shared.findings]
+    assert [(f.rule, f.subject, f.gpu_hours) for f in alone.findings] == \
+        [(f.rule, f.subject, f.gpu_hours) for f in shared.findings]
 
 
 # -- a log shorter than the rules' windows is judged over its whole length (item 8 of the diagnosis issue)
@@ -152,4 +152,4 @@ def test_a_short_log_of_a_healthy_busy_gpu_stays_quiet(tmp_path):
     from traintop.importers import load
 
     path = _dmon_log(tmp_path / "h.txt", 46, sm=lambda k: 99, pwr=lambda k: 690)
-    assert [f.rule for f in analyze(load(path), name="h.txt").findings if f.severity != "info"] == []
+    assert [f.rule for f in analyze(load(path), name="h.txt").findings if f.severity > Severity.INFO] == []

@@ -66,10 +66,11 @@ def test_every_rule_id_asked_about_in_code_is_in_the_catalogue():
                     and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
                 asked[node.args[0].value] = path
     assert asked and set(asked) <= HOST_IDS, {k: v for k, v in asked.items() if k not in HOST_IDS}
-    from traintop import analyze
+    from traintop import waste
     from traintop.cluster import claims
 
-    assert analyze.WASTE_ALL | analyze.WASTE_FROM_UTIL | analyze.WASTE_FROM_CLOCK <= HOST_IDS
+    assert waste.WASTE_ALL | waste.WASTE_FROM_UTIL | waste.WASTE_FROM_CLOCK <= EVERY_ID
+    assert waste.WASTE_FROM_UTIL | waste.WASTE_FROM_CLOCK <= HOST_IDS and waste.WASTE_ALL - HOST_IDS == {"stalled_job"}
     assert {claims.HOST_CLAIMED, claims.RANK_CLAIMED, claims.RANK_OWNERS} <= CLUSTER_IDS
 
 

@@ -2,6 +2,7 @@
 
 from traintop.cluster import crosshost
 from traintop.cluster.fetch import ClusterData, GpuData, RankData
+from traintop.findings import Severity
 from traintop.samples import REASON_SW_THERMAL
 
 
@@ -196,7 +197,7 @@ def test_the_h200_agents_recordings_name_rank_1_and_nothing_on_node0():
     d = from_recordings({"h200-node0": fix / "cluster-node0.ttrec", "h200-node1": fix / "cluster-node1.ttrec"})
     assert {f.host for f in d.findings if f.rule == "starvation"} == {"h200-node0", "h200-node1"}  # as the agents said
     shown, explained = findings_of(d)
-    warnings = [(f.rule, f.host, f.subject) for f in shown if f.severity != "info"]
+    warnings = [(f.rule, f.host, f.subject) for f in shown if f.severity > Severity.INFO]
     assert warnings == [("straggler", "h200-node1", "job h200-ddp rank 1")]
     ev = shown[[f.rule for f in shown].index("straggler")].evidence
     assert "the other rank waits for it in collectives" in ev and "input wait 8" in ev and "h200-node0 GPU 0" in ev
@@ -210,7 +211,7 @@ def test_a_stalled_job_loses_its_gpus_whole_time_and_gpu_hours_count_the_data_no
     job(d, steps=lambda h, local, t: min(t, 30.0) * 10)  # the job hangs at 30 s; its GPUs spin at 100 %
     shown, _ = findings_of(d)
     (stall,) = [f for f in shown if f.rule == "stalled_job"]
-    assert stall.severity == "critical" and stall.gpu_hours_lost > 0.02  # 4 GPUs × ~30 s, not 0
+    assert stall.severity == Severity.CRITICAL and stall.gpu_hours > 0.02  # 4 GPUs × ~30 s, not 0
     report = summarise(d, shown, "prometheus", None)
     assert abs(report.gpu_hours - 4 * 60 / 3600) < 0.01
     # the same minute of data asked over a week at a 1-h step: each GPU's one point is a few scrapes
@@ -218,6 +219,16 @@ def test_a_stalled_job_loses_its_gpus_whole_time_and_gpu_hours_count_the_data_no
     g = week.gpus[("n1", 0)] = GpuData("n1", 0, "NVIDIA H200")
     g.util[0.0] = 0.1
     assert summarise(week, [], "prometheus", None).gpu_hours < 0.05
+
+
+def test_a_stalled_job_that_resumes_loses_its_gpus_time_while_it_stalled_not_a_step_more():
+    from traintop.cluster.report import findings_of
+
+    d = grid_data(120)
+    job(d, steps=lambda h, local, t: (t if t < 30 else 30 if t < 80 else t - 50) * 10)  # hangs 30-80 s
+    (stall,) = [f for f in findings_of(d)[0] if f.rule == "stalled_job"]
+    # 4 GPUs over its own span (the point after its last, where it no longer held, used to count)
+    assert stall.gpu_hours == round(4 * (stall.end - stall.start) / 3600, 4)
 
 
 def test_a_rank_claimed_twice_leaves_no_older_series_behind_in_the_rolling_window():

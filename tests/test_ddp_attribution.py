@@ -60,7 +60,7 @@ def test_analyze_finds_each_gpus_own_pathology(mix, interval):
     sim = Simulator(mix, gpus=len(mix.split(",")), seed=4, interval=interval)
     frames = sim.frames(int(240 / interval))
     report = analyze(_Frames(sim.info(), frames))
-    found = {(f.subject, f.rule) for f in report.findings if f.severity != "info"}
+    found = {(f.subject, f.rule) for f in report.findings if f.severity > Severity.INFO}
     expected = {(f"gpu{i}", rule) for i, s in enumerate(sim.scenarios) for rule in OWN[s]}
     assert found - {("gpus", "imbalance")} == expected  # the GPUs of these jobs are indeed busy unequally
 

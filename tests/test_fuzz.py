@@ -309,7 +309,7 @@ def test_control_characters_and_markup_in_every_recorded_string(gpu_name, host, 
     import re
 
     from traintop.analyze import analyze, render_text
-    from traintop.rules.engine import Alert, Severity
+    from traintop.findings import Finding, Severity
     from traintop.samples import ProcessSample, ProcInfo
 
     sim = Simulator("starved", gpus=1, interval=0.5)
@@ -322,7 +322,7 @@ def test_control_characters_and_markup_in_every_recorded_string(gpu_name, host, 
         for f in sim.frames(20):
             w.add(dataclasses.replace(f, process=ProcessSample(pid=7, alive=True, name=process, cmdline=process,
                                                                members=(ProcInfo(8, process),))))
-        w.alert(Alert("starvation", alert, "gpu0", Severity.WARNING, sim.t0, alert, (alert,), sim.t0 + 5, id=1))
+        w.alert(Finding("starvation", alert, "gpu0", Severity.WARNING, sim.t0, sim.t0 + 5, alert, (alert,), id=1))
         w.close()
         r = RecordingReader(p)
         assert r.info.gpus[0].name == (gpu_name[:256] or "GPU") and r.info.hostname == host[:256]

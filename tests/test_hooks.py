@@ -216,18 +216,21 @@ def test_a_chatty_command_cannot_grow_the_log_past_its_cap(tmp_path):
 
 
 def test_a_finding_explained_when_it_starts_is_not_announced_one_explained_later_ends_as_usual():
+    from traintop.findings import Finding, Severity
     from traintop.hooks import FindingEvents
-    from traintop.rules import Severity
+
+    def up(rule, sev, subject, title, evidence, start, explained_by):
+        return Finding(rule, title, subject, sev, start, None, evidence, (), explained_by)
 
     ev = FindingEvents("h")
     w = Severity.WARNING
     # the stall and the idle GPU it explains start together: only the stall is announced
-    got = ev.update([("stall", Severity.CRITICAL, "gpu0", "Stalled", "nobody steps", 10.0, None),
-                     ("idle_gpu", w, "gpu1", "Idle", "idle", 10.0, "stall gpu0")], 10.0)
+    got = ev.update([up("stall", Severity.CRITICAL, "gpu0", "Stalled", "nobody steps", 10.0, None),
+                     up("idle_gpu", w, "gpu1", "Idle", "idle", 10.0, "stall gpu0")], 10.0)
     assert [(e["event"], e["rule"]) for e in got] == [("start", "stall")]
     # starvation, announced, then explained by a later stall: its end says so
     ev = FindingEvents("h")
-    ev.update([("starvation", w, "gpu0", "Starved", "gaps", 1.0, None)], 1.0)
-    ev.update([("starvation", w, "gpu0", "Starved", "gaps", 1.0, "stall gpu0")], 2.0)
+    ev.update([up("starvation", w, "gpu0", "Starved", "gaps", 1.0, None)], 1.0)
+    ev.update([up("starvation", w, "gpu0", "Starved", "gaps", 1.0, "stall gpu0")], 2.0)
     (end,) = ev.update([], 3.0)
     assert end["event"] == "end" and end["explained_by"] == "stall gpu0"

@@ -7,6 +7,7 @@ these fixes the same files took 4 to 16 GB.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import resource
@@ -535,8 +536,7 @@ def test_a_forged_explained_by_in_a_recording_is_one_short_plain_line(tmp_path):
     """explained_by is the file's word: control characters (OSC 52, a clipboard write) are shown, never
     sent, and its length is cut where the file is read (so for the dashboard and analyze alike)."""
     from traintop.recording import RecordingReader
-    from traintop.rules.engine import Alert, Severity
-    from traintop.view import AlertView
+    from traintop.findings import Finding, Severity
     from traintop.widgets.alerts_panel import alert_paragraphs
 
     sim = Simulator("healthy", interval=0.5, seed=2)
@@ -546,13 +546,12 @@ def test_a_forged_explained_by_in_a_recording_is_one_short_plain_line(tmp_path):
     for f in frames:
         w.add(f)
     forged = "stall\x1b]52;c;ZXZpbA==\x07 gpu0" + "x" * 5000
-    w.alert(Alert("idle_gpu", "GPU idle", "gpu0", Severity.WARNING, frames[5].t, "idle", ("look",), frames[20].t,
-                  id=1, explained_by=forged))
+    w.alert(Finding("idle_gpu", "GPU idle", "gpu0", Severity.WARNING, frames[5].t, frames[20].t, "idle", ("look",),
+                    id=1, explained_by=forged))
     w.close()
     (a,) = RecordingReader(path).alerts()
     assert "\x1b" not in a.explained_by and "\x07" not in a.explained_by and len(a.explained_by) < 260
-    up = Alert(a.rule, a.title, a.subject, a.severity, a.start, a.evidence, a.remedies, None, id=1,
-               explained_by=a.explained_by)  # as the dashboard shows it while it is up
-    shown = alert_paragraphs([AlertView.of(up)], [], None, False)
+    up = dataclasses.replace(a, end=None)  # as the dashboard shows it while it is up
+    shown = alert_paragraphs([up], [], None, False)
     plain = "".join(line.plain for line, _ in shown)
     assert "\x1b" not in plain and "Explained by" in plain

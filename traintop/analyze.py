@@ -3,33 +3,25 @@
 The rules run over every sample as they would live — unless the recording says that the
 same rules, with the same thresholds, judged it while it was made: then its recorded
 alerts are the findings, and the summary is computed column by column without building
-frames (a day of 8 GPUs in seconds, not minutes). Each finding gets the GPU-hours it
-cost: the time it lasted × the share of the GPU left unused meanwhile — 1 − utilization
-for starvation and underuse, 1 − SM clock / max clock for throttling. Findings that do not
-waste GPU time by themselves (creeping memory, fragmentation, information) cost 0.
+frames (a day of 8 GPUs in seconds, not minutes). Each finding gets the GPU-hours it cost
+and the energy its GPUs drew, from the samples present (``traintop.waste``).
 """
 
 from __future__ import annotations
 
-import bisect
+import dataclasses
 import json
 from array import array
 from dataclasses import asdict, dataclass, field
 
+from traintop import waste
 from traintop.errors import TraintopError
+from traintop.findings import Finding
 from traintop.monitor import Monitor
 from traintop.rules import DEFAULT, Severity, Thresholds, default_engine
 from traintop.stacks import NO_STEP
 from traintop.text import plain
 from traintop.units import GiB, fmt_duration
-from traintop.metrics import gpu_index
-
-# What a finding costs, in GPU time: the GPU's idle share (or its clock's shortfall) while it
-# lasted. A finding about the job's GPUs together ("gpus": imbalance) costs every GPU's idle
-# share: a rank waiting for a slower one loses that time as surely as a starved one.
-WASTE_FROM_UTIL = {"starvation", "underuse", "imbalance", "idle_gpu"}
-WASTE_FROM_CLOCK = {"thermal"}
-WASTE_ALL = {"stall"}  # nothing trains: the GPU's whole time is lost (a spinning collective reads 100 %)
 
 
 @dataclass
@@ -47,20 +39,13 @@ class GpuSummary:
     temp_peak: float | None = None
 
 
-@dataclass
-class ReportFinding:
-    rule: str
-    title: str
-    subject: str
-    severity: str
-    start_s: float  # from the start of the session
-    end_s: float
-    duration_s: float
-    evidence: str
-    remedies: list[str]
-    gpu_hours_lost: float
-    energy_kwh: float = 0.0  # what the finding's GPU(s) drew while it lasted
-    explained_by: str = ""  # the stronger finding that explains this one ("stall gpu0"); its hours go there
+def finding_json(f: Finding, t0: float) -> dict:
+    """A finding as ``analyze --json`` writes it: times in seconds from the first sample, the
+    severity by name, its GPU-hours as ``gpu_hours_lost``, "" when nothing explains it."""
+    return {"rule": f.rule, "title": f.title, "subject": f.subject, "severity": f.severity.label,
+            "start_s": round(f.start - t0, 1), "end_s": round(f.end - t0, 1), "duration_s": round(f.end - f.start, 1),
+            "evidence": f.evidence, "remedies": list(f.remedies), "gpu_hours_lost": f.gpu_hours,
+            "energy_kwh": f.energy_kwh, "explained_by": f.explained_by or ""}
 
 
 @dataclass
@@ -71,7 +56,7 @@ class Report:
     samples: int
     interval_s: float
     gpus: list[GpuSummary]
-    findings: list[ReportFinding]
+    findings: list[Finding]  # ended (at the last sample if they held to the end), their GPU-hours and energy filled in
     gpu_hours: float
     gpu_hours_lost: float
     notes: list[str] = field(default_factory=list)
@@ -80,24 +65,34 @@ class Report:
     skipped_lines: int = 0  # unreadable lines of an imported log
     # where the job's threads were: the probes' stack dumps (the latest of each process)
     stacks: list[dict] = field(default_factory=list)
+    t0: float = 0.0  # the first sample's time (unix): the findings' times are told from it
 
     def worst(self) -> Severity | None:
-        return max((Severity.parse(f.severity) for f in self.findings), default=None)
+        return max((f.severity for f in self.findings), default=None)
+
+    def at(self, t: float) -> float:
+        """A time as the report tells it: seconds from the first sample."""
+        return round(t - self.t0, 1)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(dataclasses.replace(self, findings=[]))
+        d["findings"] = [finding_json(f, self.t0) for f in self.findings]
+        del d["t0"]
+        return d
 
 
 class _Acc:
+    """One GPU's summary and series, sample by sample (or column by column)."""
+
     def __init__(self, index: int, name: str) -> None:
         self.s = GpuSummary(index, name)
         self.util_sum = self.util_n = self.power_sum = self.power_n = 0.0
         self.t = array("d")
-        self.unused_util = array("d")  # 1 - util/100 (NaN when unknown)
-        self.unused_clock = array("d")  # 1 - sm/sm_max
+        self.idle = array("d")  # waste.idle_share (NaN when unknown)
+        self.clock = array("d")  # waste.clock_share
         self.power = array("d")  # W (NaN when unknown)
         self.energy = array("d")  # J, NVML's counter since the driver loaded (NaN when unknown)
-        self._prefix: dict[int, list[float]] = {}
+        self._series: waste.GpuSeries | None = None
 
     def add(self, t: float, g) -> None:
         s = self.s
@@ -118,9 +113,8 @@ class _Acc:
         if g.temp_c is not None:
             s.temp_peak = max(s.temp_peak or 0.0, g.temp_c)
         self.t.append(t)
-        self.unused_util.append(1 - g.util / 100 if g.util is not None else float("nan"))
-        ratio = g.sm_clock / g.sm_clock_max if g.sm_clock and g.sm_clock_max else None
-        self.unused_clock.append(1 - ratio if ratio is not None else float("nan"))
+        self.idle.append(waste.idle_share(g.util / 100 if g.util is not None else None))
+        self.clock.append(waste.clock_share(waste.clock_ratio(g.sm_clock, g.sm_clock_max)))
         self.power.append(g.power_w if g.power_w is not None else float("nan"))
         self.energy.append(g.energy_j if g.energy_j is not None else float("nan"))
 
@@ -138,8 +132,8 @@ class _Acc:
         s.power_limit = o.power_limit or s.power_limit
         s.mem_total_gib = o.mem_total_gib or s.mem_total_gib
         self.t.extend(other.t)
-        self.unused_util.extend(other.unused_util)
-        self.unused_clock.extend(other.unused_clock)
+        self.idle.extend(other.idle)
+        self.clock.extend(other.clock)
         self.power.extend(other.power)
         self.energy.extend(other.energy)
         return self
@@ -150,41 +144,14 @@ class _Acc:
         s.power_mean = self.power_sum / self.power_n if self.power_n else None
         return s
 
-    def energy_kwh(self, t0: float, t1: float) -> float:
-        """What this GPU drew over [t0, t1]: the energy counter's rise between the first and
-        the last time it was read inside the span, with power integrated over the edges
-        before and after; power integrated over time where the counter was not recorded.
-        The counter is read every 30 s (each tick repeats the last reading), so the ends of
-        the span are where a new reading first appears, not the span's own ends."""
-        t, e = self.t, self.energy
-        i0, i1 = bisect.bisect_left(t, t0), bisect.bisect_right(t, t1) - 1
-        j0 = next((j for j in range(i0 + 1, i1 + 1) if e[j] == e[j] and e[j] != e[j - 1]), None)
-        j1 = next((j for j in range(i1, i0, -1) if e[j] == e[j] and e[j] != e[j - 1]), None)
-        if j0 is not None and j1 is not None and j1 > j0 and e[j1] >= e[j0] and e[j0 - 1] == e[j0 - 1]:
-            edges = self.lost_hours(t0, t[j0], self.power) + self.lost_hours(t[j1], t1, self.power)
-            return (e[j1] - e[j0]) / 3.6e6 + edges / 1000.0
-        return self.lost_hours(t0, t1, self.power) / 1000.0  # W·h -> kWh
-
-    def lost_hours(self, t0: float, t1: float, series: array) -> float:
-        """Integral of ``series`` over [t0, t1] in hours (each sample holds until the next),
-        from prefix sums built once per series: a day-long finding costs two bisections."""
-        t = self.t
-        if not t:
-            return 0.0
-        prefix = self._prefix.get(id(series))
-        if prefix is None:
-            from itertools import accumulate
-            steps = [max(0.0, v) * (b - a) if v == v else 0.0 for v, a, b in zip(series, t, t[1:])]
-            prefix = self._prefix[id(series)] = [0.0, *accumulate(steps)]
-        i0 = bisect.bisect_left(t, t0)
-        i1 = bisect.bisect_right(t, t1) - 1
-        if i1 < i0:
-            return 0.0
-        total = prefix[i1] - prefix[i0]
-        v = series[i1]
-        if v == v and i1 + 1 < len(t):
-            total += max(0.0, v) * (min(t[i1 + 1], t1) - t[i1])
-        return total / 3600.0
+    def series(self, interval: float) -> waste.GpuSeries:
+        """Its series for costing findings (once all samples are in)."""
+        if self._series is None:
+            holds = waste.Holds.recording(interval, self.t)
+            self._series = waste.GpuSeries(*(waste.Series(self.t, v, holds) for v in (self.idle, self.clock)),
+                                           power=waste.Series(self.t, self.power, holds),
+                                           energy=waste.Series(self.t, self.energy, holds))
+        return self._series
 
 
 def analyze(source, config: Thresholds | None = None, name: str = "", rerun: bool = False) -> Report:
@@ -269,24 +236,14 @@ def _judge_short(info, frames, config: Thresholds, span: float):
 
 def _report(source, name, alerts, accs, first, last, n, notes=()) -> Report:
     info = source.info
+    gpus = {i: acc.series(info.interval) for i, acc in accs.items()}
     findings = []
     for a in sorted(alerts, key=lambda a: (a.start, a.rule)):
-        lost = energy = 0.0
-        for acc in _gpus_of(a.subject, accs):
-            if a.explained_by:
-                pass  # counted once, by the finding that explains it
-            elif a.rule in WASTE_ALL:
-                lost += max(0.0, min(a.end, acc.t[-1] if acc.t else a.end) - max(a.start, acc.t[0] if acc.t else a.start)) / 3600
-            elif a.rule in WASTE_FROM_UTIL:
-                lost += acc.lost_hours(a.start, a.end, acc.unused_util)
-            elif a.rule in WASTE_FROM_CLOCK:
-                lost += acc.lost_hours(a.start, a.end, acc.unused_clock)
-            energy += acc.energy_kwh(a.start, a.end)
-        findings.append(ReportFinding(a.rule, a.title, a.subject, a.severity.label, round(a.start - first, 1),
-                                      round(a.end - first, 1), round(a.end - a.start, 1), a.evidence,
-                                      list(a.remedies), round(lost, 4), round(energy, 4), a.explained_by or ""))
+        end = last if a.end is None or a.end > last else a.end  # still up when the data ends
+        lost, energy = waste.finding_cost(a.rule, a.subject, a.explained_by, a.start, end, gpus)
+        findings.append(dataclasses.replace(a, end=end, gpu_hours=round(lost, 4), energy_kwh=round(energy, 4)))
     duration = last - first
-    gpus = [accs[i].finish() for i in sorted(accs)]
+    summaries = [accs[i].finish() for i in sorted(accs)]
     notes = list(getattr(source, "notes", [])) + list(notes)
     chunks = getattr(source, "skipped_chunks", 0)
     lines = getattr(source, "skipped_lines", 0)
@@ -296,21 +253,14 @@ def _report(source, name, alerts, accs, first, last, n, notes=()) -> Report:
                      "skipped: the findings cover the rest")
     if lines:
         notes.append(f"{lines} unreadable line(s) skipped")
-    energy = sum(acc.energy_kwh(first, last) for acc in accs.values())
+    energy = sum(g.energy_kwh(first, last) for g in gpus.values())
+    present = sum(g.present_hours() for g in gpus.values())
     bad = getattr(source, "meta", {}).get("probe_bad_messages", "")
     if bad.isdigit() and len(bad) < 12 and int(bad):
         notes.append(f"the probe sent {int(bad)} malformed message(s) while recording; they were dropped")
-    return Report(name, getattr(source, "kind", "traintop recording"), round(duration, 1), n, info.interval, gpus,
-                  findings, round(duration / 3600 * len(gpus), 4), round(sum(f.gpu_hours_lost for f in findings), 4),
-                  notes, round(energy, 4), skipped_chunks=chunks, skipped_lines=lines)
-
-
-def _gpus_of(subject: str, accs: dict) -> list:
-    """The GPUs a finding is about: one ("gpu3"), all of them ("gpus"), or none (host, process, a rank)."""
-    i = gpu_index(subject)
-    if i is not None:
-        return [accs[i]] if i in accs else []
-    return list(accs.values()) if subject == "gpus" else []
+    return Report(name, getattr(source, "kind", "traintop recording"), round(duration, 1), n, info.interval, summaries,
+                  findings, round(present, 4), round(sum(f.gpu_hours for f in findings), 4),
+                  notes, round(energy, 4), skipped_chunks=chunks, skipped_lines=lines, t0=first)
 
 
 def _nothing_read(source, name: str):
@@ -365,10 +315,7 @@ def _from_recorded(source, name) -> Report:
         source.skipped_chunks += skipped
     if first is None:
         _nothing_read(source, name)
-    alerts = source.alerts()
-    for a in alerts:
-        if a.end is None or a.end > last:
-            a.end = last  # still active when the recording ended
+    alerts = source.alerts()  # those still active when the recording ended end at its last sample (_report)
     return _report(source, name, alerts, accs, first, last, n,
                    notes=["findings as the rules judged them while recording (--rerun re-runs them)"])
 
@@ -456,9 +403,11 @@ def _summarise(source, names: dict, ids: list[int]):
                 s.temp_peak = max(s.temp_peak or 0.0, temp / scale["temp_c"])
             acc.t.extend(times)
             u100 = 100.0 * scale["util"]
-            acc.unused_util.extend([1 - v / u100 if v is not None else nan for v in u] if u else [nan] * len(times))
+            idle, clock = waste.idle_share, waste.clock_share
+            acc.idle.extend([idle(None if v is None else v / u100) for v in u] if u else [nan] * len(times))
             sm, mx = col("sm_clock"), _last(col("sm_clock_max"))
-            acc.unused_clock.extend([1 - v / mx if v and mx else nan for v in sm] if sm else [nan] * len(times))
+            ratio = waste.clock_ratio
+            acc.clock.extend([clock(ratio(v, mx)) for v in sm] if sm else [nan] * len(times))
             acc.power.extend([v / scale["power_w"] if v is not None else nan for v in pw] if pw else [nan] * len(times))
             en = col("energy_j")
             acc.energy.extend([v / scale["energy_j"] if v is not None else nan for v in en] if en else [nan] * len(times))
@@ -484,15 +433,16 @@ def render_text(r: Report) -> str:
         out.append("No findings: nothing wasted GPU time that traintop recognises.")
     by_rule: dict[str, float] = {}
     for fd in r.findings:
-        by_rule[fd.title] = by_rule.get(fd.title, 0.0) + fd.gpu_hours_lost
+        by_rule[fd.title] = by_rule.get(fd.title, 0.0) + fd.gpu_hours
     titles = {fd.rule: fd.title for fd in r.findings}
     for fd in causes:
         out.append("")
-        began = (f"from before the recording began ({fmt_duration(-fd.start_s)} earlier)" if fd.start_s < 0
-                 else fmt_duration(fd.start_s))
-        out.append(f"[{fd.severity.upper()}] {fd.title} — {fd.subject.replace('gpu', 'GPU ')}, "
-                   f"{began} to {fmt_duration(fd.end_s)} ({fmt_duration(fd.duration_s)})"
-                   + (f", {fd.gpu_hours_lost:.3f} GPU-hours lost" if fd.gpu_hours_lost else "")
+        start_s = r.at(fd.start)
+        began = (f"from before the recording began ({fmt_duration(-start_s)} earlier)" if start_s < 0
+                 else fmt_duration(start_s))
+        out.append(f"[{fd.severity.label.upper()}] {fd.title} — {fd.subject.replace('gpu', 'GPU ')}, "
+                   f"{began} to {fmt_duration(r.at(fd.end))} ({fmt_duration(round(fd.end - fd.start, 1))})"
+                   + (f", {fd.gpu_hours:.3f} GPU-hours lost" if fd.gpu_hours else "")
                    + (f", {fd.energy_kwh:.3f} kWh drawn" if fd.energy_kwh else ""))
         out.append(f"  {fd.evidence}")
         for rem in fd.remedies:
@@ -502,8 +452,9 @@ def render_text(r: Report) -> str:
         out.append("Explained by a stronger finding (not causes of their own; their GPU-hours are counted there):")
         for fd in explained:
             rule, _, subject = fd.explained_by.partition(" ")
-            out.append(f"  {fd.title} — {fd.subject.replace('gpu', 'GPU ')}, {fmt_duration(fd.start_s)} to "
-                       f"{fmt_duration(fd.end_s)}: explained by {titles.get(rule, rule)} ({subject.replace('gpu', 'GPU ')})")
+            out.append(f"  {fd.title} — {fd.subject.replace('gpu', 'GPU ')}, {fmt_duration(r.at(fd.start))} to "
+                       f"{fmt_duration(r.at(fd.end))}: explained by {titles.get(rule, rule)} "
+                       f"({subject.replace('gpu', 'GPU ')})")
     if any(by_rule.values()):
         out.append("")
         out.append("GPU-hours lost by finding: " + "; ".join(f"{k} {v:.3f}" for k, v in by_rule.items() if v))

@@ -30,6 +30,7 @@ import threading
 import time
 from typing import Callable, Iterable
 
+from traintop.findings import Finding, Severity
 from traintop.text import one_line
 
 TIMEOUT_S = 30.0
@@ -39,39 +40,36 @@ MARK = "TRAINTOP_ON_FINDING_RUN"  # in the environment of a run and everything i
 
 
 class FindingEvents:
-    """Turns the rules' active alerts, tick after tick, into start and end events (once each)."""
+    """Turns the rules' active findings, tick after tick, into start and end events (once each)."""
 
     def __init__(self, host: str) -> None:
         self.host = host
-        self._active: dict[tuple[str, str], tuple] = {}
+        self._active: dict[tuple[str, str], Finding] = {}
 
-    def update(self, alerts: Iterable[tuple], t: float) -> list[dict]:
-        """``alerts``: (rule, severity, subject, title, evidence, start[, explained_by]) of every active alert.
+    def update(self, findings: Iterable[Finding], t: float) -> list[dict]:
+        """``findings``: every active finding (the engine's records, as they are).
 
         A finding that a stronger one explains when it starts is not announced: the stronger one
         is (one situation, one page). One announced before it was explained ends as usual, saying
         what explains it."""
-        from traintop.rules import Severity
-
         now = {}
-        for rule, sev, subj, title, ev, start, *by in alerts:
-            explained = by[0] if by else None
-            if sev >= Severity.WARNING and (explained is None or (rule, subj) in self._active):
-                now[(rule, subj)] = (sev, title, ev, start, explained)
+        for f in findings:
+            if f.severity >= Severity.WARNING and (f.explained_by is None or (f.rule, f.subject) in self._active):
+                now[(f.rule, f.subject)] = f
         events = []
-        for key, (sev, title, ev, start, explained) in now.items():
+        for key, f in now.items():
             if key not in self._active:
-                events.append(self._event("start", key, sev.label, title, ev, start, None, explained))
-        for key, (sev, title, ev, start, explained) in self._active.items():
+                events.append(self._event("start", f, None))
+        for key, f in self._active.items():
             if key not in now:
-                events.append(self._event("end", key, sev.label, title, ev, start, t, explained))
+                events.append(self._event("end", f, t))
         self._active = now
         return events
 
-    def _event(self, kind, key, severity, title, evidence, start, end, explained_by=None) -> dict:
-        return {"event": kind, "host": self.host, "rule": key[0], "subject": key[1], "severity": severity,
-                "title": title, "evidence": one_line(evidence, 4000), "start": start, "end": end,
-                "explained_by": explained_by}
+    def _event(self, kind: str, f: Finding, end: float | None) -> dict:
+        return {"event": kind, "host": self.host, "rule": f.rule, "subject": f.subject, "severity": f.severity.label,
+                "title": f.title, "evidence": one_line(f.evidence, 4000), "start": f.start, "end": end,
+                "explained_by": f.explained_by}
 
 
 class FindingHook:

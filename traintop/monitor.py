@@ -11,8 +11,8 @@ import threading
 
 from traintop.errors import RecordingError, TraintopError
 from traintop.rules import RULES_VERSION, RulesEngine, default_engine
+from traintop.findings import Finding
 from traintop.rules.config import host_values
-from traintop.rules.engine import Alert
 from traintop.samples import Frame, SessionInfo, StackDump
 from traintop.store import Store
 
@@ -88,7 +88,7 @@ class Monitor:
             self._finding_events = FindingEvents(host or self.info.hostname or "localhost")
             self._alerts_shown = frozenset(("hook attached",))  # the next evaluation tells it what is up
 
-    def ingest(self, frame: Frame, evaluate: bool = True) -> list[Alert]:
+    def ingest(self, frame: Frame, evaluate: bool = True) -> list[Finding]:
         events = ()
         with self.lock:
             p = frame.process
@@ -107,9 +107,7 @@ class Monitor:
                     self._alerts_shown = shown
                     self.alert_changes += 1
                     if self.hook is not None:
-                        events = self._finding_events.update(
-                            ((a.rule, a.severity, a.subject, a.title, a.evidence, a.start, a.explained_by)
-                             for a in active), frame.t)
+                        events = self._finding_events.update(active, frame.t)
         for event in events:
             self.hook.submit(event)  # a queue: the command runs on the hook's own thread
         self._record(frame, changed)
@@ -148,7 +146,7 @@ class Monitor:
             if self.ended_at is None:
                 self.ended_at = end.t
 
-    def _record(self, frame: Frame, changed: list[Alert]) -> None:
+    def _record(self, frame: Frame, changed: list[Finding]) -> None:
         for sink in self.sample_sinks:
             sink(frame)
         rec = self.recorder

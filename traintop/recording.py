@@ -25,7 +25,7 @@ from traintop.codec import (CODEC, CODECS, MAX_CHUNK_SAMPLES, columns_of, decode
                             merge)
 from traintop.errors import RecordingError, TraintopError
 from traintop.files import check_regular, open_regular
-from traintop.rules.engine import Alert, Severity
+from traintop.findings import Finding, Severity
 from traintop.text import one_line
 from traintop.samples import Frame, GpuInfo, SessionInfo, StackDump, ThreadStack
 
@@ -150,7 +150,7 @@ class RecordingWriter:
         self._small_n = 0  # their samples
         self._small_t0: float | None = None
         self._buf: list[Frame] = []  # not yet committed
-        self._dirty_alerts: dict[int, Alert] = {}
+        self._dirty_alerts: dict[int, Finding] = {}
         self._stacks: list[StackDump] = []  # not yet committed
         self._last_flush = clock()
         self.closed = False
@@ -178,7 +178,7 @@ class RecordingWriter:
         if len(self._buf) >= self.chunk_frames or self._clock() - self._last_flush >= self.flush_every:
             self.flush()
 
-    def alert(self, alert: Alert) -> None:
+    def alert(self, alert: Finding) -> None:
         self._dirty_alerts[alert.id] = alert
         if self._clock() - self._last_flush >= self.flush_every:
             self.flush()
@@ -527,7 +527,7 @@ class RecordingReader:
         return isinstance(meta, dict) and meta.get("version") == RULES_VERSION \
             and meta.get("thresholds") == host_values(config or DEFAULT)
 
-    def alerts(self) -> list[Alert]:
+    def alerts(self) -> list[Finding]:
         out = []
         try:
             if not self._has_alerts:
@@ -546,9 +546,9 @@ class RecordingReader:
                     raise ValueError("bad remedies")
                 if not plausible.time_ok(start) or not (end is None or plausible.time_ok(end)):
                     raise ValueError("bad time")
-                out.append(Alert(str(rule), str(title), str(subject), Severity.parse(str(sev)), float(start),
-                                 str(evidence), tuple(rem), None if end is None else float(end), id=int(aid),
-                                 explained_by=None if by is None else one_line(str(by), 200)))
+                out.append(Finding(str(rule), str(title), str(subject), Severity.parse(str(sev)), float(start),
+                                   None if end is None else float(end), str(evidence), tuple(rem), id=int(aid),
+                                   explained_by=None if by is None else one_line(str(by), 200)))
             except (ValueError, TypeError, OverflowError, RecursionError, TraintopError):
                 continue
         return out

@@ -11,7 +11,7 @@ from traintop.attribution import WorkerLoad
 from traintop.metrics import gpu_key, host_key, proc_key, rank_id, rank_key
 from traintop.monitor import Monitor
 from traintop.rules.config import DEFAULT, Thresholds
-from traintop.rules.engine import Alert
+from traintop.findings import Finding
 from traintop.samples import (
     POWER_BRAKE_REASONS,
     REASON_SW_POWER_CAP,
@@ -75,32 +75,6 @@ class ProcessView:
 
 
 @dataclass(frozen=True)
-class AlertView:
-    """An alert as it stood when the view was built: the engine keeps changing its own Alert
-    objects on the feed's thread while the widgets draw on theirs."""
-
-    rule: str
-    title: str
-    subject: str
-    severity: int
-    start: float
-    end: float | None
-    evidence: str
-    remedies: tuple[str, ...]
-    id: int = 0
-    explained_by: str | None = None  # "rule subject" of the stronger finding that explains this one
-
-    @property
-    def active(self) -> bool:
-        return self.end is None
-
-    @classmethod
-    def of(cls, a: Alert) -> "AlertView":
-        return cls(a.rule, a.title, a.subject, int(a.severity), a.start, a.end, a.evidence, tuple(a.remedies), a.id,
-                   a.explained_by)
-
-
-@dataclass(frozen=True)
 class View:
     t: float | None
     kind: str
@@ -112,8 +86,8 @@ class View:
     gpus: list[GpuView]
     host: HostView
     process: ProcessView
-    active: tuple[AlertView, ...]
-    recent: tuple[AlertView, ...]
+    active: tuple[Finding, ...]  # the engine's records as they stood (frozen: it makes new ones as they change)
+    recent: tuple[Finding, ...]
     recording_error: str | None = None
     source_error: str | None = None  # one line for the status bar: why data is missing or stale
     extra: dict = field(default_factory=dict)
@@ -141,9 +115,8 @@ def build_view(monitor: Monitor, points: int = SERIES_POINTS) -> View:
         info = monitor.info
         infos = {g.index: g for g in info.gpus}
         # causes first, most severe first; what a stronger finding explains after them
-        active = tuple(AlertView.of(a) for a in sorted(monitor.engine.active,
-                                                       key=lambda a: (a.explained_by is not None, -a.severity, a.start)))
-        recent = tuple(AlertView.of(a) for a in [a for a in reversed(monitor.engine.alerts) if not a.active][:10])
+        active = tuple(sorted(monitor.engine.active, key=lambda a: (a.explained_by is not None, -a.severity, a.start)))
+        recent = tuple([a for a in reversed(monitor.engine.alerts) if not a.active][:10])
         gpus = []
         for g in frame.gpus if frame else ():
             i = g.index
@@ -156,7 +129,7 @@ def build_view(monitor: Monitor, points: int = SERIES_POINTS) -> View:
                 mem=store.last(gpu_key(i, "mem_used"), points),
                 temp=store.last(gpu_key(i, "temp_c"), points),
                 badges=("STALE",) + badges_for(g) if g.index in frame.stale_gpus else badges_for(g),
-                alert_level=mine[0].severity if mine else 0,
+                alert_level=int(mine[0].severity) if mine else 0,
                 alert_title=mine[0].title if mine else None,
             ))
         host = HostView(frame.host if frame else None, store.last(host_key("cpu_percent"), points))

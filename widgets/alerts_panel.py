@@ -10,7 +10,8 @@ from textual.containers import VerticalScroll
 
 from traintop.text import one_line
 from traintop.units import fmt_duration
-from traintop.view import AlertView, View
+from traintop.findings import Finding
+from traintop.view import View
 from traintop.widgets.render import SEVERITY_ICON, SEVERITY_STYLE
 from traintop.widgets.line import Line
 from traintop.widgets.lines import TextLines, join_lines, line_signature
@@ -35,7 +36,7 @@ def subject_label(subject: str) -> str:
     return SUBJECT_NAMES.get(subject) or one_line(subject, 40)
 
 
-def concerns(alert: AlertView, gpu: int) -> bool:
+def concerns(alert: Finding, gpu: int) -> bool:
     """Whether an alert is about ``gpu`` or about no single GPU (the job, the host, all GPUs)."""
     subject = alert.subject
     return gpu_index(subject) in (None, gpu)
@@ -67,10 +68,10 @@ def gpus_label(indices: list[int]) -> str:
     return "GPUs " + ", ".join(map(str, xs))
 
 
-def group_alerts(active) -> list[tuple[AlertView, list[int]]]:
+def group_alerts(active) -> list[tuple[Finding, list[int]]]:
     """Active alerts with the same rule and severity on several GPUs (eight starving GPUs of one
     job) as one entry: (the first GPU's alert, every GPU's index); others alone, with []."""
-    groups: dict[tuple, list[AlertView]] = {}
+    groups: dict[tuple, list[Finding]] = {}
     order: list[tuple] = []
     for a in active:
         key = (a.rule, int(a.severity)) if gpu_index(a.subject) is not None else ("", a.id, a.subject)
@@ -222,7 +223,7 @@ class AlertsPanel(VerticalScroll, can_focus=False):
         self.query_one("#alerts-body", AlertsBody).set_paragraphs(paras)
 
     @staticmethod
-    def render_alerts(active: list[AlertView], recent: list[AlertView], now: float | None, compact: bool,
+    def render_alerts(active: list[Finding], recent: list[Finding], now: float | None, compact: bool,
                       watching: str = "") -> Text:
         """The alerts as one unwrapped Text (tests and tools)."""
         return Text("\n").join(t.to_text() for t, _ in alert_paragraphs(active, recent, now, compact, watching))

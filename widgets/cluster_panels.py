@@ -76,7 +76,7 @@ class HostsBody(TextLines):
             hosts = [h for h in hosts if any(r.host == h and r.job == self.focus_job for r in s.ranks)]
         findings: dict[str, int] = {}
         for f in s.findings:
-            if f.severity != "info":
+            if f.severity > Severity.INFO:
                 findings[f.host] = findings.get(f.host, 0) + 1
         if self.focus_host is None and len(s.gpus) > GPU_LINES_UP_TO and s.host_lines:
             self._host_rows(out, s, set(hosts), findings, spark_w)
@@ -185,7 +185,7 @@ def finding_paragraphs(s: ClusterSnapshot | None, focus_host: str | None, compac
     if s is None:
         return out
     fs = [f for f in s.findings if focus_host in (None, f.host) and (hosts is None or f.host in hosts)]
-    fs.sort(key=lambda f: (-int(Severity.parse(f.severity)), f.scope != "cluster", f.host, f.rule))
+    fs.sort(key=lambda f: (-int(f.severity), f.scope != "cluster", f.host, f.rule))
     if not fs:
         line = Text("✔ No problems detected", style="bold green")
         line.append(" across the hosts shown.", style="dim")
@@ -193,13 +193,13 @@ def finding_paragraphs(s: ClusterSnapshot | None, focus_host: str | None, compac
     for k, f in enumerate(fs):
         if k:
             out.append((Text(), 0))
-        sev = int(Severity.parse(f.severity))
+        sev = int(f.severity)
         head = Text(f"{SEVERITY_ICON.get(sev, '•')} {one_line(f.title, 200)}", style=SEVERITY_STYLE.get(sev, ""))
         if f.scope == "cluster":
             where = f.host if f.subject == f.host else f"{f.host} · {f.subject}"
         else:
             where = f"{f.host} · {subject_label(f.subject)}"
-        head.append(keep_units(f" · {one_line(where, 80)} · {fmt_duration(f.duration_s)}"), style="dim")
+        head.append(keep_units(f" · {one_line(where, 80)} · {fmt_duration(round(f.end - f.start, 1))}"), style="dim")
         out.append((head, 2))
         out.append((Text("  " + keep_units(one_line(f.evidence, 2000))), 2))
         for rem in f.remedies[: 1 if compact or k else 3]:

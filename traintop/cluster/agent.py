@@ -19,14 +19,14 @@ import time
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 
-from traintop.analyze import WASTE_FROM_CLOCK, WASTE_FROM_UTIL
 from traintop.cluster.addresses import is_loopback
 from traintop.cluster import series as S
 from traintop.cluster.exporter import HostCollector, HostState, RankLabels
 from traintop.cluster.metrics_server import MetricsServer
 from traintop.errors import TraintopError
 from traintop.hooks import finding_hook
-from traintop.rules import Severity
+from traintop import waste
+from traintop.findings import Severity
 from traintop.rules.across_hosts import RANK_CLAIMED, RANK_OWNERS
 from traintop.samples import SessionKind
 from traintop.session import Session
@@ -136,7 +136,8 @@ class HostAgent:
         self.registry.register(self.collector)
         self._lost: dict[str, float] = {}
         self._xids: dict[int, tuple[int, int]] = {}
-        self._prev_t: float | None = None
+        self._holds = waste.Holds.recording(self.feed.interval)
+        self._prev = None  # (frame, the findings up then): it holds until the next tick
         self._last_textfile = 0.0
         self.textfile_error: str | None = None
 
@@ -153,17 +154,17 @@ class HostAgent:
         m = self.monitor
         with m.lock:
             frame = m.store.latest
-            alerts = [(a.rule, a.severity, a.subject, a.title, a.evidence, a.start) for a in m.engine.active]
+            active = m.engine.active
         if frame is None:
             return
-        self._account(frame, alerts)
+        self._account(frame, active)
         ranks, claims = rank_series(frame.ranks, self.job)
         p = frame.process
         workers = p.loader_workers if p is not None else ()
         cpus = [w.cpu_percent for w in workers if w.cpu_percent is not None]
         self.collector.publish(HostState(
             hostname=self.hostname, frame=frame, gpus=m.info.gpus, ranks=tuple(ranks),
-            findings=tuple((rule, sev.label, subj) for rule, sev, subj, *_ in alerts) + claims,
+            findings=tuple((f.rule, f.severity.label, f.subject) for f in active) + claims,
             lost_s=tuple(sorted(self._lost.items())),
             xids=tuple((g, n, code) for g, (n, code) in sorted(self._xids.items())),
             loader_cpu=sum(cpus) / len(cpus) / 100 if cpus else None,
@@ -171,27 +172,25 @@ class HostAgent:
             sample_age=max(0.0, time.time() - frame.t), mode=self.mode, gpus_unreadable=self.gpus_unreadable))
         self._write_textfile()
 
-    def _account(self, frame, alerts) -> None:
-        dt = 0.0 if self._prev_t is None else min(max(0.0, frame.t - self._prev_t), 5 * self.feed.interval)
-        self._prev_t = frame.t
-        gpus = {f"gpu{g.index}": g for g in frame.gpus}
+    def _account(self, frame, active) -> None:
+        """Each rule's GPU-seconds lost (traintop.waste), a tick at a time: the previous sample holds
+        until this one, for the findings that were up then."""
         for g in frame.gpus:
             if g.xid:
                 n, _ = self._xids.get(g.index, (0, 0))
                 self._xids[g.index] = (n + 1, int(g.xid))
-        for rule, sev, subject, *_ in alerts:
-            g = gpus.get(subject)
-            if g is None or sev < Severity.WARNING:
+        prev, self._prev = self._prev, (frame, active)
+        if prev is None:
+            return
+        before, up = prev
+        held = self._holds.held(before.t, frame.t) if frame.t >= before.t else 0.0
+        gpus = {g.index: g for g in before.gpus}
+        for f in up:
+            if f.severity < Severity.WARNING:
                 continue
-            share = None
-            if rule in WASTE_FROM_UTIL and g.util is not None:
-                share = 1 - g.util / 100
-            elif rule in WASTE_FROM_CLOCK and g.sm_clock and g.sm_clock_max:
-                share = 1 - g.sm_clock / g.sm_clock_max
-            if share is not None:
-                self._lost[rule] = self._lost.get(rule, 0.0) + dt * min(1.0, max(0.0, share))
-            else:
-                self._lost.setdefault(rule, 0.0)
+            cost = waste.sample_cost(f.rule, f.subject, f.explained_by, gpus)
+            if cost is not None:
+                self._lost[f.rule] = self._lost.get(f.rule, 0.0) + held * cost
 
     def _write_textfile(self) -> None:
         if self.textfile is None:

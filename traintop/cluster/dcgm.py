@@ -6,6 +6,7 @@ need no ranks. The report says what cannot be seen without agents.
 from __future__ import annotations
 
 from traintop import plausible as P
+from traintop import waste
 from traintop.cluster import claims, crosshost
 from traintop.cluster import report as R
 from traintop.cluster.checks import Checked, gpu_index_of
@@ -14,7 +15,6 @@ from traintop.cluster.promapi import Grid, Prometheus, Series
 from traintop.rules.config import DEFAULT
 from traintop.samples import Frame, GpuInfo, GpuSample, SessionInfo
 from traintop.units import MiB
-from traintop.metrics import gpu_index
 
 # field -> (DCGM series, scale to traintop's sample unit)
 FIELDS = {
@@ -134,19 +134,12 @@ def dcgm_findings(prom: Prometheus, start: float, end: float, step: float | None
             if gpus:
                 monitor.ingest(Frame(t=t, gpus=tuple(gpus)))
         monitor.close()
+        series = {i: R.gpu_series(g, step) for (h, i), g in data.gpus.items() if h == host}
         for a in monitor.engine.alerts:
-            lost = 0.0
-            g = data.gpus.get((host, gpu_index(a.subject)))
-            if g is not None:
-                if a.rule in R.WASTE_FROM_UTIL:
-                    lost = R._lost_hours(g.util, a.start, a.end, step, lambda v: 1 - v)
-                elif a.rule in R.WASTE_FROM_CLOCK:
-                    lost = R._lost_hours(g.clock_ratio, a.start, a.end, step, lambda v: 1 - v)
-            findings.append(R._finding(data, a.rule, a.title, host, a.subject, a.severity.label, a.start, a.end,
-                                       a.evidence, list(a.remedies), lost, "host"))
+            lost, _ = waste.finding_cost(a.rule, a.subject, a.explained_by, a.start, a.end, series)
+            findings.append(R.cluster_finding(a, host, R.HOST, lost))
     for c in crosshost.evaluate(data, config or DEFAULT, crosshost.WITHOUT_RANKS):
-        findings.append(R._finding(data, c.rule.id, c.rule.title, c.host, c.subject, c.rule.severity.label, c.start,
-                                   min(c.end + step, end), c.evidence, list(c.rule.remedies), 0.0, "cluster"))
+        findings.append(R.cross_finding(data, c))
     notes = [CANNOT_SEE] + check.notes()
     if missing:
         notes.append("series not exported here: " + ", ".join(FIELDS[f][0] for f in missing))

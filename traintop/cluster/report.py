@@ -8,36 +8,33 @@ here. Where only dcgm-exporter runs, the local rules run here on its series (dcg
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import asdict, dataclass, field
 
-from traintop.analyze import WASTE_ALL, WASTE_FROM_CLOCK, WASTE_FROM_UTIL, GpuSummary
+from traintop import waste
+from traintop.analyze import GpuSummary
 from traintop.cluster import crosshost
 from traintop.cluster.fetch import ClusterData, GpuData
+from traintop.findings import Finding
 from traintop.rules import DEFAULT, Severity, Thresholds, declared
 from traintop.text import one_line
 from traintop.units import GiB, fmt_duration
 from traintop.metrics import gpu_index
 
+# A cluster finding is the one record (traintop.findings) with its host and its scope: "host"
+# (an agent's verdict, or a local rule on dcgm series) or "cluster" (a cross-host rule).
+HOST, CLUSTER = "host", "cluster"
 
-@dataclass
-class ClusterFinding:
-    rule: str
-    title: str
-    host: str
-    subject: str
-    severity: str
-    start: float  # unix time
-    end: float
-    start_s: float  # from the start of the range
-    end_s: float
-    duration_s: float
-    evidence: str
-    remedies: list[str]
-    gpu_hours_lost: float
-    scope: str  # "host" (an agent's verdict, or a local rule on dcgm series) or "cluster" (a cross-host rule)
-    explained_by: str = ""  # an agent's verdict that a cross-host finding explains (ClusterReport.explained)
+
+def finding_json(f: Finding, t0: float) -> dict:
+    """A finding as ``analyze --prometheus --json`` writes it (times unix and from ``t0``, the range's start)."""
+    return {"rule": f.rule, "title": f.title, "host": f.host, "subject": f.subject, "severity": f.severity.label,
+            "start": round(f.start, 3), "end": round(f.end, 3), "start_s": round(f.start - t0, 1),
+            "end_s": round(f.end - t0, 1), "duration_s": round(f.end - f.start, 1), "evidence": f.evidence,
+            "remedies": list(f.remedies), "gpu_hours_lost": f.gpu_hours, "scope": f.scope,
+            "explained_by": f.explained_by or ""}
 
 
 @dataclass
@@ -58,44 +55,41 @@ class ClusterReport:
     duration_s: float
     step_s: float
     hosts: list[HostSummary]
-    findings: list[ClusterFinding]
+    findings: list[Finding]  # each with its host and scope
     gpu_hours: float
     gpu_hours_lost: float
     notes: list[str] = field(default_factory=list)
-    explained: list[ClusterFinding] = field(default_factory=list)  # agents' verdicts the cross-host view overrides
+    explained: list[Finding] = field(default_factory=list)  # agents' verdicts the cross-host view overrides
     queries: int = 0
     bytes_read: int = 0
     seconds: float = 0.0
+    t0: float = 0.0  # the range's start (unix): the findings' times are told from it
 
     def worst(self) -> Severity | None:
-        return max((Severity.parse(f.severity) for f in self.findings), default=None)
+        return max((f.severity for f in self.findings), default=None)
+
+    def at(self, t: float) -> float:
+        """A time as the report tells it: seconds from the range's start."""
+        return round(t - self.t0, 1)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(dataclasses.replace(self, findings=[], explained=[]))
+        d["findings"] = [finding_json(f, self.t0) for f in self.findings]
+        d["explained"] = [finding_json(f, self.t0) for f in self.explained]
+        del d["t0"]
+        return d
 
 
-LAST_POINT_S = 30.0  # what a point with no neighbour on the grid stands for (a few scrapes)
+def gpu_series(g: GpuData, step: float) -> waste.GpuSeries:
+    """One GPU's grid series for costing findings (``traintop.waste``): utilization's points are its own."""
+    holds = waste.Holds.grid(step)
+    return waste.GpuSeries(waste.Series.of_points(g.util, holds, waste.idle_share),
+                           waste.Series.of_points(g.clock_ratio, holds, waste.clock_share))
 
 
-def _weight(series: dict, t: float, step: float) -> float:
-    """The seconds a grid point stands for: the step where the series goes on to the next point;
-    a point with nothing after it (the end of the data, a range or step far longer than the data)
-    stands for a few scrapes, not a whole step: 3 minutes of data asked with --since 1w --step 1h
-    would otherwise count hours."""
-    return step if (t + step) in series else min(step, LAST_POINT_S)
-
-
-def _lost_hours(series: dict, a: float, b: float, step: float, unused) -> float:
-    total = 0.0
-    for t, v in series.items():
-        if a <= t <= b:
-            total += max(0.0, min(1.0, unused(v))) * _weight(series, t, step)
-    return total / 3600.0
-
-
-def _present_hours(series: dict, step: float) -> float:
-    """GPU-hours of data present in one GPU's series (not the range asked)."""
-    return sum(_weight(series, t, step) for t in series) / 3600.0
+def _gpu_series(data: ClusterData) -> dict:
+    """(host, index) -> its series, built once per report."""
+    return {k: gpu_series(g, data.step) for k, g in data.gpus.items()}
 
 
 def _gpu_evidence(g: GpuData, a: float, b: float) -> str:
@@ -118,109 +112,121 @@ def _gpu_evidence(g: GpuData, a: float, b: float) -> str:
     return ", ".join(parts)
 
 
-def agent_findings(data: ClusterData) -> list[ClusterFinding]:
+def cluster_finding(f: Finding, host: str, scope: str, gpu_hours: float = 0.0) -> Finding:
+    """``f`` as the cluster report shows it: whose it is and its scope, its text cut to one line
+    (names and evidence come from Prometheus)."""
+    return dataclasses.replace(f, title=one_line(f.title, 80), subject=one_line(f.subject, 128),
+                               evidence=one_line(f.evidence, 1000), remedies=tuple(f.remedies),
+                               gpu_hours=round(gpu_hours, 4), host=one_line(host, 128), scope=scope)
+
+
+def _severity(label, default: Severity) -> Severity:
+    """A severity by name: an agent's label (its word, read from Prometheus) or a cross-host rule's;
+    a name traintop does not know reads as ``default``."""
+    if isinstance(label, Severity):
+        return label
+    try:
+        return Severity.parse(label)
+    except (ValueError, AttributeError):
+        return default
+
+
+def agent_findings(data: ClusterData, series: dict | None = None) -> list[Finding]:
+    series = _gpu_series(data) if series is None else series
     out = []
     merged: dict[tuple, dict] = {}
     for f in data.findings:  # one series per severity: merge them, keep the worst
         key = (f.host, f.rule, f.subject)
-        m = merged.setdefault(key, {"times": set(), "severity": f.severity})
+        sev = _severity(f.severity, _severity(getattr(declared(f.rule), "severity", None), Severity.WARNING))
+        m = merged.setdefault(key, {"times": set(), "severity": sev})
         m["times"].update(f.times)
-        try:
-            if Severity.parse(f.severity) > Severity.parse(m["severity"]):
-                m["severity"] = f.severity
-        except ValueError:
-            pass
+        m["severity"] = max(m["severity"], sev)
     for (host, rule_id, subject), m in sorted(merged.items()):
         rule = declared(rule_id)  # a single-host rule's, or a claim an agent raises about its own node
+        mine = {i: g for (h, i), g in series.items() if h == host}
         for a, b in crosshost.spans(sorted(m["times"]), data.step, 0.0):
             b_end = min(b + data.step, data.end)
             evidence = f"{host}'s agent judged it over {fmt_duration(b_end - a)}"
-            lost = 0.0
             if (i := gpu_index(subject)) is not None:
                 g = data.gpus.get((host, i))
                 if g is not None:
                     detail = _gpu_evidence(g, a, b_end)
                     evidence += f"; GPU {g.index} meanwhile: {detail}" if detail else ""
-                    if rule_id in WASTE_ALL:
-                        lost = _lost_hours(g.util, a, b, data.step, lambda v: 1.0)
-                    elif rule_id in WASTE_FROM_UTIL:
-                        lost = _lost_hours(g.util, a, b, data.step, lambda v: 1 - v)
-                    elif rule_id in WASTE_FROM_CLOCK:
-                        lost = _lost_hours(g.clock_ratio, a, b, data.step, lambda v: 1 - v)
-            out.append(_finding(data, rule_id, rule.title if rule else rule_id, host, subject, m["severity"], a,
-                                b_end, evidence, list(rule.remedies) if rule else [], lost, "host"))
+            # each grid point it held at stands for its step (a few scrapes at the end of the data)
+            lost, _ = waste.finding_cost(rule_id, subject, None, a, b + data.step, mine)
+            f = Finding(rule_id, rule.title if rule else rule_id, subject, m["severity"], a, b_end, evidence,
+                        tuple(rule.remedies) if rule else ())
+            out.append(cluster_finding(f, host, HOST, lost))
     return out
 
 
-def _finding(data, rule, title, host, subject, severity, a, b, evidence, remedies, lost, scope) -> ClusterFinding:
-    return ClusterFinding(rule, one_line(title, 80), one_line(host, 128), one_line(subject, 128), severity,
-                          round(a, 3), round(b, 3), round(a - data.start, 1), round(b - data.start, 1),
-                          round(b - a, 1), one_line(evidence, 1000), remedies, round(lost, 4), scope)
+def cross_findings(data: ClusterData, config: Thresholds = DEFAULT) -> list[Finding]:
+    series = _gpu_series(data)
+    return [cross_finding(data, c, series) for c in crosshost.evaluate(data, config)]
 
 
-def cross_findings(data: ClusterData, config: Thresholds = DEFAULT) -> list[ClusterFinding]:
-    return [_cross(data, c) for c in crosshost.evaluate(data, config)]
-
-
-def _cross(data: ClusterData, c) -> ClusterFinding:
+def cross_finding(data: ClusterData, c, series: dict | None = None) -> Finding:
+    """A cross-host finding (crosshost.CrossFinding) as the one record."""
     end = min(c.end + data.step, data.end)
     lost = 0.0
-    if c.rule is crosshost.STALLED and c.job is not None:
-        # nothing trains: every GPU of the job's hosts loses its time (a spinning collective reads 100 %)
+    share = waste.wasted_share(c.rule.id)
+    if share is not None and c.job is not None:  # a stalled job: every GPU of its hosts
+        series = _gpu_series(data) if series is None else series
         hosts = {r.host for r in data.jobs().get(c.job, ())}
-        lost = sum(_lost_hours(g.util, c.start, end, data.step, lambda v: 1.0)
-                   for (h, _), g in data.gpus.items() if h in hosts)
-    return _finding(data, c.rule.id, c.rule.title, c.host, c.subject, c.rule.severity.label, c.start,
-                    end, c.evidence, list(c.rule.remedies), lost, "cluster")
+        lost = sum(g.lost_hours(share, c.start, c.end + data.step) for (h, _), g in series.items() if h in hosts)
+    f = Finding(c.rule.id, c.rule.title, c.subject, c.rule.severity, c.start, end, c.evidence, tuple(c.rule.remedies))
+    return cluster_finding(f, c.host, CLUSTER, lost)
 
 
-def findings_of(data: ClusterData, config: Thresholds = DEFAULT) -> tuple[list[ClusterFinding], list[ClusterFinding]]:
+def findings_of(data: ClusterData, config: Thresholds = DEFAULT) -> tuple[list[Finding], list[Finding]]:
     """(findings, explained): the agents' and the cross-host findings, less the agents' verdicts that
     a cross-host finding explains (its rule's ``explains``, on its job's GPUs). An agent sees one
     node: a rank that waits in its collectives for a straggler on another node looks starved or
     underused from there, and is neither."""
-    host = agent_findings(data)
+    series = _gpu_series(data)
+    host = agent_findings(data, series)
     cross = crosshost.evaluate(data, config)
-    shown_cross = [_cross(data, c) for c in cross]
+    shown_cross = [cross_finding(data, c, series) for c in cross]
     jobs = data.jobs()
-    lagging = []  # (finding shown, its lagging GPUs, every GPU of its job), built once each
-    for c, cf in zip(cross, shown_cross):
+    lagging = []  # (cross-host finding, index of its record shown, its lagging GPUs, every GPU of its job)
+    for k, c in enumerate(cross):
         if c.rule.explains and c.job in jobs:
             ranks = jobs[c.job]
-            lagging.append((c, cf, {(r.host, r.local_rank) for r in ranks if r.rank in c.ranks},
+            lagging.append((c, k, {(r.host, r.local_rank) for r in ranks if r.rank in c.ranks},
                             {(r.host, r.local_rank) for r in ranks}))
     kept, explained = [], []
     for f in host:
-        hit = _explaining(f, lagging) if lagging else None
+        hit = _explaining(f, lagging, shown_cross) if lagging else None
         if hit is None:
             kept.append(f)
             continue
-        cf, why = hit
-        cf.gpu_hours_lost = round(cf.gpu_hours_lost + f.gpu_hours_lost, 4)
-        f.explained_by = one_line(why, 300)
-        explained.append(f)
+        k, why = hit
+        cf = shown_cross[k]  # the explaining finding counts the explained one's GPU-hours
+        shown_cross[k] = dataclasses.replace(cf, gpu_hours=round(cf.gpu_hours + f.gpu_hours, 4))
+        explained.append(dataclasses.replace(f, explained_by=one_line(why, 300)))
     return kept + shown_cross, explained
 
 
-def _explaining(f: ClusterFinding, lagging: list):
+def _explaining(f: Finding, lagging: list, shown: list[Finding]):
     i = gpu_index(f.subject)
     if i is None:
         return None
     gpu = (f.host, i)
-    for c, cf, slow, job_gpus in lagging:
+    for c, k, slow, job_gpus in lagging:
         if f.rule not in c.rule.explains or gpu not in job_gpus:
             continue
         # most of the agent's verdict lies within the straggler's time
+        cf = shown[k]
         if crosshost.overlap(f.start, f.end, cf.start, cf.end) < 0.5 * max(f.end - f.start, 1e-9):
             continue
         who = f"{c.subject} on {c.host}"
         if gpu in slow:
-            return cf, f"the cause of '{c.rule.title}' ({who}): its input, in that finding's evidence"
-        return cf, f"waits in its collectives for {who} ('{c.rule.title}')"
+            return k, f"the cause of '{c.rule.title}' ({who}): its input, in that finding's evidence"
+        return k, f"waits in its collectives for {who} ('{c.rule.title}')"
     return None
 
 
-def summarise(data: ClusterData, findings: list[ClusterFinding], kind: str, job: str | None,
+def summarise(data: ClusterData, findings: list[Finding], kind: str, job: str | None,
               notes=(), explained=()) -> ClusterReport:
     hosts = []
     jobs = data.jobs()
@@ -232,7 +238,7 @@ def summarise(data: ClusterData, findings: list[ClusterFinding], kind: str, job:
             if gh != h:
                 continue
             s = GpuSummary(i, g.model)
-            present += _present_hours(g.util, data.step)
+            present += gpu_series(g, data.step).present_hours()
             u = list(g.util.values())
             p = list(g.power.values())
             s.samples = len(u)
@@ -253,7 +259,7 @@ def summarise(data: ClusterData, findings: list[ClusterFinding], kind: str, job:
     notes = list(dict.fromkeys(list(data.notes) + list(notes)))
     return ClusterReport(data.url, kind, job, round(data.start, 3), round(data.end, 3), round(duration, 1),
                          round(data.step, 3), hosts, findings, round(present, 4),
-                         round(sum(f.gpu_hours_lost for f in findings), 4), notes, list(explained))
+                         round(sum(f.gpu_hours for f in findings), 4), notes, list(explained), t0=data.start)
 
 
 def render_text(r: ClusterReport) -> str:
@@ -273,14 +279,14 @@ def render_text(r: ClusterReport) -> str:
     if not r.findings:
         out.append("No findings: nothing wasted GPU time that traintop recognises.")
     for f in r.findings:
-        if f.scope == "cluster":
+        if f.scope == CLUSTER:
             subject = f.host if f.subject == f.host else f"{f.host} ({f.subject})"
         else:
             subject = f"{f.host} {_subject(f.subject)}"
         out.append("")
-        out.append(f"[{f.severity.upper()}] {f.title} — {subject}, {fmt_duration(f.start_s)} to "
-                   f"{fmt_duration(f.end_s)} ({fmt_duration(f.duration_s)})"
-                   + (f", {f.gpu_hours_lost:.3f} GPU-hours lost" if f.gpu_hours_lost else ""))
+        out.append(f"[{f.severity.label.upper()}] {f.title} — {subject}, {fmt_duration(r.at(f.start))} to "
+                   f"{fmt_duration(r.at(f.end))} ({fmt_duration(round(f.end - f.start, 1))})"
+                   + (f", {f.gpu_hours:.3f} GPU-hours lost" if f.gpu_hours else ""))
         out.append(f"  {f.evidence}")
         for rem in f.remedies:
             out.append(f"  → {rem}")
@@ -288,8 +294,8 @@ def render_text(r: ClusterReport) -> str:
         out.append("")
         out.append("Explained by the findings above (an agent sees only its own node):")
         for f in r.explained:
-            out.append(f"  {f.title} — {f.host} {_subject(f.subject)}, {fmt_duration(f.start_s)} to "
-                       f"{fmt_duration(f.end_s)}: {f.explained_by}")
+            out.append(f"  {f.title} — {f.host} {_subject(f.subject)}, {fmt_duration(r.at(f.start))} to "
+                       f"{fmt_duration(r.at(f.end))}: {f.explained_by}")
     return "\n".join(out)
 
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 from traintop.cluster.crosshost import silent_hosts
 from traintop.cluster.fetch import ClusterData
-from traintop.cluster.report import ClusterFinding, findings_of
+from traintop.cluster.report import findings_of
+from traintop.findings import Finding
 from traintop.rules.config import DEFAULT, Thresholds
 
 WINDOW_S = 300.0
@@ -69,7 +70,7 @@ class ClusterSnapshot:
     hosts: tuple[str, ...]
     gpus: tuple[GpuLine, ...]
     ranks: tuple[RankLine, ...]
-    findings: tuple[ClusterFinding, ...]  # active at the end of the window
+    findings: tuple[Finding, ...]  # active at the end of the window, each with its host and scope
     kind: str = "prometheus"
     notes: tuple[str, ...] = ()
     refresh_s: float = 0.0
@@ -112,7 +113,7 @@ def _host_lines(hosts: list[str], gpus: tuple[GpuLine, ...]) -> tuple[HostLine, 
     return tuple(out)
 
 
-def snapshot_from(data: ClusterData, findings: list[ClusterFinding], refresh_s: float = 0.0,
+def snapshot_from(data: ClusterData, findings: list[Finding], refresh_s: float = 0.0,
                   config: Thresholds = DEFAULT) -> ClusterSnapshot:
     gpus = tuple(GpuLine(h, i, g.model, _latest(g.util), _latest(g.power), g.power_limit, _latest(g.mem_used),
                          g.mem_total, _latest(g.temp), _latest(g.clock_ratio), _spark(g.util, data.grid))

@@ -5,7 +5,8 @@ from functools import lru_cache
 from traintop.rules.across_hosts import CROSS_HOST_RULES, CrossRule
 from traintop.rules.config import DEFAULT, Thresholds
 from traintop.rules.declaration import CLUSTER, HOST, Declared, HostRule
-from traintop.rules.engine import HOLDS, LAPSED, REVERSED, WEAK, Alert, Verdict, RuleContext, RulesEngine, Severity
+from traintop.rules.engine import HOLDS, LAPSED, REVERSED, WEAK, Verdict, RuleContext, RulesEngine, Severity
+from traintop.findings import Finding
 from traintop.rules.cpu_training import TrainingOnCpu
 from traintop.rules.fragmentation import Fragmentation
 from traintop.rules.gpu_errors import GpuErrors
@@ -65,6 +66,6 @@ def _index() -> dict[tuple[str, str], Declared]:
 
 __all__ = [
     "CLUSTER", "CROSS_HOST_RULES", "CrossRule", "Declared", "HOST", "HostRule",
-    "Alert", "DEFAULT", "HOLDS", "LAPSED", "REVERSED", "WEAK", "RULES_VERSION", "Verdict", "RuleContext", "RulesEngine", "Severity", "Thresholds",
+    "DEFAULT", "Finding", "HOLDS", "LAPSED", "REVERSED", "WEAK", "RULES_VERSION", "Verdict", "RuleContext", "RulesEngine", "Severity", "Thresholds",
     "catalogue", "declared", "default_engine", "default_rules",
 ]

@@ -1,12 +1,13 @@
-"""The rules engine: pure functions of the store, with hysteresis, producing alert events.
+"""The rules engine: pure functions of the store, with hysteresis, producing findings.
 
 No I/O and no Textual here. A rule says, at each evaluation, for which subjects
 (``gpu0``, ``host``, ``process``) its condition holds and why; the engine turns that
-into alerts that start only once the condition has held for ``raise_after`` seconds
-and end only once it has been false for ``clear_after`` seconds, so noise does not make
-them flap. A rule may also say, for a raised alert, that its condition has plainly
-reversed (``REVERSED``: the alert ends at once) or that it lapsed, with the current
-numbers (``LAPSED``: the evidence follows them while the alert waits to clear).
+into findings (``traintop.findings.Finding``: frozen, a change is a new record) that start
+only once the condition has held for ``raise_after`` seconds and end only once it has been
+false for ``clear_after`` seconds, so noise does not make them flap. A rule may also say,
+for a raised alert, that its condition has plainly reversed (``REVERSED``: the alert ends
+at once) or that it lapsed, with the current numbers (``LAPSED``: the evidence follows
+them while the alert waits to clear).
 
 A finding must also hold *now*: besides its own window, each rule is asked again over only the
 last few seconds (``now_s``, at least a dozen samples), with every window it reads cut to that.
@@ -28,13 +29,14 @@ older sentences stale). That is what a recording and ``analyze`` keep.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Protocol
 
 from traintop import metrics
 from traintop.attribution import GpuFeed, WorkerLoad, gpu_feeds
-from traintop.findings import Severity
+from traintop.findings import Finding, Severity
 from traintop.rules.config import DEFAULT, Thresholds
 from traintop.rules.declaration import Declared
 from traintop.samples import Frame, GpuSample, HostSample, ProcessSample, RankSample
@@ -91,24 +93,6 @@ def fill_pid(remedies: tuple[str, ...], pid: int | None) -> tuple[str, ...]:
 def informative(evidence: str) -> int:
     """How many measured figures a sentence quotes."""
     return len(_FIGURE.findall(evidence))
-
-
-@dataclass
-class Alert:
-    rule: str
-    title: str
-    subject: str
-    severity: Severity
-    start: float
-    evidence: str
-    remedies: tuple[str, ...]
-    end: float | None = None
-    id: int = 0
-    explained_by: str | None = None  # "rule subject" of the stronger finding that explains this one
-
-    @property
-    def active(self) -> bool:
-        return self.end is None
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,14 +230,20 @@ class Rule(Declared, Protocol):
 
 @dataclass
 class _Track:
+    """One rule and subject, followed from one evaluation to the next (the engine's own)."""
+
     first_true: float | None = None
     last_true: float | None = None
-    alert: Alert | None = None
+    alert: Finding | None = None  # its latest record; the engine replaces it whenever it changes
     best: str = ""  # the most informative evidence while the condition fully held
     best_remedies: tuple[str, ...] | None = None  # the advice that came with it
     best_figures: int | None = None  # informative(best), counted once
     not_now_since: float | None = None  # a raised alert's recent verdict has failed since then
     restored: bool = False  # taken up from a recording: kept until the store holds enough to judge it now
+
+    @property
+    def up(self) -> bool:
+        return self.alert is not None and self.alert.end is None
 
     def keep_if_better(self, evidence: str, remedies: tuple[str, ...]) -> None:
         # advice that changed (underuse once memory creeps) makes the older sentence stale
@@ -265,15 +255,15 @@ class _Track:
         if remedies != self.best_remedies or figures >= self.best_figures:
             self.best, self.best_remedies, self.best_figures = evidence, remedies, figures
 
-    def end(self, now: float) -> Alert:
-        a = self.alert
-        a.end = now
+    def ended(self, now: float) -> dict:
+        """The changes that end its finding at ``now``: it keeps its most informative sentence."""
         self.not_now_since = None
+        changes: dict = {"end": now}
         if self.best:
-            a.evidence = self.best
+            changes["evidence"] = self.best
             if self.best_remedies is not None:
-                a.remedies = self.best_remedies
-        return a
+                changes["remedies"] = self.best_remedies
+        return changes
 
 
 @dataclass
@@ -282,49 +272,60 @@ class RulesEngine:
     config: Thresholds = DEFAULT
     eval_every_s: float = 1.0
     max_history: int = 500
-    alerts: list[Alert] = field(default_factory=list)  # all alerts, newest last (bounded)
+    _findings: dict = field(default_factory=dict)  # id -> its latest Finding, in the order they were raised (bounded)
     _tracks: dict = field(default_factory=dict)
     _last_eval: float | None = None
     _next_id: int = 1
+    _changed: dict = field(default_factory=dict)  # id -> the latest record of what changed this evaluation
+
+    @property
+    def alerts(self) -> list[Finding]:
+        """Every finding kept, oldest first: frozen records (the engine makes a new one on each change)."""
+        return list(self._findings.values())
+
+    @property
+    def active(self) -> list[Finding]:
+        return [a for a in self._findings.values() if a.end is None]
 
     def reset(self) -> None:
-        self.alerts.clear()
+        self._findings.clear()
         self._tracks.clear()
         self._last_eval = None
 
-    def restore(self, alerts: list[Alert], now: float, session_end: float | None = None) -> None:
-        """Take up the alerts a recording says were raised by ``now`` (a replay's seek): those
+    def restore(self, alerts: list[Finding], now: float, session_end: float | None = None) -> None:
+        """Take up the findings a recording says were raised by ``now`` (a replay's seek): those
         active then carry on, with their hysteresis, as if the rules had run up to ``now``.
 
-        An alert that ends at ``session_end`` (the recording's last sample) was closed because
+        A finding that ends at ``session_end`` (the recording's last sample) was closed because
         the session stopped, not because its condition cleared: up to that sample it is active,
         as it was when the recording played to its end."""
-        import dataclasses
-
         self.reset()
+        kept = []
         for a in sorted(alerts, key=lambda a: a.start):
             if a.start > now:
                 continue
             ended = a.end is not None and a.end <= now and not (session_end is not None and a.end >= session_end)
             a = dataclasses.replace(a, end=a.end if ended else None)
-            self.alerts.append(a)
+            kept.append(a)
             if a.end is None:
                 self._tracks[(a.rule, a.subject)] = _Track(first_true=a.start, last_true=now, alert=a,
                                                            best=a.evidence, best_remedies=a.remedies, restored=True)
-        self.alerts = self.alerts[-self.max_history:]
+        self._findings = {a.id: a for a in kept[-self.max_history:]}
         self._next_id = max((a.id for a in alerts), default=0) + 1
         self._last_eval = None
 
-    @property
-    def active(self) -> list[Alert]:
-        return [a for a in self.alerts if a.active]
+    def _update(self, tr: _Track, **changes) -> Finding:
+        """A new record of ``tr``'s finding with ``changes``, kept and counted as changed."""
+        a = tr.alert = dataclasses.replace(tr.alert, **changes)
+        self._findings[a.id] = self._changed[a.id] = a
+        return a
 
     def _is_active(self, rule_id: str, subject: str) -> bool:
         tr = self._tracks.get((rule_id, subject))
-        return bool(tr and tr.alert and tr.alert.active)
+        return bool(tr and tr.up)
 
-    def evaluate(self, store: Store, now: float | None = None, force: bool = False) -> list[Alert]:
-        """Evaluate every rule; return the alerts that started, changed or ended."""
+    def evaluate(self, store: Store, now: float | None = None, force: bool = False) -> list[Finding]:
+        """Evaluate every rule; return the findings that started, changed or ended (their latest records)."""
         if now is None:
             now = store.t_last
         if now is None:
@@ -332,54 +333,50 @@ class RulesEngine:
         if not force and self._last_eval is not None and now - self._last_eval < self.eval_every_s:
             return []
         self._last_eval = now
+        self._changed = {}
         holding_now: set[tuple[str, str]] = set()
         ctx = RuleContext(store=store, now=now, config=self.config, is_active=self._is_active,
                           is_holding=lambda rule_id, subject: (rule_id, subject) in holding_now)
         recent_min_s = NOW_MIN_SAMPLES * _interval(store)
-        changed: list[Alert] = []
         for rule in self.rules:  # in order: a later rule may defer to an earlier one's verdict
             verdicts = {f.subject: f for f in rule.evaluate(ctx)}
             holding = {subject: f for subject, f in verdicts.items() if f.holding}
             holding_now.update((rule.id, subj) for subj in holding)
             now_check = _NowCheck(rule, ctx, max(getattr(rule, "now_s", DEFAULT_NOW_S) or 0.0, recent_min_s))
-            for subject, finding in holding.items():
+            for subject, verdict in holding.items():
                 tr = self._tracks.setdefault((rule.id, subject), _Track())
                 if tr.first_true is None:
                     tr.first_true = now
                 tr.last_true = now
-                severity = finding.severity or rule.severity
-                remedies = fill_pid(rule.remedies if finding.remedies is None else finding.remedies,
+                severity = verdict.severity or rule.severity
+                remedies = fill_pid(rule.remedies if verdict.remedies is None else verdict.remedies,
                                     _pid_for(ctx, subject))
-                if tr.alert is not None and tr.alert.active:
-                    if finding.state == HOLDS and now_check(subject):  # the kept sentence held now too
-                        tr.keep_if_better(finding.evidence, remedies)
+                if tr.up:
+                    if verdict.state == HOLDS and now_check(subject):  # the kept sentence held now too
+                        tr.keep_if_better(verdict.evidence, remedies)
                         severity = max(tr.alert.severity, severity)
                     else:
                         severity = tr.alert.severity
-                    if tr.alert.evidence != finding.evidence or tr.alert.severity != severity \
+                    if tr.alert.evidence != verdict.evidence or tr.alert.severity != severity \
                             or tr.alert.remedies != remedies:
-                        tr.alert.evidence = finding.evidence
-                        tr.alert.severity = severity
-                        tr.alert.remedies = remedies
-                        changed.append(tr.alert)
-                elif finding.state == HOLDS and now - tr.first_true >= rule.raise_after and now_check(subject):
-                    tr.alert = Alert(rule.id, rule.title, subject, severity, now, finding.evidence,
-                                     remedies, id=self._next_id)
-                    tr.best, tr.best_remedies, tr.best_figures = finding.evidence, tr.alert.remedies, None
+                        self._update(tr, evidence=verdict.evidence, severity=severity, remedies=remedies)
+                elif verdict.state == HOLDS and now - tr.first_true >= rule.raise_after and now_check(subject):
+                    tr.alert = Finding(rule.id, rule.title, subject, severity, now, None, verdict.evidence,
+                                       remedies, id=self._next_id)
+                    tr.best, tr.best_remedies, tr.best_figures = verdict.evidence, remedies, None
                     tr.not_now_since = None
                     self._next_id += 1
-                    self.alerts.append(tr.alert)
-                    changed.append(tr.alert)
+                    self._findings[tr.alert.id] = self._changed[tr.alert.id] = tr.alert
             for (rule_id, subject), tr in self._tracks.items():
                 if rule_id != rule.id:
                     continue
                 if subject not in holding:
                     tr.first_true = None
-                if tr.alert is None or not tr.alert.active:
+                if not tr.up:
                     continue
                 verdict = verdicts.get(subject)
                 if verdict is not None and verdict.state == REVERSED:
-                    changed.append(tr.end(now))
+                    self._update(tr, **tr.ended(now))
                     continue
                 if tr.restored and store.span() < now_check.recent_s:
                     pass  # taken up from a recording with little history yet: nothing to judge now by
@@ -387,7 +384,7 @@ class RulesEngine:
                     if tr.not_now_since is None:
                         tr.not_now_since = now
                     elif now - tr.not_now_since >= SETTLE_S:
-                        changed.append(tr.end(tr.not_now_since))
+                        self._update(tr, **tr.ended(tr.not_now_since))
                         tr.first_true = now if subject in holding else None  # raised again only after raise_after
                         continue
                 else:
@@ -395,49 +392,47 @@ class RulesEngine:
                 if subject in holding:
                     continue
                 if tr.last_true is not None and now - tr.last_true >= rule.clear_after:
-                    changed.append(tr.end(now))
+                    self._update(tr, **tr.ended(now))
                 elif verdict is not None and verdict.state == LAPSED and tr.alert.evidence != verdict.evidence:
-                    tr.alert.evidence = verdict.evidence
-                    changed.append(tr.alert)
-        changed.extend(self._explain())
-        if len(self.alerts) > self.max_history:
-            keep_from = len(self.alerts) - self.max_history
-            dropped = [a for a in self.alerts[:keep_from] if not a.active]
-            if dropped:
-                ids = {a.id for a in dropped}
-                self.alerts = [a for a in self.alerts if a.id not in ids]
-        return changed
+                    self._update(tr, evidence=verdict.evidence)
+        self._explain()
+        if len(self._findings) > self.max_history:
+            keep_from = len(self._findings) - self.max_history
+            dropped = [i for i, a in list(self._findings.items())[:keep_from] if a.end is not None]
+            for i in dropped:
+                del self._findings[i]
+        return list(self._changed.values())
 
-    def _explain(self) -> list[Alert]:
-        """Mark each active alert that a stronger active one explains (see ``explains``)."""
-        active = [tr.alert for tr in self._tracks.values() if tr.alert is not None and tr.alert.active]
-        if not active:
-            return []
+    def _explain(self) -> None:
+        """Mark each active finding that a stronger active one explains (see ``explains``)."""
+        up = [tr for tr in self._tracks.values() if tr.up]
+        if not up:
+            return
         rules = {r.id: r for r in self.rules}
-        strong = [(a, rules[a.rule]) for a in active if getattr(rules.get(a.rule), "explains", ())]
-        changed = []
-        for a in active:
+        strong = [(tr.alert, rules[tr.alert.rule]) for tr in up if getattr(rules.get(tr.alert.rule), "explains", ())]
+        for tr in up:
+            a = tr.alert
             by = None
             for b, rule in strong:
-                if b is a or a.rule not in rule.explains:
+                if b.id == a.id or a.rule not in rule.explains:
                     continue
                 if b.subject == a.subject or (getattr(rule, "explains_all_gpus", False)
                                               and (a.subject.startswith("gpu") or a.subject in ("gpus", "process"))):
                     by = f"{b.rule} {b.subject}"
                     break
             if by != a.explained_by:
-                a.explained_by = by
-                changed.append(a)
-        return changed
+                self._update(tr, explained_by=by)
 
-    def close_all(self, now: float) -> list[Alert]:
-        """End every active alert (the session ended)."""
-        ended = [tr.end(now) for tr in self._tracks.values() if tr.alert is not None and tr.alert.active]
-        for a in self.alerts:
-            if a.active:
-                a.end = now
-                ended.append(a)
-        return ended
+    def close_all(self, now: float) -> list[Finding]:
+        """End every active finding (the session ended)."""
+        self._changed = {}
+        for tr in self._tracks.values():
+            if tr.up:
+                self._update(tr, **tr.ended(now))
+        for i, a in self._findings.items():
+            if a.end is None:  # not followed by a track (none should be): ended as it stands
+                self._findings[i] = self._changed[i] = dataclasses.replace(a, end=now)
+        return list(self._changed.values())
 
 
 def _interval(store: Store) -> float:
