@@ -17,24 +17,52 @@ from traintop.cluster.fetch import ClusterData, RankData
 from traintop.rules import HOST, catalogue
 from traintop.rules.across_hosts import (CROSS_HOST_RULES, NODE_GPU_ERRORS, NODE_MISSING, NODE_STARVING, SLOW_NODE,
                                          STALLED, STRAGGLER, STRAGGLER_NODE, CrossRule)
+from traintop.findings import Finding
 from traintop.rules.config import DEFAULT, Thresholds
 from traintop.samples import reason_names
 
 EXACT_UP_TO = 32  # ranks; beyond, a job-wide figure (computed once per interval) stands for "the others"
 MIN_LAG_S = 0.005  # a step this much slower at least: below, timer noise of quick steps
 _BY_ID = {r.id: r for r in CROSS_HOST_RULES}
+CLUSTER_SCOPE = "cluster"  # a finding only the view over every host can make
 
 
-@dataclass
+@dataclass(frozen=True)
 class CrossFinding:
+    """A cross-host finding as judged: the one record (``finding``: the host it is about, scope
+    "cluster") and what the report needs besides: the declaration it comes from (what it
+    explains and defers to), its job and, for a straggler, the lagging ranks."""
+
+    finding: Finding
     rule: CrossRule
-    host: str
-    subject: str
-    start: float
-    end: float
-    evidence: str
     job: str | None = None
     ranks: tuple[int, ...] = ()  # the lagging ranks (straggler findings): what the others wait for
+
+    @property
+    def host(self) -> str:
+        return self.finding.host or ""
+
+    @property
+    def subject(self) -> str:
+        return self.finding.subject
+
+    @property
+    def start(self) -> float:
+        return self.finding.start
+
+    @property
+    def end(self) -> float:
+        return self.finding.end if self.finding.end is not None else self.finding.start
+
+    @property
+    def evidence(self) -> str:
+        return self.finding.evidence
+
+
+def found(rule: CrossRule, host: str, subject: str, start: float, end: float, evidence: str,
+          job: str | None = None, ranks: tuple[int, ...] = ()) -> CrossFinding:
+    return CrossFinding(Finding(rule.id, rule.title, subject, rule.severity, start, end, evidence,
+                                tuple(rule.remedies), host=host, scope=CLUSTER_SCOPE), rule, job, ranks)
 
 
 @dataclass
@@ -162,7 +190,7 @@ def stragglers(data: ClusterData, config: Thresholds = DEFAULT) -> list[CrossFin
                     head = (f"all {len(host_ranks)} ranks on {host} hold job {job} back: every rank steps at their "
                             f"pace ({_fmt(own)} a step) and {_others_wait(len(others))} for them in collectives")
                     waiters = _waiters(j, others, a, b)
-                out.append(CrossFinding(STRAGGLER_NODE, host, f"job {job}", a, b,
+                out.append(found(STRAGGLER_NODE, host, f"job {job}", a, b,
                                         head + _why(j, host, host_ranks, a, b, others) + waiters,
                                         job, tuple(sorted(lagging))))
                 continue
@@ -178,7 +206,7 @@ def stragglers(data: ClusterData, config: Thresholds = DEFAULT) -> list[CrossFin
                 else:
                     head = (f"rank {r.rank} of job {job} on {host}: {_fmt(own)} a step vs a median of "
                             f"{_fmt(med)} over the other {len(rest)} ranks")
-                out.append(CrossFinding(STRAGGLER, host, f"job {job} rank {r.rank}", a, b,
+                out.append(found(STRAGGLER, host, f"job {job} rank {r.rank}", a, b,
                                         head + _why(j, host, [r], a, b, rest) + waiters, job, (r.rank,)))
     return out
 
@@ -306,7 +334,7 @@ def stalled(data: ClusterData, config: Thresholds = DEFAULT) -> list[CrossFindin
         for a, b in j.intervals(times):
             hosts = sorted({r.host for r in ranks})
             util = _mean(v for (h, _), g in data.gpus.items() if h in hosts for v in _between(g.util, a, b))
-            out.append(CrossFinding(STALLED, ",".join(hosts[:3]) + ("…" if len(hosts) > 3 else ""), f"job {job}",
+            out.append(found(STALLED, ",".join(hosts[:3]) + ("…" if len(hosts) > 3 else ""), f"job {job}",
                                     a - window, b,
                                     f"no rank of job {job} took a step for {b - a + window:.0f} s "
                                     f"({len(ranks)} ranks on {len(hosts)} node(s)); their GPUs meanwhile: "
@@ -342,7 +370,7 @@ def node_starving(data: ClusterData, config: Thresholds = DEFAULT) -> list[Cross
                 w = _mean(v for r in mine for v in _between(r.wait, a, b))
                 ow = _mean(v for r in others for v in _between(r.wait, a, b))
                 cpu = _mean(_between(data.loader_cpu.get(h, {}), a, b))
-                out.append(CrossFinding(NODE_STARVING, h, f"job {job}", a, b,
+                out.append(found(NODE_STARVING, h, f"job {job}", a, b,
                                         f"the {len(mine)} rank(s) on {h} wait for input {_pct(w)} of the time, the "
                                         f"other {len(hosts) - 1} node(s) {_pct(ow)}"
                                         + (f"; {h}'s loader workers at {cpu * 100:.0f} % CPU" if cpu is not None else ""),
@@ -380,7 +408,7 @@ def slow_nodes(data: ClusterData, config: Thresholds = DEFAULT) -> list[CrossFin
             temp = max((v for g in gpus for v in _between(g.temp, a, b)), default=None)
             reasons = sorted({n for g in gpus for v in _between(g.reasons, a, b) for n in reason_names(int(v))}
                              - {"idle"})
-            out.append(CrossFinding(SLOW_NODE, h, h, a, b,
+            out.append(found(SLOW_NODE, h, h, a, b,
                                     f"all {len(gpus)} GPUs of {h} run at {_pct(clk)} of their maximum SM clock while "
                                     f"the other nodes' stay at full clock"
                                     + (f"; peak {temp:.0f} °C" if temp is not None else "")
@@ -410,7 +438,7 @@ def gpu_errors(data: ClusterData, config: Thresholds = DEFAULT) -> list[CrossFin
                 first = min(ts + ([first] if first else []))
                 last = max(ts + ([last] if last else []))
         if bad:
-            out.append(CrossFinding(NODE_GPU_ERRORS, h, h, first, last, f"{h}: " + "; ".join(bad)))
+            out.append(found(NODE_GPU_ERRORS, h, h, first, last, f"{h}: " + "; ".join(bad)))
     return out
 
 
@@ -453,7 +481,7 @@ def missing_nodes(data: ClusterData, config: Thresholds = DEFAULT) -> list[Cross
     for h, t in sorted(last_seen_.items()):
         if newest - t > gap:
             jobs = sorted({r.job for r in data.ranks.values() if r.host == h})
-            out.append(CrossFinding(NODE_MISSING, h, h, t, newest,
+            out.append(found(NODE_MISSING, h, h, t, newest,
                                     f"{h}'s series stopped at its last sample while the other nodes' go on "
                                     f"({newest - t:.0f} s without it)"
                                     + (f"; it ran ranks of job {', '.join(jobs)}" if jobs else "")))
@@ -462,7 +490,7 @@ def missing_nodes(data: ClusterData, config: Thresholds = DEFAULT) -> list[Cross
 
 def claimed_twice(data: ClusterData, config: Thresholds = DEFAULT) -> list[CrossFinding]:
     """Two sources for one host, one rank claimed twice, a job's ranks owned by different users (claims.py)."""
-    return [CrossFinding(_BY_ID[c.rule], c.host, c.subject, c.start, c.end, c.evidence, c.job)
+    return [found(_BY_ID[c.rule], c.host, c.subject, c.start, c.end, c.evidence, c.job)
             for c in data.conflicts]
 
 

@@ -25,7 +25,7 @@ from traintop.metrics import gpu_index
 
 # A cluster finding is the one record (traintop.findings) with its host and its scope: "host"
 # (an agent's verdict, or a local rule on dcgm series) or "cluster" (a cross-host rule).
-HOST, CLUSTER = "host", "cluster"
+HOST, CLUSTER = "host", crosshost.CLUSTER_SCOPE
 
 
 def finding_json(f: Finding, t0: float) -> dict:
@@ -166,7 +166,8 @@ def cross_findings(data: ClusterData, config: Thresholds = DEFAULT) -> list[Find
 
 
 def cross_finding(data: ClusterData, c, series: dict | None = None) -> Finding:
-    """A cross-host finding (crosshost.CrossFinding) as the one record."""
+    """A cross-host finding's record as the report shows it: to the grid's step after its last
+    point, with the GPU-hours it cost."""
     end = min(c.end + data.step, data.end)
     lost = 0.0
     share = waste.wasted_share(c.rule.id)
@@ -174,8 +175,7 @@ def cross_finding(data: ClusterData, c, series: dict | None = None) -> Finding:
         series = _gpu_series(data) if series is None else series
         hosts = {r.host for r in data.jobs().get(c.job, ())}
         lost = sum(g.lost_hours(share, c.start, c.end + data.step) for (h, _), g in series.items() if h in hosts)
-    f = Finding(c.rule.id, c.rule.title, c.subject, c.rule.severity, c.start, end, c.evidence, tuple(c.rule.remedies))
-    return cluster_finding(f, c.host, CLUSTER, lost)
+    return cluster_finding(dataclasses.replace(c.finding, end=end), c.host, CLUSTER, lost)
 
 
 def findings_of(data: ClusterData, config: Thresholds = DEFAULT) -> tuple[list[Finding], list[Finding]]:
