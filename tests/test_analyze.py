@@ -153,3 +153,32 @@ def test_a_short_log_of_a_healthy_busy_gpu_stays_quiet(tmp_path):
 
     path = _dmon_log(tmp_path / "h.txt", 46, sm=lambda k: 99, pwr=lambda k: 690)
     assert [f.rule for f in analyze(load(path), name="h.txt").findings if f.severity > Severity.INFO] == []
+
+
+def test_a_long_log_keeps_every_finding_not_the_last_500(tmp_path, monkeypatch):
+    """A day of a log repeating one pattern: the report holds the findings of its first hour too,
+    and counts their GPU-hours; past the stated limit it says that some were left out."""
+    import gzip
+    import pathlib
+
+    import traintop.analyze as A
+    from traintop import importers
+
+    src = pathlib.Path(__file__).parent / "fixtures" / "h200" / "smi-query-100ms.csv.gz"
+    head, *rows = gzip.decompress(src.read_bytes()).decode().splitlines()
+    rows = rows[::10]  # 1 Hz keeps it quick
+    out = [head]
+    for k in range(130):  # each copy moved on by 5 minutes: ~11 hours, ~700 findings
+        for r in rows:
+            stamp, rest = r.split(",", 1)
+            minute = int(stamp[14:16]) + 5 * k
+            hour = int(stamp[11:13]) + minute // 60
+            out.append(f"{stamp[:8]}{int(stamp[8:10]) + hour // 24:02d} {hour % 24:02d}:{minute % 60:02d}{stamp[16:]},{rest}")
+    p = tmp_path / "long.csv"
+    p.write_text("\n".join(out))
+    report = analyze(importers.load(str(p)))
+    assert len(report.findings) > 500 and report.findings[0].start - report.t0 < 600
+    assert not any("left out" in n for n in report.notes)
+    monkeypatch.setattr(A, "MAX_FINDINGS", 100)
+    small = analyze(importers.load(str(p)))
+    assert any("left out" in n for n in small.notes) and small.gpu_hours_lost < report.gpu_hours_lost

@@ -180,6 +180,7 @@ def _analyze(source, config: Thresholds | None, name: str, rerun: bool) -> Repor
         return _from_recorded(source, name)
     info = source.info
     monitor = Monitor(info, engine=default_engine(config) if config else None)
+    monitor.engine.max_history = MAX_FINDINGS  # a report keeps every finding of the run, not the last 500
     accs: dict[int, _Acc] = {}
     names = {g.index: g.name for g in info.gpus}
     first = last = None
@@ -206,9 +207,13 @@ def _analyze(source, config: Thresholds | None, name: str, rerun: bool) -> Repor
         alerts, note = _judge_short(info, kept, config or DEFAULT, last - first)
         if note:
             return _report(source, name, alerts, accs, first, last, n, notes=(note,))
-    return _report(source, name, monitor.engine.alerts, accs, first, last, n)
+    dropped = monitor.engine.dropped
+    notes = [f"{dropped:,} of the earliest findings are left out (more than {MAX_FINDINGS:,}): their GPU-hours "
+             "are not counted; analyze a shorter part"] if dropped else []
+    return _report(source, name, monitor.engine.alerts, accs, first, last, n, notes=notes)
 
 
+MAX_FINDINGS = 200_000  # a report's findings (a week of one every few seconds); beyond, the oldest go, said
 SHORT_S = 60.0  # a source shorter than the rules' windows (up to a minute here) ...
 SHORT_MIN_S = 15.0  # ... but long enough to say anything
 SHORT_MAX_FRAMES = 20_000

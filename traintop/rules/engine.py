@@ -272,6 +272,7 @@ class RulesEngine:
     config: Thresholds = DEFAULT
     eval_every_s: float = 1.0
     max_history: int = 500
+    dropped: int = 0  # ended findings let go to stay within max_history
     _findings: dict = field(default_factory=dict)  # id -> its latest Finding, in the order they were raised (bounded)
     _tracks: dict = field(default_factory=dict)
     _last_eval: float | None = None
@@ -401,6 +402,7 @@ class RulesEngine:
             dropped = [i for i, a in list(self._findings.items())[:keep_from] if a.end is not None]
             for i in dropped:
                 del self._findings[i]
+            self.dropped += len(dropped)
         return list(self._changed.values())
 
     def _explain(self) -> None:
