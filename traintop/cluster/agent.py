@@ -23,6 +23,7 @@ from traintop.cluster.addresses import is_loopback
 from traintop.cluster import series as S
 from traintop.cluster.exporter import HostCollector, HostState, RankLabels
 from traintop.cluster.metrics_server import MetricsServer
+from traintop.cluster.owners import GpuOwners
 from traintop.errors import TraintopError
 from traintop.hooks import finding_hook
 from traintop import waste
@@ -137,6 +138,7 @@ class HostAgent:
         self._lost: dict[str, float] = {}
         self._xids: dict[int, tuple[int, int]] = {}
         self._holds = waste.Holds.recording(self.feed.interval)
+        self._owners = GpuOwners() if live else None  # a simulation's PIDs are made up: nobody's
         self._prev = None  # (frame, the findings up then): it holds until the next tick
         self._last_textfile = 0.0
         self.textfile_error: str | None = None
@@ -169,7 +171,8 @@ class HostAgent:
             xids=tuple((g, n, code) for g, (n, code) in sorted(self._xids.items())),
             loader_cpu=sum(cpus) / len(cpus) / 100 if cpus else None,
             loader_workers=len(workers) if p is not None else None,
-            sample_age=max(0.0, time.time() - frame.t), mode=self.mode, gpus_unreadable=self.gpus_unreadable))
+            sample_age=max(0.0, time.time() - frame.t), mode=self.mode, gpus_unreadable=self.gpus_unreadable,
+            owners=self._owners.of(frame) if self._owners is not None else ()))
         self._write_textfile()
 
     def _account(self, frame, active) -> None:

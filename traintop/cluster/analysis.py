@@ -35,7 +35,7 @@ def analyze_prometheus(url: str, since: float, until: float | None = None, job: 
         else:
             with no_gc():
                 shown, explained = findings_of(data, config or DEFAULT)
-                report = summarise(data, shown, "prometheus", job, explained=explained)
+                report = summarise(data, shown, "prometheus", job, explained=explained, config=config or DEFAULT)
         report.queries, report.bytes_read = prom.calls, prom.bytes_read
     report.seconds = round(time.perf_counter() - t0, 3)
     return report

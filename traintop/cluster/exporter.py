@@ -42,6 +42,8 @@ class HostState:
     mode: str = "live"
     extra: dict = field(default_factory=dict)
     gpus_unreadable: bool | None = None  # None: not a live agent (simulated): the series is left out
+    # (gpu, user, job, pod, namespace, container, bytes held, SM share % or None): whose processes hold each GPU
+    owners: tuple[tuple, ...] = ()
 
 
 def _gpu_labels(host: str, info: GpuInfo | None, index: int) -> list[str]:
@@ -86,6 +88,7 @@ class HostCollector(Collector):
             out += self._gpu_families(host, frame, infos, st)
             out += self._host_families(host, frame, st)
         out += self._rank_families(host, st)
+        out += self._owner_families(host, infos, st)
         fa = _family(S.series("agent", "findings"), ["rule", "severity", "subject", "Hostname"])
         for rule, severity, subject in st.findings:
             fa.add_metric([rule, severity, subject, host], 1)
@@ -116,6 +119,18 @@ class HostCollector(Collector):
             last.add_metric(labels, code)
             stale.add_metric(labels, 1 if g.index in frame.stale_gpus else 0)
         return fams + [xid_total, last, stale]
+
+    @staticmethod
+    def _owner_families(host, infos, st: HostState):
+        held = _family(S.series("owner", "owner_bytes"), S.OWNER_LABELS)
+        busy = _family(S.series("owner", "owner_sm"), S.OWNER_LABELS)
+        for gpu, user, job, pod, namespace, container, nbytes, sm in st.owners:
+            info = infos.get(gpu)
+            labels = [str(gpu), (info.uuid if info else None) or "", host, user, job, pod, namespace, container]
+            held.add_metric(labels, float(nbytes))
+            if sm is not None:
+                busy.add_metric(labels, sm * 0.01)
+        return [held, busy]
 
     @staticmethod
     def _host_families(host, frame: Frame, st: HostState):

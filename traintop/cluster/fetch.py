@@ -84,6 +84,7 @@ class ClusterData:
     notes: list = field(default_factory=list)
     unreadable: set = field(default_factory=set)  # hosts whose agent says NVML cannot read their GPUs
     conflicts: list = field(default_factory=list)  # claims.Conflict: two sources for one host, one rank
+    owners: dict = field(default_factory=dict)  # (host, gpu) -> [(Owner labels, {t: bytes held})]
 
     @property
     def hosts(self) -> list[str]:
@@ -114,6 +115,20 @@ HOST_BY = ("Hostname", "hostname", "instance")
 GPU_BY = HOST_BY + ("gpu",)
 RANK_BY = HOST_BY + ("exported_job", "job", "rank", "local_rank", "world_size", "uid")
 FINDING_BY = HOST_BY + ("rule", "severity", "subject")
+OWNER_BY = GPU_BY + ("user", "hpc_job", "pod", "namespace", "container", "exported_pod", "exported_namespace",
+                     "exported_container")  # without honor_labels, a target's own pod labels win the plain names
+OWNER_MAX_BYTES = 2.0 ** 50  # what one owner can hold on one GPU (a PiB): above, a forged value
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerLabels:
+    """Whose processes hold a GPU, as its agent labelled them (collectors/whose.py; "" unknown)."""
+
+    user: str
+    job: str
+    pod: str
+    namespace: str
+    container: str
 
 # What is read, as (the series' field in the series table, the attribute it fills here): the
 # query names come from the table, so a name it does not hold raises instead of reading nothing.
@@ -176,6 +191,7 @@ def _fetch(prom, grid, end, job, slim, part_of, pool) -> ClusterData:
     unreadable_q = ask_now(f"max by ({', '.join(HOST_BY)}) "
                            f"(max_over_time({S.agent('gpus_unreadable')}[{max(span, 60)}s])) == 1")
     loader_q = ask(S.host("loader_cpu"), HOST_BY)
+    owners_q = ask(S.owner("owner_bytes"), OWNER_BY) if not slim else None  # a report's "who holds idle GPUs"
 
     util = util_q.result()
     if not util and part_of is None and not ask(f"count({S.agent('info')})", ()).result():
@@ -251,6 +267,15 @@ def _fetch(prom, grid, end, job, slim, part_of, pool) -> ClusterData:
             data.findings.append(AgentFinding(h, s.get("rule"), s.get("severity"), s.get("subject"), sorted(s.values)))
     for s in loader_results:
         _merge(data.loader_cpu, named(s), check.values(s.values, "host", "loader_cpu"), keyed=True)
+    for s in owners_q.result() if owners_q is not None else ():
+        if (g := gpu(s)) is None:
+            continue
+        who = OwnerLabels(*(s.get(*names, default="")[:128] for names in
+                            (("user",), ("hpc_job",), ("exported_pod", "pod"), ("exported_namespace", "namespace"),
+                             ("exported_container", "container"))))
+        held = {t: v for t, v in s.values.items() if 0 <= v <= OWNER_MAX_BYTES}
+        if held:
+            data.owners.setdefault((g.host, g.index), []).append((who, held))
     data.notes.extend(check.notes())
     for s in unreadable_q.result():
         h = host_of(s)

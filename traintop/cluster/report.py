@@ -60,6 +60,7 @@ class ClusterReport:
     gpu_hours_lost: float
     notes: list[str] = field(default_factory=list)
     explained: list[Finding] = field(default_factory=list)  # agents' verdicts the cross-host view overrides
+    idle_held: list[dict] = field(default_factory=list)  # who holds idle GPUs (idle_held())
     queries: int = 0
     bytes_read: int = 0
     seconds: float = 0.0
@@ -227,7 +228,7 @@ def _explaining(f: Finding, lagging: list, shown: list[Finding]):
 
 
 def summarise(data: ClusterData, findings: list[Finding], kind: str, job: str | None,
-              notes=(), explained=()) -> ClusterReport:
+              notes=(), explained=(), config: Thresholds = DEFAULT) -> ClusterReport:
     hosts = []
     jobs = data.jobs()
     n_gpus = 0
@@ -259,7 +260,47 @@ def summarise(data: ClusterData, findings: list[Finding], kind: str, job: str | 
     notes = list(dict.fromkeys(list(data.notes) + list(notes)))
     return ClusterReport(data.url, kind, job, round(data.start, 3), round(data.end, 3), round(duration, 1),
                          round(data.step, 3), hosts, findings, round(present, 4),
-                         round(sum(f.gpu_hours for f in findings), 4), notes, list(explained), t0=data.start)
+                         round(sum(f.gpu_hours for f in findings), 4), notes, list(explained),
+                         idle_held(data, config), t0=data.start)
+
+
+IDLE_HELD_MIN_BYTES = 512 * 2**20  # memory in use for an idle GPU to count as held (the idle rule's)
+IDLE_HELD_MAX_ROWS = 50
+
+
+def idle_held(data: ClusterData, config: Thresholds = DEFAULT) -> list[dict]:
+    """Who holds idle GPUs: for each owner (user, job, pod) the GPU-hours its processes held a GPU
+    that did nothing (utilization at most ``idle_max_util`` with memory in use), shared between the
+    owners on one GPU by the memory each held. The report a cluster's admin asks for."""
+    idle = config.idle_max_util / 100
+    seconds: dict = {}
+    where: dict = {}
+    for key, owners in data.owners.items():
+        g = data.gpus.get(key)
+        if g is None:
+            continue
+        for t in data.grid:
+            u, used = g.util.get(t), g.mem_used.get(t)
+            if u is None or u > idle or (used is not None and used < IDLE_HELD_MIN_BYTES):
+                continue
+            held = [(who, vals[t]) for who, vals in owners if vals.get(t, 0) > 0]
+            total = sum(b for _, b in held)
+            for who, b in held:
+                seconds[who] = seconds.get(who, 0.0) + data.step * b / total
+                where.setdefault(who, set()).add(key)
+    rows = sorted(seconds.items(), key=lambda kv: -kv[1])[:IDLE_HELD_MAX_ROWS]
+    return [{"user": w.user, "job": w.job, "pod": w.pod, "namespace": w.namespace, "container": w.container,
+             "gpu_hours": round(s / 3600, 4), "gpus": [f"{h} GPU {i}" for h, i in sorted(where[w])]}
+            for w, s in rows if s >= 0.5 * data.step]
+
+
+def _owner_name(row: dict) -> str:
+    parts = [f"user {row['user']}" if row["user"] else "an unknown user"]
+    if row["job"]:
+        parts.append(f"job {row['job']}")
+    if row["pod"]:
+        parts.append(f"pod {row['namespace'] + '/' if row['namespace'] else ''}{row['pod']}")
+    return one_line(", ".join(parts), 200)
 
 
 def render_text(r: ClusterReport) -> str:
@@ -290,6 +331,12 @@ def render_text(r: ClusterReport) -> str:
         out.append(f"  {f.evidence}")
         for rem in f.remedies:
             out.append(f"  → {rem}")
+    if r.idle_held:
+        out.append("")
+        out.append("Who holds idle GPUs (utilization at the idle threshold or below, memory in use):")
+        for row in r.idle_held:
+            gpus = ", ".join(one_line(g, 140) for g in row["gpus"][:4]) + (" …" if len(row["gpus"]) > 4 else "")
+            out.append(f"  {_owner_name(row)}: {row['gpu_hours']:.3f} GPU-hours held idle ({gpus})")
     if r.explained:
         out.append("")
         out.append("Explained by the findings above (an agent sees only its own node):")

@@ -3,7 +3,8 @@
 Names are ``traintop_*`` in base units (ratios 0–1, bytes, watts, joules, hertz, seconds);
 counters end in ``_total``. GPU series carry dcgm-exporter's labels so PromQL joins them to
 DCGM's; per-rank series carry ``job``, ``rank``, ``local_rank``, ``world_size``. Labels are
-bounded: no PIDs, command lines, paths or environment.
+bounded: no PIDs, command lines, paths or environment. Owner series carry who holds a GPU
+(user, job, pod, namespace, container), checked ids only (collectors/whose.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,10 @@ GPU_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")
 # uid: the owner of the rank's process, from its probe socket's peer credentials (a number)
 RANK_LABELS = ("job", "rank", "local_rank", "world_size", "uid", "Hostname")
 HOST_LABELS = ("Hostname",)
+# Whose processes hold a GPU (collectors/whose.py): its user, its Slurm job or torchrun run, its
+# Kubernetes pod, namespace and container: dcgm-exporter's names (hpc_job, pod, namespace,
+# container); not `job`, which Prometheus gives every series (the scrape job) where it is empty. No PIDs.
+OWNER_LABELS = ("gpu", "UUID", "Hostname", "user", "hpc_job", "pod", "namespace", "container")
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +84,12 @@ HOST_DERIVED = (
     Series("host_loader_worker_cpu_ratio", "loader_cpu", "Mean CPU of the probed jobs' DataLoader workers, of one core"),
     Series("host_loader_workers", "loader_workers", "DataLoader workers of the probed jobs"),
 )
+# Per GPU and owner (a user, a job, a pod): what that owner's processes hold and do there.
+OWNER_SERIES = (
+    Series("gpu_owner_memory_bytes", "owner_bytes", "GPU memory held by one owner's processes (user, job, pod)"),
+    Series("gpu_owner_sm_ratio", "owner_sm", "Share of the GPU's time one owner's processes computed "
+           "(NVML's per-process samples)", 0.01),
+)
 AGENT_SERIES = (
     Series("finding_active", "findings", "1 while a traintop finding is active (absent otherwise)"),  # {rule, severity, subject}
     Series("gpu_seconds_lost_total", "lost_s", "GPU-seconds left unused while a finding was active, by rule",
@@ -100,7 +111,7 @@ def _index(*tables: tuple[Series, ...]) -> dict[str, Series]:
 
 
 _BY_KIND = {"gpu": _index(GPU_SERIES, GPU_DERIVED), "rank": _index(RANK_SERIES),
-            "host": _index(HOST_SERIES, HOST_DERIVED), "agent": _index(AGENT_SERIES)}
+            "host": _index(HOST_SERIES, HOST_DERIVED), "agent": _index(AGENT_SERIES), "owner": _index(OWNER_SERIES)}
 
 
 def series(kind: str, field: str) -> Series:
@@ -133,6 +144,10 @@ def agent(field: str) -> str:
     return name("agent", field)
 
 
+def owner(field: str) -> str:
+    return name("owner", field)
+
+
 def series_per_gpu() -> int:
     return len(GPU_SERIES) + len(GPU_DERIVED)
 
@@ -143,5 +158,5 @@ def series_per_rank() -> int:
 
 def all_names() -> set[str]:
     """Every series name the agent exposes (counters with their ``_total``)."""
-    return {P + s.name for table in (GPU_SERIES, GPU_DERIVED, RANK_SERIES, HOST_SERIES, HOST_DERIVED, AGENT_SERIES)
-            for s in table}
+    return {P + s.name for table in (GPU_SERIES, GPU_DERIVED, RANK_SERIES, HOST_SERIES, HOST_DERIVED, AGENT_SERIES,
+                                     OWNER_SERIES) for s in table}
