@@ -36,7 +36,8 @@ NEGATIVE_OK = ("--since", "--until", "--speed", "--interval", "--fps", "--grace"
 
 
 def _join_dashed_values(argv: list[str]) -> list[str]:
-    out, k, run = [], 0, False
+    out: list[str] = []
+    k, run = 0, False
     while k < len(argv):
         a = argv[k]
         if a == "--" or (run and not a.startswith("-")):  # the job's own command line: as it is

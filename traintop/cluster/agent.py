@@ -271,7 +271,7 @@ def serve(hosts: list[HostAgent], listen: str | None, say=print) -> list:
     if not is_loopback(addr):
         say(f"traintop: warning: serving metrics on {addr}:{port}, reachable beyond this host "
             "(they name hosts, GPUs and job ids; no authentication)")
-    servers = []
+    servers: list[MetricsServer] = []
     for i, h in enumerate(hosts):
         p = port + i if port else 0
         try:
