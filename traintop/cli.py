@@ -675,12 +675,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+# what the commands over many hosts import (pyproject.toml's `cluster` extra); a dashboard
+# install has neither, and the command that needs one says so (raised from parsing too)
+CLUSTER_EXTRA = ("prometheus_client", "httpx")
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         code = _main(argv)
         if sys.stdout is not None:  # a reader that went away is found here, not in the interpreter's last flush
             sys.stdout.flush()
         return code
+    except ModuleNotFoundError as e:
+        missing = (e.name or "").partition(".")[0]
+        if missing not in CLUSTER_EXTRA:
+            raise
+        echo(f"this command needs traintop's cluster extra ({missing} is not installed): "
+             "pip install 'traintop[cluster]'")
+        return 2
     except BrokenPipeError:
         # `traintop config | head -2`: the reader has what it wanted. No traceback; exit as a
         # command killed by SIGPIPE would (128 + 13), as `yes | head` does.
