@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from traintop import plausible
-from traintop.import_pmon import PmonFailed, is_pmon_header, load_pmon
+from traintop.import_pmon import PmonFailed, PmonLog, is_pmon_header, load_pmon
 from traintop.errors import TraintopError
 from traintop.files import open_regular
 from traintop.samples import Frame, GpuInfo, GpuSample, SessionInfo
@@ -313,7 +313,7 @@ def _file_size(fh) -> int:
     return os.fstat(fh.fileno()).st_size
 
 
-def load(path: str, fields: list[str] | None = None) -> ImportedLog:
+def load(path: str, fields: list[str] | None = None) -> ImportedLog | PmonLog:
     lines = _Lines(path)
     it = iter(lines)
     first = next(it, None)
