@@ -15,6 +15,7 @@ import socket
 import sys
 import threading
 import time
+from typing import TYPE_CHECKING, cast
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
@@ -31,6 +32,9 @@ from traintop.rules.across_hosts import RANK_CLAIMED, RANK_OWNERS
 from traintop.samples import SessionKind
 from traintop.session import Session
 from traintop.text import one_line
+
+if TYPE_CHECKING:
+    from traintop.feeds import SourceFeed
 
 # Prometheus's wiki of default ports hands out 9100-9999 to exporters, and that range is
 # full; 19401 lies outside it (dcgm-exporter's 9400 + 10000, + 1), below Linux's
@@ -243,7 +247,7 @@ def build_hosts(args) -> list[HostAgent]:
                                                  interval=args.interval, history_s=60.0, record=args.record,
                                                  config=args.thresholds)
             node_rank = args.node_rank + i
-            feed = session.feed
+            feed = cast("SourceFeed", session.feed)
             feed.source = SimulatedRanks(feed.source, node_rank, max(args.nodes, args.node_rank + n_hosts), job or "sim",
                                          straggler=args.straggler, stall_after=args.stall_after)
         else:
