@@ -141,7 +141,7 @@ class HostAgent:
         self._lost: dict[str, float] = {}
         self._xids: dict[int, tuple[int, int]] = {}
         self._holds = waste.Holds.recording(self.feed.interval)
-        self._prev = None  # (frame, the findings up then): it holds until the next tick
+        self._prev: tuple | None = None  # (frame, the findings up then): it holds until the next tick
         self._last_textfile = 0.0
         self.textfile_error: str | None = None
 
