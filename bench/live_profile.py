@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import fcntl
-import marshal
 import os
 import pstats
 import pty

@@ -13,8 +13,12 @@ import dataclasses
 import glob
 import os
 import re
+from typing import TYPE_CHECKING
 
-from traintop.samples import Frame
+from traintop.samples import Frame, RankSample
+
+if TYPE_CHECKING:
+    from traintop.collectors.probe_client import ProbeClient
 
 _SOCK = re.compile(r"probe-(\d+)\.sock$")
 
@@ -39,12 +43,12 @@ class AllProbes:
 
     def __init__(self, dirs=None) -> None:
         self._dirs = dirs or probe_dirs
-        self._clients: dict[str, object] = {}
+        self._clients: dict[str, ProbeClient] = {}
 
     def ranks(self) -> tuple:
         from traintop.collectors.probe_client import ProbeClient
 
-        out = []
+        out: list[RankSample] = []
         for d in self._dirs():
             try:
                 st = os.stat(d)

@@ -39,7 +39,7 @@ _UNSUPPORTED_CODES = {3, 4, 13}  # NOT_SUPPORTED, NO_PERMISSION, FUNCTION_NOT_FO
 
 def load_pynvml():
     try:
-        import pynvml  # type: ignore
+        import pynvml
     except ImportError:
         raise NoGpuError("the NVML Python bindings (nvidia-ml-py) are not installed") from None
     return pynvml
@@ -85,7 +85,7 @@ class NvmlCollector:
         self.driver = self._safe(None, "driver", nv.nvmlSystemGetDriverVersion)
         cuda = self._safe(None, "cuda", nv.nvmlSystemGetCudaDriverVersion)
         self.cuda_driver = f"{cuda // 1000}.{cuda % 1000 // 10}" if isinstance(cuda, int) else None
-        self._slow: dict[int, dict[str, float | None]] = {i: {} for i in range(count)}
+        self._slow: dict[int, dict[str, Any]] = {i: {} for i in range(count)}
         self._slow_lock = threading.Lock()
         self._window: list[tuple[float, float] | None] = [None] * count
         self.slow_every = slow_every

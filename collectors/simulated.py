@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import random
+from typing import Any
 
 from traintop.samples import (
     REASON_GPU_IDLE,
@@ -49,7 +50,7 @@ SCENARIO_HELP = {
                        "with few SMs active, input wait ~35 % (its own loader's time, hidden by the wait)",
 }
 
-H200 = dict(name="NVIDIA H200", mem_total=143771 * MiB, power_limit_w=700.0,
+H200: dict[str, Any] = dict(name="NVIDIA H200", mem_total=143771 * MiB, power_limit_w=700.0,
             temp_slowdown_c=87.0, sm_clock_max=1980, mem_clock_max=3201)
 TRAIN_PID = 4242
 N_CORES = 16  # per 2 GPUs (at least 16)

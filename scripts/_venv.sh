@@ -17,7 +17,8 @@ pick_python() {
 }
 
 ensure_venv() {  # $1: "runtime" or "test" (a test install also serves runtime)
-    local extras="" want
+    # runtime: every command the README lists, the ones over many hosts too (the cluster extra)
+    local extras="[cluster]" want
     [ "$1" = "test" ] && extras="[test]"
     want="$(sha256sum < "$REPO/pyproject.toml" | cut -c1-16)"
     if [ -x "$VENV/bin/python" ]; then

@@ -1,4 +1,6 @@
+import ast
 import os
+import pathlib
 import time
 
 import pytest
@@ -106,3 +108,96 @@ def _screen_lines(app) -> list[str]:
 def screen_lines():
     """The screen as it is drawn now, one string a row: ``screen_lines(app)``."""
     return _screen_lines
+
+
+# -- markers: `system` and `slow`, given here so that no test file has to say it ----------------
+# `bash scripts/test -m "not system and not slow"` runs the fast half (under a minute). Each is
+# found in the test's own code, in the code of the fixtures, helpers and constants of its module
+# that it uses (transitively), or by its file.
+#
+# system: the test starts a real process (a job, traintop on a pty through tests/terminal.py,
+# promtool or Prometheus, a wheel build, torch in a child, a hook's command).
+SYSTEM_FILES = {"test_run.py", "test_monkey.py", "test_packaging.py", "test_bench_smoke.py",
+                "test_cluster_prometheus.py", "test_hooks.py"}  # hooks: each runs a command
+_SPAWNING_NAMES = {"subprocess", "pty", "Popen", "multiprocessing", "Terminal"}
+_SPAWNING_ATTRS = {("sys", "executable"), ("os", "fork"), ("os", "forkpty"), ("os", "system"),
+                   ("os", "execv"), ("os", "execvp"), ("os", "posix_spawn")}
+# slow: seconds each, in-process all the same: a Textual Pilot session (the conftest's app
+# fixtures, run_test), an SVG snapshot, a long simulation, fuzzing; whole files, then single tests
+SLOW_FIXTURES = {"demo_app", "sim_app", "attached_app", "snap_compare"}
+SLOW_FILES = {"test_app.py", "test_snapshots.py", "test_repaint.py", "test_fuzz.py", "test_soak.py",
+              "test_diagnosis_score.py", "test_ddp_attribution.py", "test_h200_recordings.py",
+              "test_analyze.py"}
+SLOW_TESTS = {"test_each_scenario_yields_its_finding_at_10hz_and_1hz",
+              "test_the_writer_only_makes_chunks_the_reader_accepts", "test_round_trip_frames_and_alerts",
+              "test_a_chunk_decoded_into_series_fills_the_store_as_its_frames_do",
+              "test_a_server_sending_a_byte_at_a_time_meets_the_whole_query_deadline"}
+
+
+def _spawns(node: ast.AST) -> bool:
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name) and n.id in _SPAWNING_NAMES:
+            return True
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) \
+                and ((n.value.id, n.attr) in _SPAWNING_ATTRS or n.value.id in _SPAWNING_NAMES):
+            return True
+        if isinstance(n, (ast.Import, ast.ImportFrom)):
+            mods = [a.name for a in n.names] if isinstance(n, ast.Import) else [n.module or ""]
+            if any(m.split(".")[0] in ("subprocess", "pty", "multiprocessing", "terminal") for m in mods):
+                return True
+        if isinstance(n, ast.Call) and getattr(n.func, "attr", getattr(n.func, "id", None)) == "which":
+            return True  # shutil.which: a program it will run (promtool, prometheus, unshare)
+    return False
+
+
+def _pilots(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.Attribute) and n.attr == "run_test" for n in ast.walk(node))
+
+
+class _Module:
+    """One test module's syntax tree: which of its tests do what, through what they use."""
+
+    def __init__(self, path: pathlib.Path) -> None:
+        tree = ast.parse(path.read_text(), str(path))
+        self.defs: dict[str, ast.AST] = {}  # top-level functions, classes and constants by name
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                self.defs[node.name] = node
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                    self.defs.update((n.id, node) for n in ast.walk(t) if isinstance(n, ast.Name))
+        self.tests = {n.name: n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        self._memo: dict[tuple, bool] = {}
+
+    def does(self, what, node: ast.AST, names=(), seen=None) -> bool:
+        """``what(node)`` holds for the node or for anything of this module it names, transitively."""
+        seen = set() if seen is None else seen
+        if what(node):
+            return True
+        names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} | set(names)
+        return any(self._named(what, n, seen) for n in names)
+
+    def _named(self, what, name: str, seen: set) -> bool:
+        key = (what, name)
+        if key not in self._memo:
+            if name in seen or name not in self.defs:
+                return False
+            seen.add(name)
+            self._memo[key] = self.does(what, self.defs[name], (), seen)
+        return self._memo[key]
+
+
+_modules: dict[pathlib.Path, _Module] = {}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        path = pathlib.Path(str(item.fspath))
+        name = getattr(item, "originalname", None) or item.name
+        module = _modules.get(path) or _modules.setdefault(path, _Module(path))
+        node = module.tests.get(name)
+        if path.name in SYSTEM_FILES or (node is not None and module.does(_spawns, node, item.fixturenames)):
+            item.add_marker(pytest.mark.system)
+        if path.name in SLOW_FILES or name in SLOW_TESTS or SLOW_FIXTURES & set(item.fixturenames) \
+                or (node is not None and module.does(_pilots, node, item.fixturenames)):
+            item.add_marker(pytest.mark.slow)

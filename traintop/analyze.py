@@ -148,7 +148,8 @@ class _Acc:
         """Its series for costing findings (once all samples are in)."""
         if self._series is None:
             holds = waste.Holds.recording(interval, self.t)
-            self._series = waste.GpuSeries(*(waste.Series(self.t, v, holds) for v in (self.idle, self.clock)),
+            self._series = waste.GpuSeries(waste.Series(self.t, self.idle, holds),
+                                           waste.Series(self.t, self.clock, holds),
                                            power=waste.Series(self.t, self.power, holds),
                                            energy=waste.Series(self.t, self.energy, holds))
         return self._series

@@ -88,7 +88,7 @@ def gpu_feeds(frame: Frame | None) -> dict[int, GpuFeed]:
             pids[gpu].add(r.pid)
     owner = {pid: gpu for gpu, ps in pids.items() for pid in ps}
     workers: dict[int, list[ProcInfo]] = {g.index: [] for g in frame.gpus}
-    unplaced = []
+    unplaced: list[ProcInfo] = []
     for m in members.values():
         if not m.is_loader_worker:
             continue

@@ -15,6 +15,7 @@ import signal
 import sys
 import threading
 import time
+from typing import TYPE_CHECKING, cast
 
 from traintop import __version__
 from traintop.errors import NoGpuError, TraintopError
@@ -22,6 +23,9 @@ from traintop.text import plain
 from traintop.options import (BEFORE, DEFAULTS, SUMMARIES, add_display, add_finding_hook, add_live_options,  # noqa: F401
                               add_output, add_sampling, add_thresholds, help_text as _help,
                               positive_int as _positive_int, seconds as _seconds, speed as _speed)
+
+if TYPE_CHECKING:
+    from traintop.feeds import ReplayFeed, SourceFeed
 
 
 def echo(message: str) -> None:
@@ -36,7 +40,8 @@ NEGATIVE_OK = ("--since", "--until", "--speed", "--interval", "--fps", "--grace"
 
 
 def _join_dashed_values(argv: list[str]) -> list[str]:
-    out, k, run = [], 0, False
+    out: list[str] = []
+    k, run = 0, False
     while k < len(argv):
         a = argv[k]
         if a == "--" or (run and not a.startswith("-")):  # the job's own command line: as it is
@@ -324,7 +329,7 @@ def cmd_replay(args) -> int:
     from traintop import sessions
 
     session = sessions.replay_session(args.file, speed=args.speed, fields=_fields(args), config=args.thresholds)
-    skipped = session.feed.reader.skipped_chunks
+    skipped = cast("ReplayFeed", session.feed).reader.skipped_chunks
     note = f" ({skipped} damaged chunk(s) skipped)" if skipped else ""
     return _run_app(args, session, banner=f"Replaying {os.path.basename(args.file)}{note}. "
                     "space: pause  ← →: seek  [ ]: speed  ?: help")
@@ -356,7 +361,7 @@ def cmd_record(args) -> int:
             os.unlink(args.jsonl)
         raise
     _on_finding(args, session, headless=True)
-    monitor, feed = session.monitor, session.feed
+    monitor, feed = session.monitor, cast("SourceFeed", session.feed)  # live or simulated
     stream = session.stream_samples(stream_out) if stream_out is not None else None
     say = (lambda *a: None) if args.quiet else echo
     n_gpus = len(monitor.info.gpus)
@@ -674,12 +679,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+# what the commands over many hosts import (pyproject.toml's `cluster` extra); a dashboard
+# install has neither, and the command that needs one says so (raised from parsing too)
+CLUSTER_EXTRA = ("prometheus_client", "httpx")
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         code = _main(argv)
         if sys.stdout is not None:  # a reader that went away is found here, not in the interpreter's last flush
             sys.stdout.flush()
         return code
+    except ModuleNotFoundError as e:
+        missing = (e.name or "").partition(".")[0]
+        if missing not in CLUSTER_EXTRA:
+            raise
+        echo(f"this command needs traintop's cluster extra ({missing} is not installed): "
+             "pip install 'traintop[cluster]'")
+        return 2
     except BrokenPipeError:
         # `traintop config | head -2`: the reader has what it wanted. No traceback; exit as a
         # command killed by SIGPIPE would (128 + 13), as `yes | head` does.

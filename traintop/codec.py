@@ -72,7 +72,7 @@ HOST_FIELDS = dict(HOST_FIELDS_V1, cpu_percent=1, iowait=1, disk_read=1e-6, disk
 PROC_FIELDS = dict(PROC_FIELDS_V1, cpu_percent=1)
 RANK_FIELDS = dict(RANK_FIELDS_V1, step_time=1e4, steps_per_s=10)
 # per codec: GPU, host, process and rank scales; per-core CPU and process-member CPU scales
-SCHEMES = {
+SCHEMES: dict[str, tuple] = {
     "cols1+zlib": (GPU_FIELDS_V1, HOST_FIELDS_V1, PROC_FIELDS_V1, RANK_FIELDS_V1, 10, 10),
     "cols2+zlib": (GPU_FIELDS, HOST_FIELDS, PROC_FIELDS, RANK_FIELDS, 1, 1),
     "cols3+zlib": (GPU_FIELDS, HOST_FIELDS, PROC_FIELDS, RANK_FIELDS, 1, 1),
@@ -173,7 +173,7 @@ def _encode_columns(columns: dict[str, list], times: list[int]) -> bytes:
     """A chunk from its quantised columns (each one value per sample, None where missing)
     and its times in integer milliseconds."""
     deltas = [times[0]] + [b - a for a, b in zip(times, times[1:])] if times else []
-    cols = {}
+    cols: dict[str, Any] = {}
     for k, col in columns.items():
         if all(v is None for v in col):  # a field this source cannot read costs nothing
             continue
@@ -213,7 +213,7 @@ def _members_table(col: list) -> dict | None:
     repeats in the plain lists into fewer bytes than a table and its indices."""
     table: list = []
     index: dict[tuple, int] = {}
-    rows = []
+    rows: list[list[int] | None] = []
     total = 0
     for cell in col:
         if cell is None:
@@ -245,7 +245,7 @@ def _members_rows(value, n: int, j0: int, j1: int) -> list:
     rows = _column(value.get("i"), n, numeric=False)[j0:j1]
     _lists(rows, None)
     size = len(table)
-    out = []
+    out: list[list | None] = []
     for r in rows:
         if r is None:
             out.append(None)
@@ -571,8 +571,9 @@ def _frames(times: list[float], columns: dict[str, list], scheme) -> list[Frame]
                 procs = ()
             if not procs and all(v is None for v in row):
                 continue  # this GPU was not sampled in this frame
-            gpus_by_row[j].append(GpuSample(i, *row, processes=procs))
-    host_rows = [None] * n
+            # row holds exactly the fields between index and processes (_GPU_ORDER)
+            gpus_by_row[j].append(GpuSample(i, *row, processes=procs))  # type: ignore[misc]
+    host_rows: list[HostSample | None] = [None] * n
     if any(k.startswith("h.") for k in columns):
         hcols = {name: _dq_col(columns.get("h." + name), scale, False, n, plausible.HOST[name])
                  for name, scale in host_fields.items()}
@@ -585,7 +586,7 @@ def _frames(times: list[float], columns: dict[str, list], scheme) -> list[Frame]
                 row_cores = ()  # an implausible core makes the row's per-core figures unknown
             if any(v is not None for v in kw.values()) or row_cores:
                 host_rows[j] = HostSample(per_core=tuple(c / core_scale for c in row_cores), **kw)
-    proc_rows = [None] * n
+    proc_rows: list[ProcessSample | None] = [None] * n
     pids = columns.get("p.pid")
     if pids is not None:
         pcols = {name: _dq_col(columns.get("p." + name), scale, name == "threads", n, plausible.PROCESS[name])
@@ -595,11 +596,11 @@ def _frames(times: list[float], columns: dict[str, list], scheme) -> list[Frame]
         m_cpu = _dequantiser(member_scale, plausible.MEMBER["cpu_percent"])
         m_rss = _dequantiser(_BYTES, plausible.MEMBER["rss"])
         m_threads = _dequantiser(1, plausible.MEMBER["threads"], True)
-        built: dict[tuple, ProcInfo] = {}  # one member's row repeats from sample to sample
+        built: dict[tuple, ProcInfo | None] = {}  # one member's row repeats from sample to sample
 
         def member(m: list) -> ProcInfo | None:
             key = tuple(m)
-            info = built.get(key, False)
+            info: Any = built.get(key, False)  # False: not built yet (None: built, implausible)
             if info is False:
                 info = built[key] = ProcInfo(
                     m[0], m[1], m_cpu(m[2]), m_rss(m[3]), m_threads(m[4]), bool(m[5]),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import sys
 from dataclasses import fields
 
 from traintop.errors import TraintopError
@@ -68,7 +69,11 @@ def _read_toml(file: str) -> dict:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise TraintopError(f"{file}: not UTF-8 text (byte {e.start}); save it as UTF-8") from None
-    import tomllib  # only where a config file exists: `traintop record` should not load a parser it never uses
+    # only where a config file exists: `traintop record` should not load a parser it never uses
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # the same parser, from PyPI (a dependency on 3.10 only)
+        import tomli as tomllib
 
     try:
         return tomllib.loads(text)

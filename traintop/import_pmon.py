@@ -108,7 +108,7 @@ def load_pmon(path: str, header_line: str, rows, clock, skips, lines, gpu_index)
     cols = {c: header.index(c) for c in (*_PCT, "fb") if c in header}
     width = len(header)
     last = header[-1] == "command"
-    out = {k: array("q") for k in ("round", "gpu", "pid")} | {k: array("d") for k in ("fb", *_PCT)}
+    out: dict[str, array] = {k: array("q") for k in ("round", "gpu", "pid")} | {k: array("d") for k in ("fb", *_PCT)}
     t = array("d")
     seen: set[tuple[int, int]] = set()
     clock_t, last_idx, last_stamp, total = 0.0, None, None, 0

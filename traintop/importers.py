@@ -26,9 +26,10 @@ import time
 import zlib
 from array import array
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 from traintop import plausible
-from traintop.import_pmon import PmonFailed, is_pmon_header, load_pmon
+from traintop.import_pmon import PmonFailed, PmonLog, is_pmon_header, load_pmon
 from traintop.errors import TraintopError
 from traintop.files import open_regular
 from traintop.samples import Frame, GpuInfo, GpuSample, SessionInfo
@@ -169,7 +170,7 @@ class _Columns:
 
     def sample(self, idx: int, pos: int) -> GpuSample:
         g = self.gpus[idx]
-        kw = {}
+        kw: dict[str, Any] = {}
         for attr, col in zip(self.attrs, g.cols):
             v = col[pos]
             if v == v:
@@ -312,7 +313,7 @@ def _file_size(fh) -> int:
     return os.fstat(fh.fileno()).st_size
 
 
-def load(path: str, fields: list[str] | None = None) -> ImportedLog:
+def load(path: str, fields: list[str] | None = None) -> ImportedLog | PmonLog:
     lines = _Lines(path)
     it = iter(lines)
     first = next(it, None)
@@ -354,7 +355,7 @@ class _Clock:
 
     def __init__(self, formats) -> None:
         self.formats = formats
-        self._base = None
+        self._base: str | None = None
         self._value = 0.0
 
     def __call__(self, text: str) -> float:

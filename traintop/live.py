@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 from traintop.samples import Frame, GpuSample
 from traintop.text import one_line
@@ -31,7 +32,7 @@ class OneCall:
         self._name = name
         self._go = threading.Event()
         self._done = threading.Event()
-        self._fn = None
+        self._fn: Callable[[], object] | None = None
         self._outcome: tuple[object, BaseException | None] = (None, None)
         self._thread: threading.Thread | None = None
         self._closed = False

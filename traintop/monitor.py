@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+from typing import TYPE_CHECKING
 
 from traintop.errors import RecordingError, TraintopError
 from traintop.rules import RULES_VERSION, RulesEngine, default_engine
@@ -15,6 +16,9 @@ from traintop.findings import Finding
 from traintop.rules.config import host_values
 from traintop.samples import Frame, SessionInfo, StackDump
 from traintop.store import Store
+
+if TYPE_CHECKING:
+    from traintop.hooks import FindingEvents, FindingHook
 
 
 class Monitor:
@@ -39,8 +43,8 @@ class Monitor:
         self.job_end = None  # traintop.job.JobEnd of a launched job, as soon as it is reaped
         self.stacks: dict[int, StackDump] = {}  # the latest thread stacks of each probed process
         self.stacks_wanted = False  # the user asked for them; the live feed passes it to the probes
-        self.hook = None  # traintop.hooks.FindingHook (--on-finding): told when a warning or worse starts or ends
-        self._finding_events = None
+        self.hook: FindingHook | None = None  # --on-finding: told when a warning or worse starts or ends
+        self._finding_events: FindingEvents | None = None
         if recorder is not None:
             self.attach_recorder(recorder)
 

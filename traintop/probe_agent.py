@@ -245,7 +245,7 @@ class Probe:
                 probe._input_wait += time.perf_counter() - max(t, probe._window_start)
                 probe._waiting_since = None
 
-        __next__.__traintop_probe__ = True
+        __next__.__traintop_probe__ = True  # type: ignore[attr-defined]  # a mark a second install sees
         if not getattr(original, "__traintop_probe__", False):
             base.__next__ = __next__
             self._undo.append(lambda: setattr(base, "__next__", original))

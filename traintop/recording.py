@@ -49,8 +49,8 @@ def info_to_json(info: SessionInfo) -> str:
     return json.dumps(asdict(info))
 
 
-def info_from_json(text: str) -> SessionInfo:
-    d = json.loads(text)
+def info_from_json(doc: str) -> SessionInfo:
+    d = json.loads(doc)
     if not isinstance(d, dict):
         raise ValueError("session is not an object")
     def num(v, bounds=(0, plausible.MAX_COUNT)):
@@ -149,6 +149,7 @@ class RecordingWriter:
         self._small_ids: list[int] = []  # committed small chunks not yet merged (merged from their bytes)
         self._small_n = 0  # their samples
         self._small_t0: float | None = None
+        self._small_t1: float | None = None
         self._buf: list[Frame] = []  # not yet committed
         self._dirty_alerts: dict[int, Finding] = {}
         self._stacks: list[StackDump] = []  # not yet committed
@@ -528,7 +529,7 @@ class RecordingReader:
             and meta.get("thresholds") == host_values(config or DEFAULT)
 
     def alerts(self) -> list[Finding]:
-        out = []
+        out: list[Finding] = []
         try:
             if not self._has_alerts:
                 return out
@@ -555,7 +556,7 @@ class RecordingReader:
 
     def stacks(self) -> list[StackDump]:
         """The thread stacks the job's probes sent (none in recordings made before they existed)."""
-        out = []
+        out: list[StackDump] = []
         try:
             rows = self._db.execute("SELECT t, pid, rank, reason, since_step, threads FROM stacks ORDER BY t, id")
             rows = rows.fetchall()

@@ -194,7 +194,7 @@ class SessionKind(str, Enum):
     DEMO = "demo"
 
     __str__ = str.__str__  # "live", not "SessionKind.LIVE", in text and files
-    __format__ = str.__format__
+    __format__ = str.__format__  # type: ignore[assignment]  # str's, as __str__ above: not Enum's
 
     @property
     def replays(self) -> bool:

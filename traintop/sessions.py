@@ -8,6 +8,7 @@ Textual here.
 from __future__ import annotations
 
 import time
+from typing import cast
 
 from traintop.errors import NoGpuError, RecordingError, TraintopError
 from traintop.feeds import ReplayFeed, SourceFeed
@@ -203,5 +204,5 @@ def demo_session(config: Thresholds | None = None) -> Session:
     if path is None:
         raise TraintopError("the embedded demo recording is missing from this installation")
     session = replay_session(path, loop=True, kind=SessionKind.DEMO, config=config)
-    session.feed.speed = 1.0
+    cast(ReplayFeed, session.feed).speed = 1.0
     return session

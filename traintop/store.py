@@ -12,8 +12,8 @@ was dropped: nothing read it, and with 8 GPUs it cost hundreds of MiB after a da
 from __future__ import annotations
 
 import operator
-
 from array import array
+from collections.abc import Sequence
 from itertools import chain
 
 from traintop.metrics import check_key, frame_groups
@@ -22,7 +22,7 @@ from traintop.samples import Frame
 NAN = float("nan")
 
 
-def _with_nan(col: list) -> tuple[int | None, list]:
+def _with_nan(col: Sequence) -> tuple[int | None, Sequence]:
     """(the first sample with a value, the column with NaN for None); (None, col) where none has one."""
     if None not in col:
         return 0, col
@@ -96,7 +96,7 @@ class Store:
                 g[0].append(i)
                 g[1].append(vals)
                 g[3].append(sample)
-        values: dict[str, list] = {}
+        values: dict[str, Sequence] = {}
         new: list[tuple[int, int, str]] = []
         order = 0
         for keys, (idx, rows, derived, samples) in groups.items():
@@ -130,7 +130,7 @@ class Store:
                                    [(k, col[a:a + self.capacity]) for k, col in columns], latest)
             return
         self._starts.clear()
-        values: dict[str, list] = {}
+        values: dict[str, Sequence] = {}
         new: list[tuple[int, int, str]] = []
         for order, (key, col) in enumerate(columns):
             first, col = _with_nan(col)
@@ -141,7 +141,7 @@ class Store:
                 new.append((first, order, key))
         self._write(times, values, [key for _, _, key in sorted(new)], latest)
 
-    def _write(self, times: list[float], values: dict[str, list], new_keys: list[str], latest: Frame) -> None:
+    def _write(self, times: list[float], values: dict[str, Sequence], new_keys: list[str], latest: Frame) -> None:
         """Append ``times`` and a column of each of ``values`` (NaN for missing); every other series
         gets NaN; ``new_keys`` are created first, in their order."""
         m = len(times)

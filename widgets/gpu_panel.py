@@ -30,7 +30,7 @@ class GpuPanel(TextLines):
     def show(self, view: GpuView, compact: bool) -> None:
         self.view = view
         self.compact = compact
-        info, s = view.info, view.sample
+        info = view.info
         # Text, never markup: the name comes from the driver or a file.
         title = f"GPU {self.index} · {one_line(info.name, 200)}"
         subtitle = " ".join(f"[{b}]" for b in view.badges)

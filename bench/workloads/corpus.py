@@ -255,7 +255,7 @@ def fragmented(L, a):
     L("startup")
     tensors = [torch.empty(int(rnd.uniform(1.1, 9.0) * 2**20) if not SMALL else 1024, dtype=torch.uint8,
                            device=dev()) for _ in range(6000)]
-    kept = tensors[1::2]  # noqa: F841: the holes between them stay reserved
+    _kept = tensors[1::2]  # held to the end: the holes between them stay reserved
     del tensors
     w = torch.randn(size(8192, 64), size(8192, 64), device=dev(), dtype=torch.bfloat16)
     x = torch.randn(size(8192, 64), size(8192, 64), device=dev(), dtype=torch.bfloat16)

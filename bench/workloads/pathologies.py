@@ -79,7 +79,7 @@ def fragmentation(torch, seconds, out):
     tensors = [torch.empty(int(rnd.uniform(1.1, 9.0) * 2**20), dtype=torch.uint8, device="cuda")
                for _ in range(6000)]
     freed = sum(t.numel() for t in tensors[::2])
-    kept = tensors[1::2]
+    _kept = tensors[1::2]  # held to the end: the holes between them stay reserved
     del tensors
     torch.cuda.synchronize()
     log(out, phase="fragmentation", allocated=torch.cuda.memory_allocated(),

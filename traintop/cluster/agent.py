@@ -15,6 +15,7 @@ import socket
 import sys
 import threading
 import time
+from typing import TYPE_CHECKING, cast
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
@@ -32,6 +33,9 @@ from traintop.rules.across_hosts import RANK_CLAIMED, RANK_OWNERS
 from traintop.samples import SessionKind
 from traintop.session import Session
 from traintop.text import one_line
+
+if TYPE_CHECKING:
+    from traintop.feeds import SourceFeed
 
 # Prometheus's wiki of default ports hands out 9100-9999 to exporters, and that range is
 # full; 19401 lies outside it (dcgm-exporter's 9400 + 10000, + 1), below Linux's
@@ -139,7 +143,7 @@ class HostAgent:
         self._xids: dict[int, tuple[int, int]] = {}
         self._holds = waste.Holds.recording(self.feed.interval)
         self._owners = GpuOwners() if live else None  # a simulation's PIDs are made up: nobody's
-        self._prev = None  # (frame, the findings up then): it holds until the next tick
+        self._prev: tuple | None = None  # (frame, the findings up then): it holds until the next tick
         self._last_textfile = 0.0
         self.textfile_error: str | None = None
 
@@ -246,7 +250,7 @@ def build_hosts(args) -> list[HostAgent]:
                                                  interval=args.interval, history_s=60.0, record=args.record,
                                                  config=args.thresholds)
             node_rank = args.node_rank + i
-            feed = session.feed
+            feed = cast("SourceFeed", session.feed)
             feed.source = SimulatedRanks(feed.source, node_rank, max(args.nodes, args.node_rank + n_hosts), job or "sim",
                                          straggler=args.straggler, stall_after=args.stall_after)
         else:
@@ -274,7 +278,7 @@ def serve(hosts: list[HostAgent], listen: str | None, say=print) -> list:
     if not is_loopback(addr):
         say(f"traintop: warning: serving metrics on {addr}:{port}, reachable beyond this host "
             "(they name hosts, GPUs and job ids; no authentication)")
-    servers = []
+    servers: list[MetricsServer] = []
     for i, h in enumerate(hosts):
         p = port + i if port else 0
         try:

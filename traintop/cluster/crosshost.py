@@ -99,7 +99,7 @@ class Judging:
 def spans(times: list[float], step: float, hold: float) -> list[tuple[float, float]]:
     """The instants ``times`` as (first, last) runs, gaps of up to two steps bridged; only the runs
     that last ``hold`` seconds at least."""
-    out = []
+    out: list[list[float]] = []  # [first, last], the last moved on
     for t in sorted(times):
         if out and t - out[-1][1] <= 2.5 * step:
             out[-1][1] = t
@@ -170,7 +170,7 @@ def stragglers(data: ClusterData, config: Thresholds = DEFAULT) -> list[CrossFin
                     for rk in _waiting_for_input(waits, config):
                         lag[rk].append(t)
         by_rank = {r.rank: r for r in ranks}
-        lagging_hosts: dict[str, list[RankData]] = {}
+        lagging_hosts: dict[str, list[tuple[RankData, float, float]]] = {}
         for rk, times in lag.items():
             for a, b in j.intervals(times):
                 lagging_hosts.setdefault(by_rank[rk].host, []).append((by_rank[rk], a, b))

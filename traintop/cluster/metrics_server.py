@@ -23,6 +23,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     server_version = "traintop-agent"
     sys_version = ""
     protocol_version = "HTTP/1.0"  # one request a connection: nothing is held between scrapes
+    server: MetricsServer
 
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]

@@ -34,6 +34,7 @@ MAX_TIME = 4_102_444_800.0  # 2100-01-01
 
 class _Labelled:
     __slots__ = ()
+    labels: dict  # each subclass's field
 
     def get(self, *names: str, default: str = "") -> str:
         for n in names:

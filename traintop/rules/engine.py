@@ -202,6 +202,7 @@ class RecentContext(RuleContext):
     """The same store, every window cut to the last ``recent_s`` seconds: what holds *now*."""
 
     __slots__ = ("recent_s",)
+    recent_s: float
 
     def __init__(self, base: RuleContext, recent_s: float) -> None:
         super().__init__(store=base.store, now=base.now, config=base.config, is_active=base.is_active,

@@ -205,7 +205,8 @@ class Stall(HostRule):
         from traintop.rules.straggler import rank_on_gpu
 
         ld = loads(ctx, max(window_s, 5.0), min_n=3)
-        waiting, absent = [], []
+        waiting: list[str] = []
+        absent: list[str] = []
         for i, x in sorted(ld.items()):
             found = rank_on_gpu(ctx, i)
             if found is None:
