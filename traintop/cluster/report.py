@@ -271,27 +271,35 @@ IDLE_HELD_MAX_ROWS = 50
 def idle_held(data: ClusterData, config: Thresholds = DEFAULT) -> list[dict]:
     """Who holds idle GPUs: for each owner (user, job, pod) the GPU-hours its processes held a GPU
     that did nothing (utilization at most ``idle_max_util`` with memory in use), shared between the
-    owners on one GPU by the memory each held. The report a cluster's admin asks for."""
+    owners on one GPU by the memory each held (integrated by traintop.waste). The report a
+    cluster's admin asks for."""
     idle = config.idle_max_util / 100
-    seconds: dict = {}
+    holds = waste.Holds.grid(data.step)
+    hours: dict = {}
     where: dict = {}
     for key, owners in data.owners.items():
         g = data.gpus.get(key)
         if g is None:
             continue
+        shares: dict = {who: {} for who, _ in owners}
         for t in data.grid:
             u, used = g.util.get(t), g.mem_used.get(t)
-            if u is None or u > idle or (used is not None and used < IDLE_HELD_MIN_BYTES):
+            if u is None:
                 continue
-            held = [(who, vals[t]) for who, vals in owners if vals.get(t, 0) > 0]
-            total = sum(b for _, b in held)
+            held = [(who, vals.get(t, 0.0)) for who, vals in owners]
+            total = sum(b for _, b in held if b > 0)
+            quiet = u <= idle and (used is None or used >= IDLE_HELD_MIN_BYTES) and total > 0
             for who, b in held:
-                seconds[who] = seconds.get(who, 0.0) + data.step * b / total
+                shares[who][t] = b / total if quiet and b > 0 else 0.0
+        for who, points in shares.items():
+            h = waste.Series.of_points(points, holds).hours()
+            if h > 0:
+                hours[who] = hours.get(who, 0.0) + h
                 where.setdefault(who, set()).add(key)
-    rows = sorted(seconds.items(), key=lambda kv: -kv[1])[:IDLE_HELD_MAX_ROWS]
+    rows = sorted(hours.items(), key=lambda kv: -kv[1])[:IDLE_HELD_MAX_ROWS]
     return [{"user": w.user, "job": w.job, "pod": w.pod, "namespace": w.namespace, "container": w.container,
-             "gpu_hours": round(s / 3600, 4), "gpus": [f"{h} GPU {i}" for h, i in sorted(where[w])]}
-            for w, s in rows if s >= 0.5 * data.step]
+             "gpu_hours": round(h, 4), "gpus": [f"{host} GPU {i}" for host, i in sorted(where[w])]}
+            for w, h in rows if round(h, 4) > 0]
 
 
 def _owner_name(row: dict) -> str:
