@@ -182,3 +182,36 @@ def test_a_long_log_keeps_every_finding_not_the_last_500(tmp_path, monkeypatch):
     monkeypatch.setattr(A, "MAX_FINDINGS", 100)
     small = analyze(importers.load(str(p)))
     assert any("left out" in n for n in small.notes) and small.gpu_hours_lost < report.gpu_hours_lost
+
+
+def test_a_long_log_judged_in_parts_gives_what_one_run_gives(tmp_path, monkeypatch):
+    """Eight hours of a real H200 log (its phases again and again, at 1 Hz) judged in four parts
+    at once: the same findings, the same times and evidence, as one run over the whole."""
+    import gzip
+    import pathlib
+
+    import traintop.analyze_parallel as P
+    from traintop import importers
+
+    src = pathlib.Path(__file__).parent / "fixtures" / "h200" / "smi-query-100ms.csv.gz"
+    head, *rows = gzip.decompress(src.read_bytes()).decode().splitlines()
+    rows = rows[::10]
+    out = [head]
+    for k in range(96):  # each copy 5 minutes on: 8 hours
+        for r in rows:
+            stamp, rest = r.split(",", 1)
+            minute = int(stamp[14:16]) + 5 * k
+            hour = int(stamp[11:13]) + minute // 60
+            out.append(f"{stamp[:8]}{int(stamp[8:10]) + hour // 24:02d} {hour % 24:02d}:{minute % 60:02d}{stamp[16:]},{rest}")
+    p = tmp_path / "long.csv"
+    p.write_text("\n".join(out))
+    monkeypatch.setattr(P, "workers_for", lambda span: 1)
+    one = analyze(importers.load(str(p)))
+    monkeypatch.setattr(P, "workers_for", lambda span: 4)
+    parts = analyze(importers.load(str(p)))
+
+    def key(r):
+        return [(f.rule, f.subject, f.start, f.end, f.severity, f.evidence, f.explained_by, f.gpu_hours)
+                for f in r.findings]
+    assert len(one.findings) > 300
+    assert key(parts) == key(one) and parts.gpu_hours_lost == one.gpu_hours_lost

@@ -182,13 +182,19 @@ def _analyze(source, config: Thresholds | None, name: str, rerun: bool) -> Repor
     info = source.info
     monitor = Monitor(info, engine=default_engine(config) if config else None)
     monitor.engine.max_history = MAX_FINDINGS  # a report keeps every finding of the run, not the last 500
+    judged = None
+    if getattr(source, "in_memory", False) and source.t_start is not None:  # a long log: in parts, at once
+        from traintop.analyze_parallel import judge_in_parts
+
+        judged = judge_in_parts(source, config, source.t_start, source.t_end)
     accs: dict[int, _Acc] = {}
     names = {g.index: g.name for g in info.gpus}
     first = last = None
     n = 0
     kept: list | None = []  # a short source's frames, to judge again over its whole length
     for f in source.frames():
-        monitor.ingest(f)
+        if judged is None:
+            monitor.ingest(f)
         n += 1
         first = f.t if first is None else first
         last = f.t
@@ -203,6 +209,8 @@ def _analyze(source, config: Thresholds | None, name: str, rerun: bool) -> Repor
             acc.add(f.t, g)
     if first is None:
         _nothing_read(source, name)
+    if judged is not None:
+        return _report(source, name, judged, accs, first, last, n)
     monitor.engine.close_all(last)
     if kept is not None and last - first >= SHORT_MIN_S:
         alerts, note = _judge_short(info, kept, config or DEFAULT, last - first)

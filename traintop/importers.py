@@ -199,6 +199,7 @@ class ImportedLog:
     skipped_lines: int = 0
     skipped_chunks: int = 0
     notes: list[str] = field(default_factory=list)
+    in_memory = True  # read whole into columns: a forked process can play any part of it (analyze_parallel)
 
     def __post_init__(self) -> None:
         t = self.columns.t
