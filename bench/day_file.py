@@ -10,12 +10,13 @@ headless report (its fast path where the recording's own alerts apply).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import statistics
 import sys
 import time
+
+from benchio import save_json
 
 
 def measure(path: str, seeks: int = 20) -> dict:
@@ -59,9 +60,7 @@ def main() -> int:
     r = measure(args.file, args.seeks)
     for k, v in r.items():
         print(f"{k:22s} {v:.3f}" if isinstance(v, float) else f"{k:22s} {v}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(r, f, indent=1)
+    save_json(args.json, r)
     return 0
 
 

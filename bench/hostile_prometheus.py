@@ -29,6 +29,8 @@ import subprocess
 import sys
 import time
 
+from benchio import save_json
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCENARIOS = {
     "big": ["big", "mib=63.0"],
@@ -134,9 +136,7 @@ def main() -> int:
         with open(a.before_from) as f:
             result["before"] = json.load(f)["before"]
     print(table(result["after"], result.get("before")))
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(result, f, indent=1)
+    save_json(a.json, result)
     return 0
 
 

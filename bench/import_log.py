@@ -13,13 +13,14 @@ from __future__ import annotations
 import argparse
 import datetime
 import gzip
-import json
 import os
 import resource
 import subprocess
 import sys
 import tempfile
 import time
+
+from benchio import save_json
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURE = os.path.join(os.path.dirname(HERE), "tests", "fixtures", "h200", "smi-query-100ms.csv.gz")
@@ -80,9 +81,7 @@ def main() -> int:
               f"{r['samples_per_s']:10.0f} {r['rss_mib']:13.0f}")
     for r in rows:
         print(f"  {r['mib']:.0f} MiB: {r['summary']}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"machine": os.uname().nodename, "cpus": os.cpu_count(), "rows": rows}, f, indent=1)
+    save_json(args.json, {"machine": os.uname().nodename, "cpus": os.cpu_count(), "rows": rows})
     return 0
 
 

@@ -10,13 +10,14 @@ the per-pair ratios of median step times. Needs torch (a GPU if there is one).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
 import tempfile
 import threading
 import time
+
+from benchio import save_json
 
 
 def main() -> int:
@@ -85,9 +86,7 @@ def main() -> int:
            "median_ratio": statistics.median(ratios), "ratios": ratios, "pairs": args.pairs, "steps": args.steps}
     print(f"probe overhead on {out['device']}: step {out['step_ms_off']:.2f} ms without, {out['step_ms_on']:.2f} ms "
           f"with; median paired ratio {out['median_ratio']:.4f} ({(out['median_ratio'] - 1) * 100:+.2f} %)")
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(out, fh, indent=1)
+    save_json(args.json, out)
     return 0
 
 

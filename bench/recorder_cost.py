@@ -29,6 +29,8 @@ import tempfile
 import time
 import tracemalloc
 
+from benchio import save_json
+
 HEAVY = ("textual", "rich", "numpy", "zstandard", "prometheus_client", "plotext", "traintop.analyze",
          "traintop.cluster", "traintop.app", "traintop.widgets", "http.server", "email", "ssl", "concurrent.futures.process")
 
@@ -206,9 +208,7 @@ def main() -> int:
             if shutil.which("nvidia-smi"):
                 out["nvidia-smi dmon -d 1"] = watch(["nvidia-smi", "dmon", "-d", "1"], args.seconds)
     print(json.dumps(out, indent=1))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=1)
+    save_json(args.json, out)
     return 0
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import fcntl
-import json
 import os
 import pty
 import re
@@ -22,6 +21,8 @@ import sys
 import termios
 import threading
 import time
+
+from benchio import save_json
 
 _MAP = re.compile(r"^[0-9a-f]+-[0-9a-f]+ \S+ \S+ \S+ \S+\s*(.*)$")
 
@@ -102,9 +103,7 @@ def main() -> int:
               f"{r['threads']} threads")
         for name, mib in r["top"]:
             print(f"  {mib:7.2f} MiB  {name}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=1)
+    save_json(args.json, report)
     return 0
 
 

@@ -155,60 +155,50 @@ def test_a_short_log_of_a_healthy_busy_gpu_stays_quiet(tmp_path):
     assert [f.rule for f in analyze(load(path), name="h.txt").findings if f.severity > Severity.INFO] == []
 
 
-def test_a_long_log_keeps_every_finding_not_the_last_500(tmp_path, monkeypatch):
-    """A day of a log repeating one pattern: the report holds the findings of its first hour too,
-    and counts their GPU-hours; past the stated limit it says that some were left out."""
+def _long_h200_log(path, copies: int):
+    """A real H200 log (its phases again and again, at 1 Hz), each copy five minutes on."""
     import gzip
     import pathlib
 
-    import traintop.analyze as A
-    from traintop import importers
-
     src = pathlib.Path(__file__).parent / "fixtures" / "h200" / "smi-query-100ms.csv.gz"
     head, *rows = gzip.decompress(src.read_bytes()).decode().splitlines()
-    rows = rows[::10]  # 1 Hz keeps it quick
     out = [head]
-    for k in range(130):  # each copy moved on by 5 minutes: ~11 hours, ~700 findings
-        for r in rows:
+    for k in range(copies):
+        for r in rows[::10]:
             stamp, rest = r.split(",", 1)
             minute = int(stamp[14:16]) + 5 * k
             hour = int(stamp[11:13]) + minute // 60
             out.append(f"{stamp[:8]}{int(stamp[8:10]) + hour // 24:02d} {hour % 24:02d}:{minute % 60:02d}{stamp[16:]},{rest}")
-    p = tmp_path / "long.csv"
-    p.write_text("\n".join(out))
-    report = analyze(importers.load(str(p)))
+    path.write_text("\n".join(out))
+    return str(path)
+
+
+def test_a_long_log_keeps_every_finding_not_the_last_500(tmp_path, monkeypatch):
+    """About eleven hours of a log repeating one pattern: the report holds the findings of its
+    first hour too, and counts their GPU-hours; past the stated limit it says that some were left out."""
+    import traintop.analyze as A
+    from traintop import importers
+
+    p = _long_h200_log(tmp_path / "long.csv", 130)
+    report = analyze(importers.load(p))
     assert len(report.findings) > 500 and report.findings[0].start - report.t0 < 600
     assert not any("left out" in n for n in report.notes)
     monkeypatch.setattr(A, "MAX_FINDINGS", 100)
-    small = analyze(importers.load(str(p)))
+    small = analyze(importers.load(p))
     assert any("left out" in n for n in small.notes) and small.gpu_hours_lost < report.gpu_hours_lost
 
 
 def test_a_long_log_judged_in_parts_gives_what_one_run_gives(tmp_path, monkeypatch):
-    """Eight hours of a real H200 log (its phases again and again, at 1 Hz) judged in four parts
-    at once: the same findings, the same times and evidence, as one run over the whole."""
-    import gzip
-    import pathlib
-
+    """Eight hours of a real H200 log judged in four parts at once: the same findings, the same
+    times and evidence, as one run over the whole."""
     import traintop.analyze_parallel as P
     from traintop import importers
 
-    src = pathlib.Path(__file__).parent / "fixtures" / "h200" / "smi-query-100ms.csv.gz"
-    head, *rows = gzip.decompress(src.read_bytes()).decode().splitlines()
-    rows = rows[::10]
-    out = [head]
-    for k in range(96):  # each copy 5 minutes on: 8 hours
-        for r in rows:
-            stamp, rest = r.split(",", 1)
-            minute = int(stamp[14:16]) + 5 * k
-            hour = int(stamp[11:13]) + minute // 60
-            out.append(f"{stamp[:8]}{int(stamp[8:10]) + hour // 24:02d} {hour % 24:02d}:{minute % 60:02d}{stamp[16:]},{rest}")
-    p = tmp_path / "long.csv"
-    p.write_text("\n".join(out))
+    p = _long_h200_log(tmp_path / "long.csv", 96)
     monkeypatch.setattr(P, "workers_for", lambda span: 1)
-    one = analyze(importers.load(str(p)))
+    one = analyze(importers.load(p))
     monkeypatch.setattr(P, "workers_for", lambda span: 4)
-    parts = analyze(importers.load(str(p)))
+    parts = analyze(importers.load(p))
 
     def key(r):
         return [(f.rule, f.subject, f.start, f.end, f.severity, f.evidence, f.explained_by, f.gpu_hours)

@@ -6,6 +6,7 @@ import sys
 import time
 
 import pytest
+from waiting import until
 
 from traintop.collectors.process import ProcessCollector
 from traintop.errors import TraintopError
@@ -78,16 +79,6 @@ def test_nonsense_pid():
         ProcessCollector(0)
 
 
-def _wait(predicate, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    return predicate()
-
-
 def test_behind_a_shim_the_job_is_called_by_the_process_it_execs(tmp_path):
     """A pyenv shim is a script that execs python in the same process: the name follows the exec."""
     shim = tmp_path / "python3"
@@ -100,7 +91,7 @@ def test_behind_a_shim_the_job_is_called_by_the_process_it_execs(tmp_path):
         p.stdin.write(b"go\n")
         p.stdin.flush()
         # The shim is itself called python3, so wait on the command line the exec gives
-        s = _wait(lambda: (x := c.sample()) and "time.sleep(30)" in x.cmdline and x)
+        s = until(lambda: (x := c.sample()) and "time.sleep(30)" in x.cmdline and x)
         assert s and s.name.startswith("python") and not s.cmdline.startswith("/bin/bash")
     finally:
         p.kill()
@@ -112,7 +103,7 @@ def test_through_a_wrapper_with_one_child_the_job_is_called_by_the_child():
     p = subprocess.Popen(["bash", "-c", f"{sys.executable} -c 'import time; time.sleep(30)'; echo done"])
     try:
         c = ProcessCollector(p.pid)
-        s = _wait(lambda: (x := c.sample()).name.startswith("python") and x)
+        s = until(lambda: (x := c.sample()).name.startswith("python") and x)
         assert s and s.pid == p.pid and "time.sleep(30)" in s.cmdline
     finally:
         for child in __import__("psutil").Process(p.pid).children(recursive=True):

@@ -4,10 +4,10 @@ import os
 import pathlib
 import subprocess
 import sys
-import time
 import uuid
 
 import pytest
+from waiting import until
 
 from traintop.collectors import whose
 from traintop.collectors.whose import Owner, parse_cgroup
@@ -106,16 +106,6 @@ needs_unshare = pytest.mark.skipif(os.geteuid() != 0 or not _can_unshare(),
                                    reason="needs root and unshare(1) for a real PID namespace")
 
 
-def _wait_for(predicate, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = predicate()
-        if got:
-            return got
-        time.sleep(0.05)
-    return predicate()
-
-
 def _children(pid: int) -> list[int]:
     try:
         text = pathlib.Path(f"/proc/{pid}/task/{pid}/children").read_text()
@@ -129,7 +119,7 @@ def test_a_job_in_a_pid_namespace_seen_from_the_host():
     p = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c",
                           "import time; time.sleep(60)"])
     try:
-        inner = _wait_for(lambda: _children(p.pid))
+        inner = until(lambda: _children(p.pid))
         assert inner, "the namespaced process did not start"
         o = whose.whose(inner[0])
         assert o.visible and o.ns_pids == (inner[0], 1) and o.inner_pid == 1

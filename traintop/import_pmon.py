@@ -17,6 +17,7 @@ from array import array
 from dataclasses import dataclass, field
 
 from traintop import plausible
+from traintop.log_source import LogTimeline
 from traintop.samples import Frame, GpuInfo, GpuProcess, GpuSample, SessionInfo
 from traintop.units import MiB
 
@@ -43,7 +44,7 @@ def _pct(text: str) -> float:
 
 
 @dataclass
-class PmonLog:
+class PmonLog(LogTimeline):
     """A pmon log in columns, with the surface a RecordingReader offers to replay and analyze."""
 
     path: str
@@ -55,17 +56,8 @@ class PmonLog:
     skipped_chunks: int = 0
     notes: list[str] = field(default_factory=list)
 
-    @property
-    def t_start(self) -> float | None:
-        return self.t[0] if self.t else None
-
-    @property
-    def t_end(self) -> float | None:
-        return self.t[-1] if self.t else None
-
-    @property
-    def frame_count(self) -> int:
-        return len(self.t)
+    def __post_init__(self) -> None:
+        self._times = self.t
 
     def _frame(self, r: int, lo: int) -> tuple[Frame, int]:
         rows = self.rows
@@ -89,13 +81,6 @@ class PmonLog:
         for r in range(r0, r1):
             frame, k = self._frame(r, k)
             yield frame
-
-    @property
-    def frames_list(self) -> list[Frame]:
-        return list(self.frames())
-
-    def alerts(self) -> list:
-        return []
 
 
 def load_pmon(path: str, header_line: str, rows, clock, skips, lines, gpu_index) -> PmonLog:

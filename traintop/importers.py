@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from traintop import plausible
+from traintop.log_source import LogTimeline
 from traintop.import_pmon import PmonFailed, PmonLog, is_pmon_header, load_pmon
 from traintop.errors import TraintopError
 from traintop.files import open_regular
@@ -189,7 +190,7 @@ class _Columns:
 
 
 @dataclass
-class ImportedLog:
+class ImportedLog(LogTimeline):
     """A log read into columns, with the same surface a RecordingReader offers to replay."""
 
     path: str
@@ -210,18 +211,6 @@ class ImportedLog:
             self._order = array("q", sorted(range(len(t)), key=t.__getitem__))
             self._times = array("d", (t[k] for k in self._order))
 
-    @property
-    def t_start(self) -> float | None:
-        return self._times[0] if self._times else None
-
-    @property
-    def t_end(self) -> float | None:
-        return self._times[-1] if self._times else None
-
-    @property
-    def frame_count(self) -> int:
-        return len(self._times)
-
     def _frame(self, r: int) -> Frame:
         cols = self.columns
         gpus = []
@@ -238,13 +227,6 @@ class ImportedLog:
         k1 = bisect.bisect_right(times, t_to) if t_to is not None else len(times)
         for k in range(k0, k1):
             yield self._frame(k if self._order is None else self._order[k])
-
-    @property
-    def frames_list(self) -> list[Frame]:
-        return list(self.frames())
-
-    def alerts(self) -> list:
-        return []
 
 
 class _Lines:
