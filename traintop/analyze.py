@@ -60,7 +60,8 @@ class Report:
     gpu_hours: float
     gpu_hours_lost: float
     notes: list[str] = field(default_factory=list)
-    energy_kwh: float = 0.0  # the run's, all GPUs: the energy counter where recorded, else power × time
+    energy_kwh: float | None = 0.0  # the run's, all GPUs: the energy counter where recorded, else power × time;
+    # None where the source holds no power reading (an nvidia-smi pmon log)
     skipped_chunks: int = 0  # damaged chunks of a recording that could not be read
     skipped_lines: int = 0  # unreadable lines of an imported log
     # where the job's threads were: the probes' stack dumps (the latest of each process)
@@ -186,7 +187,7 @@ def _analyze(source, config: Thresholds | None, name: str, rerun: bool) -> Repor
     if getattr(source, "in_memory", False) and source.t_start is not None:  # a long log: in parts, at once
         from traintop.analyze_parallel import judge_in_parts
 
-        judged = judge_in_parts(source, config, source.t_start, source.t_end)
+        judged = judge_in_parts(source, config, source.t_start, source.t_end, MAX_FINDINGS)
     accs: dict[int, _Acc] = {}
     names = {g.index: g.name for g in info.gpus}
     first = last = None
@@ -210,16 +211,20 @@ def _analyze(source, config: Thresholds | None, name: str, rerun: bool) -> Repor
     if first is None:
         _nothing_read(source, name)
     if judged is not None:
-        return _report(source, name, judged, accs, first, last, n)
+        findings, dropped = judged
+        return _report(source, name, findings, accs, first, last, n, notes=_left_out(dropped))
     monitor.engine.close_all(last)
     if kept is not None and last - first >= SHORT_MIN_S:
         alerts, note = _judge_short(info, kept, config or DEFAULT, last - first)
         if note:
             return _report(source, name, alerts, accs, first, last, n, notes=(note,))
-    dropped = monitor.engine.dropped
-    notes = [f"{dropped:,} of the earliest findings are left out (more than {MAX_FINDINGS:,}): their GPU-hours "
-             "are not counted; analyze a shorter part"] if dropped else []
-    return _report(source, name, monitor.engine.alerts, accs, first, last, n, notes=notes)
+    return _report(source, name, monitor.engine.alerts, accs, first, last, n,
+                   notes=_left_out(monitor.engine.dropped))
+
+
+def _left_out(dropped: int) -> list[str]:
+    return [f"{dropped:,} of the earliest findings are left out (more than {MAX_FINDINGS:,}): their GPU-hours "
+            "are not counted; analyze a shorter part"] if dropped else []
 
 
 MAX_FINDINGS = 200_000  # a report's findings (a week of one every few seconds); beyond, the oldest go, said
@@ -268,13 +273,15 @@ def _report(source, name, alerts, accs, first, last, n, notes=()) -> Report:
     if lines:
         notes.append(f"{lines} unreadable line(s) skipped")
     energy = sum(g.energy_kwh(first, last) for g in gpus.values())
+    if not any(s.power_mean is not None for s in summaries):
+        energy = None  # nothing says what the GPUs drew: unknown, not 0
     present = sum(g.present_hours() for g in gpus.values())
     bad = getattr(source, "meta", {}).get("probe_bad_messages", "")
     if bad.isdigit() and len(bad) < 12 and int(bad):
         notes.append(f"the probe sent {int(bad)} malformed message(s) while recording; they were dropped")
     return Report(name, getattr(source, "kind", "traintop recording"), round(duration, 1), n, info.interval, summaries,
                   findings, round(present, 4), round(sum(f.gpu_hours for f in findings), 4),
-                  notes, round(energy, 4), skipped_chunks=chunks, skipped_lines=lines, t0=first)
+                  notes, None if energy is None else round(energy, 4), skipped_chunks=chunks, skipped_lines=lines, t0=first)
 
 
 def _nothing_read(source, name: str):
@@ -431,7 +438,7 @@ def _summarise(source, names: dict, ids: list[int]):
 def render_text(r: Report) -> str:
     out = [f"traintop analyze — {r.source} ({r.kind})",
            f"{fmt_duration(r.duration_s)}, {r.samples} samples every {r.interval_s:.2g} s, {len(r.gpus)} GPU(s), "
-           f"{r.gpu_hours:.3f} GPU-hours, {r.energy_kwh:.3f} kWh; lost to findings: {r.gpu_hours_lost:.3f} GPU-hours"]
+           f"{r.gpu_hours:.3f} GPU-hours, {'energy unknown' if r.energy_kwh is None else f'{r.energy_kwh:.3f} kWh'}; lost to findings: {r.gpu_hours_lost:.3f} GPU-hours"]
     for g in r.gpus:
         def f(v, fmt="{:.0f}"):
             return "–" if v is None else fmt.format(v)

@@ -22,22 +22,23 @@ from traintop.rules import Thresholds, default_engine
 
 WARM_S = 900.0  # played before a part: the longest rule window (300 s) and its hysteresis, with room
 PART_MIN_S = 2 * 3600.0  # data-seconds a worker gets at least: below, the warm-up costs more than it saves
-MAX_FINDINGS = 200_000
-_JOB: tuple | None = None  # (source, config) for the forked workers
+_JOB: tuple | None = None  # (source, config, the findings a part keeps at most) for the forked workers
 
 
 def workers_for(span_s: float) -> int:
     return max(1, min(os.cpu_count() or 1, 8, int(span_s // PART_MIN_S)))
 
 
-def judge_in_parts(source, config: Thresholds | None, first: float, last: float) -> list[Finding] | None:
-    """Every finding of the log, or None where it is not worth it here (short, one core, no fork)."""
+def judge_in_parts(source, config: Thresholds | None, first: float, last: float,
+                   max_findings: int) -> tuple[list[Finding], int] | None:
+    """Every finding of the log and how many were let go (over ``max_findings`` in a part), or
+    None where it is not worth it here (short, one core, no fork)."""
     global _JOB
     n = workers_for(last - first)
     if n < 2 or "fork" not in multiprocessing.get_all_start_methods():
         return None
     cuts = [first + k * (last - first) / n for k in range(n)] + [last + 1.0]
-    _JOB = (source, config)
+    _JOB = (source, config, max_findings)
     try:
         with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("fork")) as pool:
             parts = list(pool.map(_judge_part, cuts[:-1], cuts[1:]))
@@ -45,15 +46,15 @@ def judge_in_parts(source, config: Thresholds | None, first: float, last: float)
         return None
     finally:
         _JOB = None
-    return stitch(parts, cuts)
+    return stitch([p for p, _ in parts], cuts), sum(d for _, d in parts)
 
 
-def _judge_part(start: float, end: float) -> list[Finding]:
+def _judge_part(start: float, end: float) -> tuple[list[Finding], int]:
     assert _JOB is not None
-    source, config = _JOB
+    source, config, max_findings = _JOB
     monitor = Monitor(source.info, engine=default_engine(config) if config else None)
     engine = monitor.engine
-    engine.max_history = MAX_FINDINGS
+    engine.max_history = max_findings
     last = None
     for f in source.frames(start - WARM_S, None):
         if f.t >= end and not any(start <= a.start < end for a in engine.active):
@@ -63,7 +64,7 @@ def _judge_part(start: float, end: float) -> list[Finding]:
     else:
         if last is not None:
             engine.close_all(last)
-    return [a for a in engine.alerts if start <= a.start < end]
+    return [a for a in engine.alerts if start <= a.start < end], engine.dropped
 
 
 def stitch(parts: list[list[Finding]], cuts: list[float]) -> list[Finding]:

@@ -398,6 +398,8 @@ def cmd_record(args) -> int:
         lost = f"; {stream.dropped} dropped while the reader fell behind" if stream.dropped else ""
         ended = "; the reader closed the stream" if stream.closed_by_reader else ""
         say(f"streamed {stream.written} sample(s){lost}{ended}")
+        if stream.closed_by_reader:
+            return 141  # as every command whose reader went away (`yes | head`)
     return 0
 
 
@@ -658,7 +660,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         name = bad.split("=", 1)[0]
         where = f"traintop {command}" if command else "traintop"
         what = f"{name} is not an option of" if bad.startswith("-") else f"unexpected argument {bad!r} for"
-        cmd_parser.exit(2, f"traintop: {plain(what)} `{where}` (see {where} --help)\n")
+        hint = f"--scenario {bad}" if command == "simulate" and not bad.startswith("-") else f"{where} --help"
+        cmd_parser.exit(2, f"traintop: {plain(what)} `{where}` (see {plain(hint)})\n")
     given = {k[len(BEFORE):]: v for k, v in vars(args).items() if k.startswith(BEFORE)}
     for k in list(vars(args)):
         if k.startswith(BEFORE):

@@ -4,7 +4,6 @@ traintop/export.py."""
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 
@@ -90,24 +89,12 @@ def cmd_export(args) -> int:
             if args.limit and written >= args.limit:
                 break
         out.flush()
-    except BrokenPipeError:  # `| head`: the reader has what it wanted
-        _quiet_stdout()
-        return 0
     finally:
         if out is not sys.stdout:
             out.close()
     if args.output not in (None, "-"):
         print(f"traintop: {written} sample(s) written to {args.output}", file=sys.stderr)
     return 0
-
-
-def _quiet_stdout() -> None:
-    """After a closed pipe, Python's own flush at exit would print a traceback."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except OSError:
-        pass
 
 
 def add_snapshot(sub) -> None:

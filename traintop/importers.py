@@ -39,7 +39,7 @@ from traintop.units import MiB
 MAX_BYTES = 512 * 1024 * 1024  # refuse to read more text than this (a log of months at 10 Hz)
 MAX_LINE = 64 * 1024  # a longer line is skipped, never held whole
 MAX_ROWS = 10_000_000  # lines with a sample (a week of 8 GPUs at 2 Hz is 9.7 million)
-MAX_VALUES = 40_000_000  # numbers kept (8 bytes each: 320 MB at most)
+MAX_VALUES = 64_000_000  # numbers kept (8 bytes each: 512 MB at most, as much as the text a log may hold)
 MAX_GPUS = plausible.MAX_GPUS
 NAME_CHARS = 256
 
@@ -319,7 +319,7 @@ def load(path: str, fields: list[str] | None = None) -> ImportedLog | PmonLog:
             raise ImportFailed(
                 f"{path} has no header line: log with --format=csv (not csv,noheader), or name the fields "
                 "in order with --fields, e.g. --fields timestamp,index,utilization.gpu,memory.used,power.draw")
-        raise ImportFailed(f"{path} is not a traintop recording, an nvidia-smi --query-gpu CSV or a dmon log")
+        raise ImportFailed(f"{path} is not a traintop recording, an nvidia-smi --query-gpu CSV, a dmon or a pmon log")
     return _load_query(path, first, it, lines)
 
 

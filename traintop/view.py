@@ -72,6 +72,7 @@ class ProcessView:
     # No probe data in the latest sample although the job had the probe (idle, ended, stopped
     # reporting): for how long. None: it has probe data now, or never had (then: no probe).
     probe_silent_s: float | None = None
+    live: bool = True  # watching now (a process can be attached), not a recording or a log played back
 
 
 @dataclass(frozen=True)
@@ -163,7 +164,8 @@ def build_view(monitor: Monitor, points: int = SERIES_POINTS) -> View:
                             config, launched=monitor.launched, job_end=monitor.job_end,
                             workers=WorkerLoad(proc.loader_workers, config.starvation_busy_worker_cpu) if proc else None,
                             probe_silent_s=(frame.t - monitor.probe_seen_at) if frame is not None and not ranks
-                            and monitor.probe_seen_at is not None else None)
+                            and monitor.probe_seen_at is not None else None,
+                            live=info.kind in ("live", "simulated"))
         if frame is not None and frame.stale_gpus and not monitor.source_error:
             stale = f"GPU {', '.join(map(str, frame.stale_gpus))}: the driver did not answer in time (data stale)"
         else:

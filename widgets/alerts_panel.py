@@ -48,7 +48,14 @@ def watched(view: View | None) -> str:
         return ""
     parts = []
     if view.gpus:
-        parts.append("GPU utilization, power, memory and temperature")
+        samples = [g.sample for g in view.gpus if g.sample is not None]
+        read = [name for name, field in (("utilization", "util"), ("power", "power_w"), ("memory", "mem_used"),
+                                         ("temperature", "temp_c"))
+                if any(getattr(s, field) is not None for s in samples)]
+        if read:
+            parts.append("GPU " + (read[0] if len(read) == 1 else ", ".join(read[:-1]) + " and " + read[-1]))
+        elif samples:
+            return "this source holds no reading of the GPUs themselves to judge"
     if view.host.sample is not None:
         parts.append("host CPU, memory and I/O")
     if view.process.sample is not None and view.process.sample.alive:

@@ -46,20 +46,25 @@ class GpuPanel(TextLines):
     def _rows(self) -> list[tuple[str, list, float, float, str, str]]:
         v = self.view
         s = v.sample
-        limit = s.power_limit_w or v.info.power_limit_w or max([p for p in v.power if p] or [1.0])
-        total = s.mem_total or v.info.mem_total or max([m for m in v.mem if m] or [1.0])
-        slowdown = s.temp_slowdown_c or v.info.temp_slowdown_c or 90.0
+        # the scales fall back to what was seen; the figures say only what the source knows
+        known_limit = s.power_limit_w or v.info.power_limit_w
+        known_total = s.mem_total or v.info.mem_total
+        known_slowdown = s.temp_slowdown_c or v.info.temp_slowdown_c
+        limit = known_limit or max([p for p in v.power if p] or [1.0])
+        total = known_total or max([m for m in v.mem if m] or [1.0])
+        slowdown = known_slowdown or 90.0
         mem_frac = (s.mem_used / total) if s.mem_used is not None and total else None
         temp_frac = (s.temp_c / slowdown) if s.temp_c is not None else None
         return [
             ("util", v.util, 0.0, 100.0, "green" if (s.util or 0) >= 50 else "yellow",
              f"{_num(s.util)} %" + (f" SM {s.sm_active:.0f}%" if s.sm_active is not None else "")),
             ("pwr", v.power, 0.0, limit, "cyan",
-             f"{_num(s.power_w)}/{_num(limit)} W"),
+             f"{_num(s.power_w)}/{_num(known_limit)} W"),
             ("mem", v.mem, 0.0, total, level_style(mem_frac, 0.85, 0.95).replace("green", "magenta"),
-             f"{_num(s.mem_used / GiB if s.mem_used is not None else None, '{:.1f}')}/{total / GiB:.0f} GiB"),
+             f"{_num(s.mem_used / GiB if s.mem_used is not None else None, '{:.1f}')}/"
+             f"{_num(known_total / GiB if known_total else None, '{:.0f}')} GiB"),
             ("temp", v.temp, 20.0, slowdown + 3, level_style(temp_frac, 0.9, 0.97),
-             f"{_num(s.temp_c)}/{slowdown:.0f} °C"),
+             f"{_num(s.temp_c)}" + (f"/{known_slowdown:.0f}" if known_slowdown else "") + " °C"),
         ]
 
     def _footer(self, width: int = 1 << 30) -> Line:
@@ -130,9 +135,9 @@ class GpuPanel(TextLines):
 
 
 def _busiest(processes) -> str:
-    """Where NVML gives each process's share of the GPU: the busiest one's, when two or more share it."""
+    """Where NVML gives a process's share of the GPU and two or more share it: the busiest one's."""
     shared = [p for p in processes if p.sm_util is not None]
-    if len(shared) < 2:
+    if not shared or len(processes) < 2:
         return ""
     top = max(shared, key=lambda p: p.sm_util)
     return f", PID {top.pid} busiest at {top.sm_util:.0f} %"

@@ -132,6 +132,8 @@ class ProcessPanel(TextLines):
         v = self.view
         p = v.sample if v else None
         if p is None:
+            if v is not None and not v.live:
+                return [Line("No process was attached when this was recorded.", "dim")], None
             out = Line("No process attached. ", "dim").append("traintop --pid N", "bold")
             return [out.append(" attaches to a running job.", "dim")], None
         if v.job_end is not None:  # a job of `traintop run`: how it ended, as soon as it did
