@@ -1,6 +1,7 @@
 """The dashboard driven by Pilot: layout, keys, replay controls, live updates, tiny terminals."""
 
 import asyncio
+import time
 import re
 
 from traintop.widgets.alerts_panel import AlertsPanel
@@ -184,13 +185,17 @@ def test_redraws_are_capped_but_the_newest_frame_is_drawn(sim_app):
         app.refresh_view = counting
         async with app.run_test(size=(100, 30)) as pilot:
             start = monitor.store.frames_seen
+            changes = monitor.alert_changes
+            t0 = time.monotonic()
             await asyncio.sleep(1.5)
             sampled = monitor.store.frames_seen - start
             feed.stop()
             await asyncio.sleep(0.4)  # the deferred redraw shows the last frame
             await pilot.pause()
+            elapsed = time.monotonic() - t0  # under load the sleeps run long: the cap is per second
             assert sampled >= 15  # sampling was not slowed down
-            assert 3 <= len(draws) <= 9  # ~4 a second, not 20
+            # ~4 a second, not 20; a finding that starts or ends is drawn at once, outside the cap
+            assert 3 <= len(draws) <= 4 * elapsed + 3 + (monitor.alert_changes - changes), (len(draws), elapsed)
             assert app.last_view.t == monitor.store.t_last
     run(go())
 
