@@ -104,3 +104,36 @@ def test_doctor_says_which_call_answers(fake_nvml, calls, status, says):
     checks, _ = doctor.nvml_checks(nv)
     (check,) = [c for c in checks if c.name == "Per-process utilization"]
     assert check.status == status and says in check.detail
+
+
+def test_the_process_panel_says_what_share_of_its_gpu_the_job_computes(tmp_path):
+    """Recorded with each process's share (schema 3), replayed: the job's line of GPU memory says
+    how busy its processes kept the GPU; another process's share is not the job's."""
+    import asyncio
+
+    from traintop import sessions
+    from traintop.app.factory import build_app
+    from traintop.recording import RecordingWriter
+    from traintop.samples import GpuInfo, ProcessSample, SessionInfo
+    from traintop.widgets.process_panel import ProcessPanel
+
+    info = SessionInfo(kind="live", gpus=(GpuInfo(0, "NVIDIA H200", mem_total=140 * 2**30),), interval=1.0)
+    path = str(tmp_path / "s.ttrec")
+    w = RecordingWriter(path, info)
+    for k in range(5):
+        g = GpuSample(0, util=99.0, mem_used=30 * 2**30, mem_total=140 * 2**30,
+                      processes=(GpuProcess(100, 20 * 2**30, 64.0, 30.0, 0.0, 0.0), GpuProcess(999, 2**30, 30.0)))
+        w.add(Frame(t=1_790_000_000.0 + k, gpus=(g,), process=ProcessSample(100, True, "python", "python train.py",
+                                                                             cpu_percent=90.0, rss=2**30)))
+    w.close()
+    session = sessions.replay_session(path)
+    session.feed.playing = False
+    session.feed.seek(session.feed.t_start + 4)
+
+    async def go():
+        app = build_app(session.monitor, session.feed, mode="replay", start_feed=False)
+        async with app.run_test(size=(160, 48)) as pilot:
+            await pilot.pause()
+            text = str(app.query_one(ProcessPanel).render())
+            assert "GPU\u00a00\u00a020.0\u00a0GiB\u00a0(busy\u00a064\u00a0%)" in text, text
+    asyncio.run(go())

@@ -73,6 +73,7 @@ class ProcessView:
     # reporting): for how long. None: it has probe data now, or never had (then: no probe).
     probe_silent_s: float | None = None
     live: bool = True  # watching now (a process can be attached), not a recording or a log played back
+    gpu_share: dict = field(default_factory=dict)  # GPU index -> % of its time the tree computed (NVML)
 
 
 @dataclass(frozen=True)
@@ -136,12 +137,16 @@ def build_view(monitor: Monitor, points: int = SERIES_POINTS) -> View:
         host = HostView(frame.host if frame else None, store.last(host_key("cpu_percent"), points))
         proc = frame.process if frame else None
         gpu_mem: dict[int, int] = {}
+        gpu_share: dict[int, float] = {}  # GPU index -> % of its time the tree's processes computed (NVML)
         if proc is not None and frame is not None:
             pids = {m.pid for m in proc.members} | {proc.pid}
             for g in frame.gpus:
                 used = [gp.used_bytes or 0 for gp in g.processes if gp.pid in pids]
                 if used:
                     gpu_mem[g.index] = sum(used)
+                shares = [gp.sm_util for gp in g.processes if gp.pid in pids and gp.sm_util is not None]
+                if shares:
+                    gpu_share[g.index] = min(100.0, sum(shares))
         ranks = []
         probed = [(rank_id(r, k), r) for k, r in enumerate(frame.ranks if frame else ())]
         if any(r.cuda for _, r in probed):  # launchers (torchrun) carry a probe too: show the ranks
@@ -165,7 +170,7 @@ def build_view(monitor: Monitor, points: int = SERIES_POINTS) -> View:
                             workers=WorkerLoad(proc.loader_workers, config.starvation_busy_worker_cpu) if proc else None,
                             probe_silent_s=(frame.t - monitor.probe_seen_at) if frame is not None and not ranks
                             and monitor.probe_seen_at is not None else None,
-                            live=info.kind in ("live", "simulated"))
+                            live=info.kind in ("live", "simulated"), gpu_share=gpu_share)
         if frame is not None and frame.stale_gpus and not monitor.source_error:
             stale = f"GPU {', '.join(map(str, frame.stale_gpus))}: the driver did not answer in time (data stale)"
         else:

@@ -148,8 +148,9 @@ class ProcessPanel(TextLines):
                        "bold yellow")
             return self._cpu_history([out], v), None
         workers = p.loader_workers
-        gpu_mem = ", ".join(f"GPU\u00a0{i}\u00a0{fmt_bytes(b)}" for i, b in sorted(v.gpu_mem.items())) \
-            or "no GPU memory"
+        gpu_mem = ", ".join(f"GPU\u00a0{i}\u00a0{fmt_bytes(b)}"
+                            + (f"\u00a0(busy\u00a0{v.gpu_share[i]:.0f}\u00a0%)" if i in v.gpu_share else "")
+                            for i, b in sorted(v.gpu_mem.items())) or "no GPU memory"
         if self.compact and v.ranks:
             return [compact_rank_line(v.ranks[0], len(v.ranks), v.thresholds)], None
         if self.compact:
