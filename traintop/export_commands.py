@@ -4,6 +4,7 @@ traintop/export.py."""
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 
@@ -68,7 +69,7 @@ def cmd_snapshot(args) -> int:
     else:
         record = export.sample_record(frame, info, _owners(frame))
         sys.stdout.write(export.json_line(record) + "\n" if args.compact else
-                         __import__("json").dumps(record, indent=1, allow_nan=False) + "\n")
+                         json.dumps(record, indent=1, allow_nan=False) + "\n")
     return 0
 
 
