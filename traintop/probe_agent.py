@@ -35,11 +35,17 @@ import threading
 import time
 import traceback
 
+try:  # copied next to the job by `traintop run`, or imported from the package
+    from _traintop_probe_goodput import Goodput  # type: ignore[import-not-found]
+except ImportError:
+    from traintop.probe_goodput import Goodput
+
 PROTOCOL = 1
 DEFAULT_INTERVAL = 0.33
 MAX_CLIENTS = 8
 STALL_MIN_S = 30.0  # no step for this long (or 3x the usual step time, if longer) is a stall
 STALL_REPEAT_S = 60.0  # while stalled, the stacks again this often
+PAUSE_STACK_EVERY_S = 30.0  # the training thread's stack in a pause, at most this often
 MAX_STACK_BYTES = 64 * 1024
 _SO_PEERCRED = getattr(socket, "SO_PEERCRED", 17)
 
@@ -137,6 +143,8 @@ class Probe:
         self._recent_steps: list[float] = []  # the last step durations, for the usual step time
         self._want_stacks: str | None = None  # why the next message carries the stacks
         self._stall_stacks_at: float | None = None  # when the stacks last went out for a stall
+        self.goodput = Goodput()
+        self._pause_stack_at = -1e9  # when a pause's stack last went out
         self.drops = 0
         self.evicted = 0  # readers dropped to make room for a new one
         self.errors = 0
@@ -184,6 +192,7 @@ class Probe:
             except Exception:
                 pass
         self._undo = []
+        self.goodput.uninstall()
         for c in self._clients:
             c.close()
         self._clients = []
@@ -217,6 +226,7 @@ class Probe:
                         del self._recent_steps[:32]
                 self._last_step = now
                 self._steps += 1
+            self.goodput.on_step(self._steps)
         except Exception:
             self.errors += 1
 
@@ -302,6 +312,10 @@ class Probe:
             wait += now - max(since, self._window_start)
         window = now - self._window_start
         self._window_start = now
+        since_step = None if last_step is None else now - last_step
+        recent = sorted(self._recent_steps)
+        usual = recent[len(recent) // 2] if recent else None
+        ledger = self.goodput.window(now, window, wait, steps, since_step, usual, self.stall_after())
         torch = sys.modules.get("torch")
         cuda = getattr(torch, "cuda", None) if torch else None
         msg = {
@@ -312,8 +326,19 @@ class Probe:
             "memory": self._memory(), "steps": steps, "step_times": step_times,
             "input_wait": wait, "hooks": self._hooks_installed, "drops": self.drops,
             "torch": torch is not None, "loader": self._loader_seen,
-            "since_step": None if last_step is None else now - last_step,
+            "since_step": since_step,
+            "ledger": {k: round(v, 4) for k, v in ledger.items() if v},
         }
+        goodput = self.goodput
+        if goodput.precision is not None:
+            msg["precision"] = goodput.precision
+        if goodput.flops is not None:
+            msg["flops"] = dict(goodput.flops, usual_s=usual)
+        if goodput.pause_stack is not None:
+            if now - self._pause_stack_at >= PAUSE_STACK_EVERY_S:
+                msg["pause_stack"] = goodput.pause_stack
+                self._pause_stack_at = now
+            goodput.pause_stack = None
         self._check_stall(now)
         if self._want_stacks:
             msg["stacks"] = thread_stacks()
@@ -390,6 +415,7 @@ class Probe:
             try:
                 if not self._hooks_installed:
                     self._install_hooks()
+                self.goodput.install()
                 timeout = max(0.0, next_t - time.monotonic())
                 srv = self._server
                 if srv is None:

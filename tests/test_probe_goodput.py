@@ -1,0 +1,157 @@
+"""The probe's time ledger, precision reading and per-step FLOPs, on a real (CPU) torch job."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import types
+
+import pytest
+
+from traintop import probe_goodput
+from traintop.probe_goodput import BUCKETS, Goodput, matmul_precision, stack_kind
+
+# A job whose phases are known: each one timed by the job itself, as the corpus workloads do.
+JOB = textwrap.dedent("""
+    import json, time
+    import traintop.probe_goodput as g
+    g.PRECISION_EVERY_S = 0.3
+    from traintop.probe_agent import Probe
+    import torch
+    p = Probe(interval=0.1); assert p.start()
+    phase = {}
+    def mark(name, t0):
+        phase[name] = phase.get(name, 0.0) + time.perf_counter() - t0
+    B, I, H, O = 32, 64, 128, 10
+    m = torch.nn.Sequential(torch.nn.Linear(I, H), torch.nn.ReLU(), torch.nn.Linear(H, O))
+    opt = torch.optim.SGD(m.parameters(), lr=0.01)
+    x = torch.randn(B, I)
+    def step():
+        loss = m(x).pow(2).mean(); opt.zero_grad(); loss.backward(); opt.step(); time.sleep(0.01)
+    step()
+    t0 = time.perf_counter()
+    for _ in range(80): step()
+    precision_fp32 = None
+    mark("train", t0)
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        end = time.perf_counter() + 1.5
+        while time.perf_counter() < end:
+            m(x); time.sleep(0.01)
+    mark("eval", t0)
+    precision_fp32 = p.goodput.precision
+    class SlowDisk:
+        def write(self, b): time.sleep(0.0005 * max(1, len(b) // 4096)); return len(b)
+        def flush(self): pass
+    t0 = time.perf_counter()
+    for _ in range(2):
+        torch.save({"w": torch.randn(1 << 20)}, SlowDisk())
+    mark("checkpoint", t0)
+    t0 = time.perf_counter()
+    for _ in range(40): step()
+    mark("train", t0)
+    t0 = time.perf_counter(); time.sleep(1.2); mark("other", t0)
+    t0 = time.perf_counter()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        for _ in range(60): step()
+    mark("train", t0)
+    precision_bf16 = p.goodput.precision
+    t0 = time.perf_counter()
+    f = torch.compile(lambda a: (a.sin() + a.cos()).sum(), backend="eager")
+    f(x); mark("compile", t0)
+    # after a graph is compiled no forward hook is armed (dynamo would recompile for it)
+    armed_after_compile = []
+    for _ in range(10):
+        step(); time.sleep(0.05); armed_after_compile.append(p.goodput._armed is not None)
+    p.message()
+    print(json.dumps({"phase": phase, "totals": p.goodput.totals, "precision": precision_bf16, "armed_after_compile": any(armed_after_compile),
+                      "fp32": precision_fp32, "flops": p.goodput.flops,
+                      "expected_flops": 4 * B * (I * H + H * O) + 2 * B * H * O, "errors": p.goodput.errors}))
+    p.stop()
+""")
+
+
+@pytest.mark.system
+def test_ledger_precision_and_flops_of_a_real_torch_job(tmp_path):
+    pytest.importorskip("torch")
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    env = dict(os.environ, TRAINTOP_PROBE_DIR=str(tmp_path / "probes"),
+               PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(probe_goodput.__file__))))
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240, env=env)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    phase, totals = out["phase"], out["totals"]
+    assert out["errors"] == 0
+    # Each labelled phase lands in its bucket, within two probe windows (0.1 s each) and a margin for a busy machine.
+    for bucket in ("eval", "checkpoint", "other"):
+        assert abs(totals[bucket] - phase[bucket]) < 0.35, (bucket, totals, phase)
+    assert totals["compile"] >= 0.5 * phase["compile"], (totals, phase)
+    assert totals["train"] >= 0.85 * phase["train"], (totals, phase)
+    assert totals["stalled"] == 0 and totals["input"] == 0
+    # FLOPs of one whole optimizer step, as FlopCounterMode counts them: forward, weight gradients, and the
+    # input gradient of the second layer only (x needs none)
+    assert out["flops"]["flops"] == out["expected_flops"]
+    assert out["fp32"]["matmul"] == "fp32" and out["fp32"]["params"] == "float32"
+    assert out["precision"]["matmul"] == "bf16" and out["precision"]["autocast"] == "bfloat16"
+    assert out["armed_after_compile"] is False
+
+
+def _torch(allow_tf32=False, fp32_precision="none", matmul_precision_setting="highest"):
+    matmul = types.SimpleNamespace(allow_tf32=allow_tf32, fp32_precision=fp32_precision)
+    return types.SimpleNamespace(backends=types.SimpleNamespace(cuda=types.SimpleNamespace(matmul=matmul)),
+                                 get_float32_matmul_precision=lambda: matmul_precision_setting)
+
+
+@pytest.mark.parametrize("kwargs, autocast, params, expected", [
+    ({}, None, "float32", "fp32"),
+    ({"allow_tf32": True}, None, "float32", "tf32"),
+    ({"matmul_precision_setting": "high"}, None, "float32", "tf32"),
+    ({"fp32_precision": "tf32"}, None, "float32", "tf32"),
+    ({"fp32_precision": "ieee", "allow_tf32": True}, None, "float32", "fp32"),
+    ({}, "bfloat16", "float32", "bf16"),
+    ({}, "float16", "float32", "fp16"),
+    ({}, None, "bfloat16", "bf16"),
+])
+def test_matmul_precision_reads_every_switch(kwargs, autocast, params, expected):
+    assert matmul_precision(_torch(**kwargs), autocast is not None, autocast, params) == expected
+
+
+def test_window_buckets_add_up_to_the_wall_time(monkeypatch):
+    """Whatever the order of windows, the ledger never loses or invents time: every second of every
+    window is in exactly one bucket once the pending part is settled by a later step."""
+    clock = [100.0]
+    g = Goodput(clock=lambda: clock[0])
+    monkeypatch.setattr(g, "arm", lambda why: None)
+    total = 0.0
+    steps = 0
+    plan = [(0.3, 0, None)] * 3 + [(0.3, 2, 0.1)] * 5 + [(0.3, 0, 0.2), (0.3, 0, 0.5), (0.3, 0, 0.8)] \
+        + [(0.3, 1, 0.05)] * 4 + [(0.3, 0, 0.35)] * 2 + [(0.3, 3, 0.02)]
+    for window, new_steps, since in plan:
+        clock[0] += window
+        steps += new_steps
+        out = g.window(clock[0], window, 0.05, steps, since, 0.1, 30.0)
+        assert set(out) == set(BUCKETS) and all(v >= 0 for v in out.values())
+        total += window
+    assert sum(g.totals.values()) == pytest.approx(total)
+    assert g.totals["startup"] == pytest.approx(3 * 0.25)
+    assert g.totals["input"] == pytest.approx(len(plan) * 0.05)
+    assert g.totals["other"] > 0  # the 0.8 s gap without a step
+
+
+def _frame(path, function, outer=None):
+    return types.SimpleNamespace(f_code=types.SimpleNamespace(co_filename=path, co_name=function), f_back=outer)
+
+
+def test_imports_are_not_compile_time():
+    user = _frame("/home/u/train.py", "main")
+    importing = _frame("/torch/_dynamo/convert_frame.py", "<module>", _frame("<frozen importlib._bootstrap>", "_load", user))
+    assert stack_kind(importing) is None
+    assert stack_kind(_frame("/torch/_dynamo/convert_frame.py", "_compile", user)) == "compile"
+    # torch.compile() importing its compiler is compile time
+    assert stack_kind(_frame("<frozen importlib._bootstrap>", "_load", _frame("/torch/__init__.py", "compile", user))) \
+        == "compile"
+    assert stack_kind(_frame("/torch/serialization.py", "save", user)) == "checkpoint"
+    # dynamo's eval_frame wrappers sit on every optimizer step: not compile
+    assert stack_kind(_frame("/torch/_dynamo/eval_frame.py", "_fn", user)) is None

@@ -1,0 +1,325 @@
+"""Where a training process's wall time goes, its matmul precision and the FLOPs of one step.
+
+Part of the probe (see probe_agent): standalone on purpose (stdlib and torch only), copied
+next to the job by ``traintop run``. The probe thread calls ``Goodput.window`` once per message;
+the training thread only passes through the tiny hooks installed here.
+
+The ledger splits each message window's wall time into buckets that add up to it:
+
+- ``input``: inside ``DataLoader.__next__`` (measured by the probe itself);
+- ``checkpoint``: inside ``torch.save``/``torch.load`` or ``torch.distributed.checkpoint``'s
+  save/load on the training thread (measured), or the training thread's stack in
+  serialization code while its step is overdue (sampled);
+- ``compile``: torch.compile's own compile time (dynamo's counter), or its stack in dynamo or
+  inductor while the step is overdue;
+- ``eval``: the step is overdue and a forward pass ran with grad disabled on the training
+  thread (a one-shot forward hook, armed only then: grad mode is thread-local);
+- ``train``: the rest of a window where steps run at their usual pace;
+- ``startup``: before the first optimizer step; ``stalled``: no step for the stall threshold;
+  ``other``: an overdue step with none of the above (a pause: logging, ``.item()``, GC, …).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import threading
+import time
+
+BUCKETS = ("train", "input", "checkpoint", "eval", "compile", "startup", "stalled", "other")
+PRECISION_EVERY_S = 10.0  # one forward hook this often reads the training thread's precision
+FLOPS_FIRST_STEP = 20  # count one step's FLOPs after the warm-up ...
+FLOPS_EVERY_S = 600.0  # ... and again this often
+OVERDUE_FACTOR = 1.5  # a step later than this x the usual step time is overdue
+OVERDUE_MIN_S = 0.3
+
+_CHECKPOINT_FILES = ("/torch/serialization.py", "/torch/distributed/checkpoint/", "/safetensors/",
+                     "/pickle.py", "/torch/storage.py")
+# Where torch.compile compiles (every frame dynamo takes passes through convert_frame); not all of
+# torch/_dynamo: its eval_frame wrappers sit on every optimizer step's stack.
+_COMPILE_FILES = ("/torch/_dynamo/convert_frame.py", "/torch/_inductor/compile_fx.py",
+                  "/torch/_inductor/async_compile.py", "/torch/_functorch/_aot_autograd/", "/triton/compiler/")
+
+
+def stack_kind(frame, depth: int = 80) -> str | None:
+    """'checkpoint' or 'compile' where a function on the stack is in such code, else None.
+
+    Module-level code does not count: importing torch's compiler or serializer is neither
+    (``torch.compile()`` itself, which imports the compiler, is compile time)."""
+    while frame is not None and depth > 0:
+        code = frame.f_code
+        name = code.co_filename
+        if code.co_name != "<module>" and not name.startswith("<frozen"):
+            if any(p in name for p in _COMPILE_FILES) or (code.co_name == "compile"
+                                                          and name.endswith("/torch/__init__.py")):
+                return "compile"
+            if any(p in name for p in _CHECKPOINT_FILES):
+                return "checkpoint"
+        frame = frame.f_back
+        depth -= 1
+    return None
+
+
+def _dtype_name(dt) -> str | None:
+    s = str(dt) if dt is not None else None
+    return s.replace("torch.", "") if s else None
+
+
+def matmul_precision(torch, autocast: bool, autocast_dtype, param_dtype) -> str:
+    """The precision the job's matmuls run in: bf16/fp16 (autocast or parameters), tf32 or fp32."""
+    if autocast and autocast_dtype in ("bfloat16", "float16"):
+        return "bf16" if autocast_dtype == "bfloat16" else "fp16"
+    if param_dtype in ("bfloat16", "float16"):
+        return "bf16" if param_dtype == "bfloat16" else "fp16"
+    return "tf32" if tf32_allowed(torch) else "fp32"
+
+
+def tf32_allowed(torch) -> bool:
+    matmul = torch.backends.cuda.matmul
+    mode = getattr(matmul, "fp32_precision", None)  # torch >= 2.9; "none" defers to the older flags
+    if mode == "tf32":
+        return True
+    if mode == "ieee":
+        return False
+    try:
+        if matmul.allow_tf32:
+            return True
+    except (AttributeError, RuntimeError):
+        pass
+    return torch.get_float32_matmul_precision() in ("high", "medium")
+
+
+class Goodput:
+    """The ledger, precision and FLOPs of one process (see the module's docstring)."""
+
+    def __init__(self, clock=time.perf_counter) -> None:
+        self.clock = clock
+        self.train_thread: int | None = None  # ident of the thread that steps the optimizer
+        self._tls = threading.local()
+        self._ckpt = 0.0  # checkpoint seconds inside the current window
+        self._ckpt_since: float | None = None
+        self._window_start = clock()
+        self._compile_total: float | None = None  # dynamo's cumulative compile seconds at the last window
+        self._pending = 0.0  # seconds of windows with no step yet, not overdue: train if a step follows
+        self._steps_seen = 0
+        self._forward: tuple | None = None  # (t, grad enabled) of the last sampled forward on the training thread
+        self._armed = None  # the one-shot forward hook's handle while armed
+        self._armed_for = ""  # "eval" (an overdue step) or "precision"
+        self._precision_at = -PRECISION_EVERY_S
+        self.precision: dict | None = None
+        self.totals = dict.fromkeys(BUCKETS, 0.0)
+        self._undo: list = []
+        self._patched: set[str] = set()
+        # FLOPs of one optimizer step
+        self._flop_mode = None
+        self._flop_started: float | None = None
+        self._flops_at: float | None = None
+        self.flops: dict | None = None
+        self.flops_disabled = os.environ.get("TRAINTOP_PROBE_FLOPS") == "0"
+        self.errors = 0
+        self.pause_stack: str | None = None  # the training thread's stack in the last "other" window
+
+    # -- hooks (training thread) ------------------------------------------------
+    def on_step(self, steps: int) -> None:
+        """From the probe's optimizer step hook: remember the training thread; count FLOPs."""
+        self.train_thread = threading.get_ident()
+        if self.flops_disabled:
+            return
+        try:
+            self._flops_step(steps)
+        except Exception:
+            self.flops_disabled = True  # an op the counter cannot take: never again
+            self.errors += 1
+            self._flop_mode = None
+
+    def _flops_step(self, steps: int) -> None:
+        now = self.clock()
+        if self._flop_mode is not None:
+            mode, self._flop_mode = self._flop_mode, None
+            mode.__exit__(None, None, None)
+            took = now - self._flop_started
+            self.flops = {"flops": int(mode.get_total_flops()), "step_s": took, "t": time.time(), "step": steps}
+            self._flops_at = now
+            return
+        due = (self._flops_at is None and steps >= FLOPS_FIRST_STEP) or \
+              (self._flops_at is not None and now - self._flops_at >= FLOPS_EVERY_S)
+        if not due or self.compiled():
+            return
+        counter = getattr(sys.modules.get("torch.utils.flop_counter"), "FlopCounterMode", None)
+        if counter is None:
+            import torch.utils.flop_counter as fc  # torch is imported: it steps an optimizer
+            counter = fc.FlopCounterMode
+        mode = counter(display=False)
+        mode.__enter__()
+        self._flop_mode, self._flop_started = mode, self.clock()
+
+    def compiled(self) -> bool:
+        """Whether torch.compile has compiled a graph here (then no module hooks: they would recompile)."""
+        utils = sys.modules.get("torch._dynamo.utils")
+        counters = getattr(utils, "counters", None)
+        try:
+            return bool(counters and counters["stats"]["unique_graphs"])
+        except Exception:
+            return False
+
+    def wrap_timed(self, fn):
+        """``fn`` timed as checkpoint time when the training thread calls it (outermost call only)."""
+        goodput = self
+
+        @functools.wraps(fn)
+        def timed(*args, **kwargs):
+            tls = goodput._tls
+            if getattr(tls, "depth", 0) or not goodput._on_training_thread():
+                return fn(*args, **kwargs)
+            tls.depth = 1
+            t = goodput.clock()
+            goodput._ckpt_since = t
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                tls.depth = 0
+                goodput._ckpt_since = None
+                goodput._ckpt += goodput.clock() - max(t, goodput._window_start)
+
+        timed.__traintop_probe__ = True  # type: ignore[attr-defined]
+        return timed
+
+    def _on_training_thread(self) -> bool:
+        me = threading.get_ident()
+        return me == self.train_thread if self.train_thread is not None else me == threading.main_thread().ident
+
+    def install(self) -> None:
+        """Wrap the checkpoint calls of the torch modules imported so far (called each tick)."""
+        targets = (("torch", ("save", "load")),
+                   ("torch.distributed.checkpoint", ("save", "load", "async_save", "save_state_dict",
+                                                     "load_state_dict")))
+        for modname, names in targets:
+            if modname in self._patched:
+                continue
+            mod = sys.modules.get(modname)
+            if mod is None or (modname == "torch" and not hasattr(mod, "save")):
+                continue
+            for name in names:
+                original = getattr(mod, name, None)
+                if original is None or getattr(original, "__traintop_probe__", False):
+                    continue
+                setattr(mod, name, self.wrap_timed(original))
+                self._undo.append(functools.partial(setattr, mod, name, original))
+            self._patched.add(modname)
+
+    def uninstall(self) -> None:
+        self.disarm()
+        for undo in reversed(self._undo):
+            try:
+                undo()
+            except Exception:
+                pass
+        self._undo = []
+
+    def _on_forward(self, module, args) -> None:
+        try:
+            if not self._on_training_thread():
+                return  # another thread's forward: leave the hook for the training thread's
+            self.disarm()
+            torch = sys.modules["torch"]
+            grad = torch.is_grad_enabled()
+            self._forward = (self.clock(), grad)
+            if self._armed_for == "precision" or self.precision is None:
+                self._read_precision(torch, module)
+        except Exception:
+            self.errors += 1
+            self.disarm()
+
+    def _read_precision(self, torch, module) -> None:
+        param = next(module.parameters(), None)
+        device = param.device.type if param is not None else "cuda"
+        try:
+            autocast = bool(torch.is_autocast_enabled(device))
+            ac_dtype = _dtype_name(torch.get_autocast_dtype(device)) if autocast else None
+        except (TypeError, RuntimeError):  # older torch: no device argument
+            autocast = bool(torch.is_autocast_enabled())
+            ac_dtype = _dtype_name(torch.get_autocast_gpu_dtype()) if autocast else None
+        p_dtype = _dtype_name(param.dtype) if param is not None else None
+        self.precision = {"matmul": matmul_precision(torch, autocast, ac_dtype, p_dtype),
+                          "autocast": ac_dtype, "params": p_dtype, "tf32": tf32_allowed(torch),
+                          "cudnn_tf32": bool(getattr(torch.backends.cudnn, "allow_tf32", False)),
+                          "grad": torch.is_grad_enabled(), "t": time.time()}
+
+    def arm(self, why: str) -> None:
+        if self._armed is not None or self.compiled():
+            return
+        hooks = sys.modules.get("torch.nn.modules.module")
+        register = getattr(hooks, "register_module_forward_pre_hook", None)
+        if register is None:
+            return
+        self._armed_for = why
+        self._armed = register(self._on_forward)
+
+    def disarm(self) -> None:
+        handle, self._armed = self._armed, None
+        if handle is not None:
+            handle.remove()
+
+    # -- the ledger (probe thread) -------------------------------------------------
+    def _compile_seconds(self) -> float | None:
+        utils = sys.modules.get("torch._dynamo.utils")
+        spent = getattr(utils, "cumulative_time_spent_ns", None)
+        if not isinstance(spent, dict):
+            return None
+        return sum(v for k, v in list(spent.items()) if k in ("entire_frame_compile", "entire_backward_compile")) / 1e9
+
+    def window(self, now: float, window: float, input_wait: float, steps: int, since_step: float | None, usual_step: float | None, stall_after: float) -> dict:
+        """Split the window that ends now into the buckets (seconds, adding up to ``window``)."""
+        out = dict.fromkeys(BUCKETS, 0.0)
+        ckpt, self._ckpt = self._ckpt, 0.0
+        if self._ckpt_since is not None:
+            ckpt += now - max(self._ckpt_since, self._window_start)
+        self._window_start = now
+        total = self._compile_seconds()
+        comp = 0.0
+        if total is not None:
+            if self._compile_total is not None:
+                comp = max(0.0, total - self._compile_total)
+            self._compile_total = total
+        input_wait = min(max(input_wait, 0.0), window)
+        ckpt = min(max(ckpt, 0.0), window - input_wait)
+        comp = min(comp, window - input_wait - ckpt)
+        rest = window - input_wait - ckpt - comp
+        out["input"], out["checkpoint"], out["compile"] = input_wait, ckpt, comp
+        overdue = since_step is not None and since_step > max(OVERDUE_MIN_S, OVERDUE_FACTOR * (usual_step or 0.0))
+        stepped = steps > self._steps_seen
+        self._steps_seen = steps
+        if steps and not overdue and not stepped:
+            self._pending += rest  # a step in progress, or the start of a pause: the next window tells
+        else:
+            bucket = "train" if steps and not overdue else self._overdue_bucket(now, window, steps, since_step,
+                                                                                 stall_after)
+            out[bucket] += rest + self._pending
+            self._pending = 0.0
+        for k, v in out.items():
+            self.totals[k] += v
+        if not stepped:
+            self.arm("eval")  # the next forward on the training thread says whether it is evaluation
+        elif now - self._precision_at >= PRECISION_EVERY_S:
+            self._precision_at = now
+            self.arm("precision")
+        return out
+
+    def _overdue_bucket(self, now: float, window: float, steps: int, since_step: float | None,
+                        stall_after: float) -> str:
+        frame = sys._current_frames().get(self.train_thread or threading.main_thread().ident)
+        kind = stack_kind(frame)
+        if kind is not None:
+            return kind
+        fwd = self._forward
+        if fwd is not None and now - fwd[0] <= window + 0.05:
+            return "eval" if not fwd[1] else "train"
+        if not steps:
+            return "startup"
+        if since_step is not None and since_step >= stall_after:
+            return "stalled"
+        if frame is not None:
+            import traceback
+            self.pause_stack = "".join(traceback.format_stack(frame, limit=12))[-4096:]
+        return "other"
