@@ -52,11 +52,16 @@ _NOT_RUNNING = frozenset({"stall", "idle_gpu", "cpu_training"})  # a running job
 
 LABELS: dict[str, Label] = {
     "startup": Label(ignore=True),
-    "train": Label(allow=_HEALTHY_ALLOW, wrong=_NOT_RUNNING),
-    "train_fp32": Label(allow=_HEALTHY_ALLOW, wrong=_NOT_RUNNING),
-    "eval": Label(allow=_HEALTHY_ALLOW, wrong=_NOT_RUNNING),
-    "checkpoint": Label(allow=frozenset({"power_cap"}),
-                        wrong=frozenset({"starvation", "underuse", "stall", "cpu_training"})),
+    # between a job's pauses its pause finding stays up (it judges minutes): true, not a false finding
+    "train": Label(allow=_HEALTHY_ALLOW | {"pause"}, wrong=_NOT_RUNNING | {"precision"}),
+    # SMs busy, tensor cores idle: GPM tells it; the probe's reading makes it certain
+    "train_fp32": Label(("precision",), allow=_HEALTHY_ALLOW, wrong=_NOT_RUNNING, needs=_n("gpm")),
+    "eval": Label(allow=_HEALTHY_ALLOW | {"pause"}, wrong=_NOT_RUNNING),
+    "checkpoint": Label(("pause",), allow=frozenset({"power_cap", "idle_gpu"}),
+                        wrong=frozenset({"starvation", "underuse", "stall", "cpu_training"}), needs=_n("probe")),
+    # torch.compile's warm-up: the GPU waits for the compiler; nothing is wrong yet
+    "compile": Label(allow=frozenset({"power_cap", "pause", "idle_gpu"}),
+                     wrong=frozenset({"stall", "starvation", "underuse", "cpu_training"})),
     # a loader so slow that the GPU is rarely busy is no spiky trace: only the loader workers' CPU
     # (the process tree) or the probe's input wait tell it from a small batch
     "input_bound": Label(("starvation",), allow=frozenset({"straggler"}),

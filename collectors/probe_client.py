@@ -17,7 +17,7 @@ import time
 
 from traintop import plausible
 from traintop.probe_agent import peer_uid, private_dir_problem, probe_dir
-from traintop.samples import RankSample, StackDump, ThreadStack
+from traintop.samples import LEDGER_BUCKETS, MATMUL_MODES, RankSample, StackDump, ThreadStack
 from traintop.stats import median
 from traintop.text import one_line
 
@@ -66,6 +66,21 @@ def parse_message(line: bytes) -> dict | None:
     if times is not None and (not isinstance(times, list) or len(times) > MAX_STEP_TIMES
                               or not all(type(x) in (int, float) and _seconds(x) for x in times)):
         return None
+    ledger = msg.get("ledger")
+    if ledger is not None and (not isinstance(ledger, dict) or len(ledger) > len(LEDGER_BUCKETS)
+                               or not all(k in LEDGER_BUCKETS and type(v) in (int, float) and _seconds(v)
+                                          for k, v in ledger.items())):
+        return None
+    precision = msg.get("precision")
+    if precision is not None and (not isinstance(precision, dict) or precision.get("matmul") not in MATMUL_MODES):
+        msg["precision"] = None  # a reading we do not know: not the whole message
+    flops = msg.get("flops")
+    if flops is not None and (not isinstance(flops, dict)
+                              or plausible.number(flops.get("flops"), plausible.RANK["step_flops"]) is None):
+        msg["flops"] = None
+    pause = msg.get("pause_stack")
+    if pause is not None and not isinstance(pause, str):
+        msg["pause_stack"] = None
     memory = msg.get("memory")
     if memory is not None:
         if not isinstance(memory, list) or len(memory) > MAX_DEVICES:
@@ -98,6 +113,7 @@ class _Conn:
         self.step_times: list[float] = []
         self.wait = 0.0
         self.window = 0.0
+        self.ledger = dict.fromkeys(LEDGER_BUCKETS, 0.0)  # seconds in each bucket since the last sample
         self.fresh = False  # a message arrived since the last sample
         self.prev: RankSample | None = None
 
@@ -214,9 +230,14 @@ class ProbeClient:
             del c.step_times[:-MAX_STEP_TIMES]
         c.wait += msg.get("input_wait") or 0.0
         c.window += msg.get("window") or 0.0
+        for k, v in (msg.get("ledger") or {}).items():
+            c.ledger[k] += v
         c.last = msg
         c.last_seen = self._clock()
         c.fresh = True
+        if msg.get("pause_stack"):
+            self._stacks.append(pause_dump(msg, c.pid))
+            del self._stacks[:-64]
         if msg.get("stacks") is not None:
             dump = stack_dump(msg, c.pid)
             if dump is not None:
@@ -266,8 +287,10 @@ class ProbeClient:
                     self.bad_messages += 1
                     c.last, c.prev = None, None
                     c.step_times, c.wait, c.window, c.fresh = [], 0.0, 0.0, False
+                    c.ledger = dict.fromkeys(LEDGER_BUCKETS, 0.0)
                     continue
                 c.step_times, c.wait, c.window, c.fresh = [], 0.0, 0.0, False
+                c.ledger = dict.fromkeys(LEDGER_BUCKETS, 0.0)
                 out.append(c.prev)
             else:  # the probe publishes less often than we sample: its last rates still hold
                 out.append(dataclasses.replace(c.prev, age=now - c.last_seen))
@@ -279,6 +302,7 @@ class ProbeClient:
 
     def _rank(self, c: _Conn, now: float) -> RankSample:
         m = c.last
+        precision, flops = m.get("precision"), m.get("flops")
         mem = [d for d in (m.get("memory") or []) if isinstance(d, dict)]
         main = max(mem, key=lambda d: d.get("reserved") or 0) if mem else {}
         i = self._int
@@ -295,7 +319,17 @@ class ProbeClient:
             input_wait=min(1.0, c.wait / c.window) if c.window > 0 and m.get("loader") is not False else None,
             age=now - c.last_seen, local_rank=i(m.get("local_rank")), job=_job(m.get("job")), uid=c.uid,
             torch=_flag(m.get("torch")), loader=_flag(m.get("loader")),
+            matmul=MATMUL_MODES.index(precision["matmul"]) if precision else None,
+            step_flops=float(flops["flops"]) if flops else None,
+            **self._shares(c, m),
         )
+
+    @staticmethod
+    def _shares(c: _Conn, m: dict) -> dict:
+        """The ledger's buckets as shares of the window (a probe without a ledger: none known)."""
+        if m.get("ledger") is None or c.window <= 0:
+            return {}
+        return {"time_" + b: min(1.0, c.ledger[b] / c.window) for b in LEDGER_BUCKETS}
 
     def close(self) -> None:
         for c in self._conns.values():
@@ -315,11 +349,21 @@ def stack_dump(msg: dict, pid: int) -> StackDump | None:
         name = d.get("thread")
         threads.append(ThreadStack(name=str(name)[:200] if name is not None else "?", main=d.get("main") is True,
                                    stack=d["stack"][-MAX_STACK_CHARS:]))
+    reason = "stalled" if msg.get("stacks_reason") == "stalled" else "requested"
+    return _dump(msg, pid, reason, tuple(threads))
+
+
+def pause_dump(msg: dict, pid: int) -> StackDump:
+    """The training thread's stack the probe took in a pause (a step overdue, for no reason it knows)."""
+    return _dump(msg, pid, "pause", (ThreadStack(name="training thread", main=True,
+                                                 stack=msg["pause_stack"][-MAX_STACK_CHARS:]),))
+
+
+def _dump(msg: dict, pid: int, reason: str, threads: tuple[ThreadStack, ...]) -> StackDump:
     t, since, rank = msg.get("t"), msg.get("since_step"), msg.get("rank")
     num = (int, float)
     return StackDump(
         t=float(t) if isinstance(t, num) and not isinstance(t, bool) and t == t else time.time(),
-        pid=pid, rank=rank if isinstance(rank, int) and not isinstance(rank, bool) else None,
-        reason="stalled" if msg.get("stacks_reason") == "stalled" else "requested",
+        pid=pid, rank=rank if isinstance(rank, int) and not isinstance(rank, bool) else None, reason=reason,
         since_step=float(since) if isinstance(since, num) and not isinstance(since, bool) and since == since else None,
-        threads=tuple(threads))
+        threads=threads)

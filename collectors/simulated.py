@@ -18,6 +18,7 @@ import random
 from typing import Any
 
 from traintop.samples import (
+    MATMUL_MODES,
     REASON_GPU_IDLE,
     REASON_SW_POWER_CAP,
     REASON_SW_THERMAL,
@@ -55,6 +56,8 @@ H200: dict[str, Any] = dict(name="NVIDIA H200", mem_total=143771 * MiB, power_li
 TRAIN_PID = 4242
 N_CORES = 16  # per 2 GPUs (at least 16)
 HOST_MEM = 128 * GiB  # per 2 GPUs (at least 128 GiB)
+SIM_MFU = 0.42  # the simulated model's FLOPs a step, as a share of the GPU's peak over its own step time
+H200_BF16_FLOPS = 989.5e12
 STEP_S = {"healthy": 0.081, "starved": 0.80, "underused": 0.004, "thermal": 0.11, "memory_creep": 0.125,
           "small_kernels": 0.012, "pcie_bound": 0.21, "slow_loader": 0.055, "collective_wait": 0.055}
 
@@ -139,6 +142,8 @@ class Simulator:
                 allocated=allocated, reserved=reserved, peak=max(allocated, int(reserved * 0.9)),
                 active=allocated, inactive_split=int((reserved - allocated) * 0.1), alloc_retries=0, ooms=0,
                 steps=steps, step_time=step, steps_per_s=1 / step, input_wait=min(1.0, wait), age=0.1,
+                time_train=1.0 - min(1.0, wait), time_input=min(1.0, wait),
+                matmul=MATMUL_MODES.index("bf16"), step_flops=SIM_MFU * H200_BF16_FLOPS * STEP_S[scenario],
             ))
         return tuple(out)
 

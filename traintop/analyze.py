@@ -19,7 +19,7 @@ from traintop.errors import TraintopError
 from traintop.findings import Finding
 from traintop.monitor import Monitor
 from traintop.rules import DEFAULT, Severity, Thresholds, default_engine
-from traintop.stacks import NO_STEP
+from traintop.stacks import why_taken
 from traintop.text import plain
 from traintop.units import GiB, fmt_duration
 
@@ -484,7 +484,7 @@ def render_text(r: Report) -> str:
         out.append("Where the job's threads were (the probes' stack dumps, innermost call last):")
         for d in r.stacks:
             since = f", {fmt_duration(d['since_step_s'])} after its last step" if d["since_step_s"] is not None else ""
-            why = NO_STEP if d["reason"] == "stalled" else "on request"
+            why = why_taken(d["reason"])
             who = d["label"] if d["rank"] is None else f"{d['label']} (PID {d['pid']})"  # never "PID 7 (PID 7)"
             out.append(f"  {who} at {fmt_duration(d['t_s'])}, {why}{since}:")
             for th in d["threads"]:

@@ -21,7 +21,8 @@ from traintop import plausible
 from traintop.errors import RecordingError
 from traintop.metrics import FIELDS, checked_name, gpu_key, host_key, proc_key, rank_key, rank_subject
 from traintop.plausible import MAX_GPUS, MAX_RANKS, T_MAX, T_MIN
-from traintop.samples import Frame, GpuProcess, GpuSample, HostSample, ProcessSample, ProcInfo, RankSample
+from traintop.samples import (LEDGER_BUCKETS, Frame, GpuProcess, GpuSample, HostSample, ProcessSample, ProcInfo,
+                              RankSample)
 from traintop.units import MiB
 
 CODEC = "cols3+zlib"
@@ -70,14 +71,15 @@ GPU_FIELDS = dict(GPU_FIELDS_V1, util=1, util_min=1, util_max=1, mem_util=1, pow
                   temp_c=1, temp_slowdown_c=1, pcie_tx=1e-6, pcie_rx=1e-6)
 HOST_FIELDS = dict(HOST_FIELDS_V1, cpu_percent=1, iowait=1, disk_read=1e-6, disk_write=1e-6, net_rx=1e-6, net_tx=1e-6)
 PROC_FIELDS = dict(PROC_FIELDS_V1, cpu_percent=1)
-RANK_FIELDS = dict(RANK_FIELDS_V1, step_time=1e4, steps_per_s=10)
+RANK_FIELDS = dict(RANK_FIELDS_V1, step_time=1e4, steps_per_s=10,
+                   **{"time_" + b: 1000 for b in LEDGER_BUCKETS}, matmul=1, step_flops=1e-6)
 # per codec: GPU, host, process and rank scales; per-core CPU and process-member CPU scales
 SCHEMES: dict[str, tuple] = {
     "cols1+zlib": (GPU_FIELDS_V1, HOST_FIELDS_V1, PROC_FIELDS_V1, RANK_FIELDS_V1, 10, 10),
     "cols2+zlib": (GPU_FIELDS, HOST_FIELDS, PROC_FIELDS, RANK_FIELDS, 1, 1),
     "cols3+zlib": (GPU_FIELDS, HOST_FIELDS, PROC_FIELDS, RANK_FIELDS, 1, 1),
 }
-RANK_INT_FIELDS = {"pid", "rank", "world_size", "device", "alloc_retries", "ooms", "steps"}
+RANK_INT_FIELDS = {"pid", "rank", "world_size", "device", "alloc_retries", "ooms", "steps", "matmul"}
 
 
 def gpu_column(index: int, name: str) -> str:

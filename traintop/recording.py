@@ -568,7 +568,7 @@ class RecordingReader:
                 ths = tuple(ThreadStack(str(name), main is True, str(stack))
                             for name, main, stack in items if isinstance(stack, str))
                 out.append(StackDump(t=float(t), pid=int(pid), rank=rank if isinstance(rank, int) else None,
-                                     reason="stalled" if reason == "stalled" else "requested",
+                                     reason=reason if reason in ("stalled", "pause") else "requested",
                                      since_step=float(since) if isinstance(since, (int, float)) else None,
                                      threads=ths))
             except (ValueError, TypeError, OverflowError):

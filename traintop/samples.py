@@ -246,10 +246,40 @@ class RankSample:
     torch: bool | None = None
     loader: bool | None = None
     uid: int | None = None  # the owner of the process, from its probe socket's peer credentials (not recorded)
+    # The time ledger: share (0..1) of the wall time since the last sample spent in each bucket
+    # (traintop.probe_goodput.BUCKETS; together about 1).
+    time_train: float | None = None
+    time_input: float | None = None
+    time_checkpoint: float | None = None
+    time_eval: float | None = None
+    time_compile: float | None = None
+    time_startup: float | None = None
+    time_stalled: float | None = None
+    time_other: float | None = None
+    matmul: int | None = None  # the precision its matmuls run in: an index of MATMUL_MODES
+    step_flops: float | None = None  # FLOPs of one whole optimizer step, as the probe last counted them
 
     @property
     def label(self) -> str:
         return f"rank {self.rank}" if self.rank is not None else f"PID {self.pid}"
+
+    @property
+    def matmul_mode(self) -> str | None:
+        m = self.matmul
+        return MATMUL_MODES[m] if m is not None and 0 <= m < len(MATMUL_MODES) else None
+
+    def ledger(self) -> dict[str, float]:
+        """The buckets this sample knows (share of wall time), in LEDGER_BUCKETS' order."""
+        out = {}
+        for b in LEDGER_BUCKETS:
+            v = getattr(self, "time_" + b)
+            if v is not None:
+                out[b] = v
+        return out
+
+
+LEDGER_BUCKETS = ("train", "input", "checkpoint", "eval", "compile", "startup", "stalled", "other")
+MATMUL_MODES = ("fp32", "tf32", "bf16", "fp16")
 
 
 @dataclass(frozen=True, slots=True)

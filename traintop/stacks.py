@@ -50,10 +50,15 @@ def where(thread: ThreadStack) -> str:
 # The probe takes the stacks on its own once no optimizer step has come for a while: an evaluation
 # or a checkpoint does that too, so the dump does not call the job stalled (the rules judge that).
 NO_STEP = "no optimizer step for a while (taken by the probe)"
+PAUSE = "in a pause: its next step overdue, not waiting for input (taken by the probe)"
+
+
+def why_taken(reason: str) -> str:
+    return {"stalled": NO_STEP, "pause": PAUSE}.get(reason, "on request")
 
 
 def headline(dump: StackDump) -> str:
-    why = NO_STEP if dump.reason == "stalled" else "on request"
+    why = why_taken(dump.reason)
     since = f", {fmt_duration(dump.since_step)} after its last step" if dump.since_step is not None else ""
     who = dump.label if dump.rank is None else f"{dump.label} (PID {dump.pid})"  # never "PID 7 (PID 7)"
     return f"{who}, {why}{since}"

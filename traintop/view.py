@@ -9,10 +9,12 @@ from dataclasses import dataclass, field
 
 from traintop.attribution import WorkerLoad
 from traintop.metrics import gpu_key, host_key, proc_key, rank_id, rank_key
+from traintop.mfu import mfu
 from traintop.monitor import Monitor
 from traintop.rules.config import DEFAULT, Thresholds
 from traintop.findings import Finding
 from traintop.samples import (
+    LEDGER_BUCKETS,
     POWER_BRAKE_REASONS,
     REASON_SW_POWER_CAP,
     THERMAL_REASONS,
@@ -25,6 +27,7 @@ from traintop.samples import (
 )
 
 SERIES_POINTS = 240
+LEDGER_WINDOW_S = 300.0  # the process panel's time ledger covers this much
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,8 @@ class RankView:
     nvml: list
     step_time: list
     input_wait_10s: float | None = None  # mean over the last 10 s (one sample is noisy)
+    ledger: dict = field(default_factory=dict)  # bucket -> share of wall time over the last LEDGER_WINDOW_S
+    mfu: float | None = None  # model FLOPs utilization (traintop.mfu), where the GPU and precision are known
 
 
 @dataclass(frozen=True)
@@ -110,6 +115,17 @@ def badges_for(sample: GpuSample) -> tuple[str, ...]:
     return tuple(out)
 
 
+def ledger_shares(store, subject: str, span: float) -> dict[str, float]:
+    """Each ledger bucket's share of the wall time over the last ``span`` seconds (empty: no ledger)."""
+    sums: dict[str, float] = {}
+    for b in LEDGER_BUCKETS:
+        vals = store.present(rank_key(subject, "time_" + b), span)
+        if vals:
+            sums[b] = sum(vals)
+    total = sum(sums.values())
+    return {b: v / total for b, v in sums.items()} if total > 0 else {}
+
+
 def build_view(monitor: Monitor, points: int = SERIES_POINTS) -> View:
     with monitor.lock:
         store = monitor.store
@@ -160,10 +176,15 @@ def build_view(monitor: Monitor, points: int = SERIES_POINTS) -> View:
             # The store keeps the GPU's used memory, not per-process history: the chart says so.
             nvml_series = store.last(gpu_key(gpu, "mem_used"), points) if gpu is not None else []
             waits = [v for v in store.window(rank_key(subject, "input_wait"), 10.0) if v is not None]
+            steps = sorted(v for v in store.window(rank_key(subject, "step_time"), 30.0) if v)
+            gpu_name = infos[gpu].name if gpu is not None and gpu in infos else None
             ranks.append(RankView(r, gpu, nvml_used, store.last(rank_key(subject, "allocated"), points),
                                   store.last(rank_key(subject, "reserved"), points), nvml_series,
                                   store.last(rank_key(subject, "step_time"), points),
-                                  sum(waits) / len(waits) if waits else None))
+                                  sum(waits) / len(waits) if waits else None,
+                                  ledger=ledger_shares(store, subject, LEDGER_WINDOW_S),
+                                  mfu=mfu(r.step_flops, steps[len(steps) // 2] if steps else r.step_time,
+                                          gpu_name, r.matmul_mode)))
         config = monitor.engine.config
         pview = ProcessView(proc, store.last(proc_key("cpu_percent"), points), monitor.ended_at, gpu_mem, ranks,
                             config, launched=monitor.launched, job_end=monitor.job_end,

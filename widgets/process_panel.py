@@ -11,7 +11,8 @@ from traintop.widgets.lines import TextLines, fit, join_lines
 from traintop.rules.config import DEFAULT, Thresholds
 from traintop.text import one_line
 from traintop.units import fmt_bytes, fmt_duration, fmt_rate
-from traintop.view import ProcessView, RankView
+from traintop.samples import LEDGER_BUCKETS
+from traintop.view import LEDGER_WINDOW_S, ProcessView, RankView
 from traintop.widgets.memory_chart import memory_chart
 
 # plotext costs 15-55 ms a chart, more than all the rest of a frame: the chart spans 240
@@ -63,7 +64,45 @@ def rank_line(rv: RankView, thresholds: Thresholds = DEFAULT) -> Line:
     elif wait is not None:
         out.append(f" · input wait\u00a0{wait * 100:.0f}\u00a0%",
                    "bold yellow" if wait >= thresholds.starvation_input_wait else "dim")
+    if r.matmul_mode:
+        out.append(f" · {r.matmul_mode}", "bold yellow" if r.matmul_mode == "fp32" else "dim")
+    if rv.mfu is not None:
+        out.append(f" · MFU\u00a0{rv.mfu * 100:.0f}\u00a0%")
     return out
+
+
+# The ledger's buckets as the panel names and draws them (train first: the goodput).
+LEDGER_STYLE = {"train": ("train", "green"), "input": ("input", "yellow"), "checkpoint": ("checkpoint", "magenta"),
+                "eval": ("eval", "cyan"), "compile": ("compile", "blue"), "startup": ("startup", "blue"),
+                "stalled": ("stalled", "red"), "other": ("other", "white")}
+
+
+def ledger_line(rv: RankView, width: int) -> Line | None:
+    """'time (5 min) ▕███▒▒░▏ goodput 74 % · checkpoint 21 % · input 3 % · other 2 %': where the
+    rank's wall time went, train first, then the largest; None without a ledger."""
+    shares = rv.ledger
+    if not shares:
+        return None
+    out = Line("time ", "bold")
+    bar = max(8, min(30, width // 5))
+    cells, acc = 0, 0.0
+    out.append("▕", "dim")
+    for b in LEDGER_BUCKETS:
+        v = shares.get(b, 0.0)
+        if v <= 0:
+            continue
+        acc += v
+        n = round(acc * bar) - cells
+        if n > 0:
+            out.append("█" * n, LEDGER_STYLE[b][1])
+            cells += n
+    out.append(" " * max(0, bar - cells) + "▏ ", "dim")
+    goodput = shares.get("train", 0.0)
+    out.append(f"goodput\u00a0{goodput * 100:.0f}\u00a0%", "bold green" if goodput >= 0.9 else "bold yellow")
+    rest = sorted(((v, b) for b, v in shares.items() if b != "train" and v >= 0.005), reverse=True)
+    for v, b in rest:
+        out.append(f" · {LEDGER_STYLE[b][0]}\u00a0{v * 100:.0f}\u00a0%", LEDGER_STYLE[b][1])
+    return out.append(f"  ({rv.sample.label}, last {LEDGER_WINDOW_S / 60:.0f} min)", "dim")
 
 
 def compact_rank_line(rv: RankView, ranks: int, thresholds: Thresholds = DEFAULT) -> Line:
@@ -187,6 +226,9 @@ class ProcessPanel(TextLines):
             return lines, None
         lines.extend(rank_line(rv, v.thresholds) for rv in v.ranks[:8])
         first = v.ranks[0]
+        ledger = ledger_line(first, width)
+        if ledger is not None:
+            lines.append(ledger)
         if first.step_time and any(x is not None for x in first.step_time):
             times = [x for x in first.step_time if x is not None]
             hi = max(times) * 1.2 or 1.0

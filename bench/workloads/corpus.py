@@ -162,10 +162,37 @@ def big_model():
 
 
 # -- single-process scenarios ------------------------------------------------------------------------------
+def big_model_flops() -> int:
+    """FLOPs of one optimizer step of big_model by hand: 4 square matmuls forward (2·B·w² each),
+    their weight gradients (the same), and the input gradients of layers 2-4 (x needs none)."""
+    w, b = size(8192, 64), size(8192, 64)
+    return 2 * b * w * w * (4 + 4 + 3)
+
+
+def timed_train(L, seconds: float, model, opt, x, **kw) -> None:
+    """train_for, then the job's own step time and hand-counted FLOPs for the MFU check."""
+    t = time.time()
+    n = train_for(seconds, model, opt, x, **kw)
+    L._write({"event": "stats", "phase": L.phase, "steps": n, "seconds": time.time() - t,
+              "flops_hand": big_model_flops()})
+
+
 def healthy_bf16(L, a):
     model, opt, x = big_model()
     L("train")
-    train_for(a.scale * 30, model, opt, x)
+    timed_train(L, a.scale * 30, model, opt, x)
+
+
+def compile_warmup(L, a):
+    """torch.compile's warm-up (its compile time: the GPU waits), then compiled training."""
+    model, opt, x = big_model()
+    compiled = torch.compile(model)
+    L("compile")
+    step(compiled, opt, x)  # the first call compiles forward and backward
+    if DEV == "cuda":
+        torch.cuda.synchronize()
+    L("train")
+    train_for(a.scale * 20, compiled, opt, x)
 
 
 def healthy_crash(L, a):
@@ -334,7 +361,7 @@ def fp32_no_tf32(L, a):
     model, opt, x = big_model()
     x = x.float()
     L("train_fp32")
-    train_for(a.scale * 25, model, opt, x, dtype=None)
+    timed_train(L, a.scale * 25, model, opt, x, dtype=None)
 
 
 def eval_phases(L, a):
@@ -538,7 +565,7 @@ def straggler_sleep(L, a):
 
 
 SCENARIOS = {f.__name__: f for f in (
-    healthy_bf16, healthy_crash, starved_then_fed, underused, leak, oom_retries, reserved_gap, fragmented,
+    healthy_bf16, compile_warmup, healthy_crash, starved_then_fed, underused, leak, oom_retries, reserved_gap, fragmented,
     copies_and_kernels, tiny_kernels, fp32_no_tf32, eval_phases, checkpoints, loader_hang, idle_alive, cpu_training,
     other_process, torchrun_healthy, gloo_hang, straggler_input, straggler_cpu, straggler_sleep)}
 

@@ -17,7 +17,9 @@ from traintop.rules.low_clocks import ClocksBelowMax
 from traintop.rules.memory_creep import MemoryCreep
 from traintop.rules.oom import OutOfMemory
 from traintop.rules.other_process import OtherProcess
+from traintop.rules.pause import Pause
 from traintop.rules.pcie import PcieBottleneck
+from traintop.rules.precision import FullPrecision
 from traintop.rules.power_cap import PowerCapAtFullLoad
 from traintop.rules.starvation import Starvation
 from traintop.rules.stall import Stall
@@ -29,7 +31,7 @@ from traintop.rules.underuse import Underuse
 
 # Bump when a rule's logic or default thresholds change: recordings made with another
 # version get their rules re-run by `traintop analyze` instead of trusting their alerts.
-RULES_VERSION = 8  # 8: findings hold now, explained findings, out of memory (2026-12-02)
+RULES_VERSION = 9  # 9: pauses and full fp32 from the probe's ledger and precision; 8: findings hold now (2026-12-02)
 
 
 def default_rules() -> list:
@@ -37,8 +39,8 @@ def default_rules() -> list:
     # evaluation, so it comes after every rule it defers to (``defers_to``; a test checks it), and
     # underuse after memory creep and fragmentation (it does not advise a larger batch while memory
     # creeps or fragments).
-    return [PcieBottleneck(), Stall(), Straggler(), Starvation(), ThermalThrottle(), PowerCapAtFullLoad(), MemoryCreep(),
-            OutOfMemory(), Fragmentation(), Underuse(), TrainingOnCpu(), StepTimeRegression(), IdleWhileAlive(), OtherProcess(),
+    return [PcieBottleneck(), Stall(), Straggler(), Starvation(), Pause(), ThermalThrottle(), PowerCapAtFullLoad(),
+            FullPrecision(), MemoryCreep(), OutOfMemory(), Fragmentation(), Underuse(), TrainingOnCpu(), StepTimeRegression(), IdleWhileAlive(), OtherProcess(),
             HostMemoryPressure(), Imbalance(), ClocksBelowMax(), GpuErrors()]
 
 

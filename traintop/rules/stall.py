@@ -68,6 +68,13 @@ class Stall(HostRule):
         if found is not None:
             yield from found
 
+    @staticmethod
+    def _busy_otherwise(ctx: RuleContext, subject: str) -> bool:
+        """The rank's ledger says it spent most of the last 10 s checkpointing, evaluating or compiling."""
+        got = [ctx.rank_window(subject, "time_" + b, 10.0) for b in ("checkpoint", "eval", "compile")]
+        n = max((len(v) for v in got), default=0)
+        return n >= 3 and sum(sum(v) for v in got) / n >= 0.5
+
     # -- the probe's step counters --------------------------------------------------------------
     def _from_probe(self, ctx: RuleContext):
         c = ctx.config
@@ -92,6 +99,8 @@ class Stall(HostRule):
         after = max(c.stall_min_s, c.stall_step_factor * (usual_step or 0.0))
         if any(ctx.now - t < after for _, t in stopped.values()):
             return []  # somebody still steps: no stall (and no NVML guess either)
+        if all(self._busy_otherwise(ctx, s) for s in stopped):
+            return []  # every rank is in a checkpoint, an evaluation or a compile (the probe's ledger)
         order = sorted(stopped.values(), key=lambda rt: rt[1])
         last = max(t for _, t in order)
         since = ctx.now - last

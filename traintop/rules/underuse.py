@@ -19,7 +19,7 @@ class Underuse(HostRule):
     id = "underuse"
     title = "GPU underused"
     severity = Severity.WARNING
-    defers_to = ("starvation", "pcie", "stall", "straggler")
+    defers_to = ("starvation", "pcie", "stall", "straggler", "pause")
     raise_after = 8.0  # the window already asks for 15 s of low draw; and it must hold now
     clear_after = 20.0
     RAISE_BATCH = "Raise the batch size while memory allows (scale the learning rate with it)."
@@ -41,6 +41,8 @@ class Underuse(HostRule):
             i, subject = g.index, gpu_subject(g.index)
             if any(ctx.is_holding(r, subject) for r in self.defers_to):
                 continue  # starvation, the copies, a hang or a slow rank explain the low draw better
+            if any(ctx.is_holding("pause", rank) for rank, _ in ctx.feed(i).ranks):
+                continue  # its rank pauses (checkpoints, evaluation): the GPU waits, not a small batch
             if any(ctx.is_holding("straggler", rank) for rank, _ in ctx.feed(i).ranks):
                 continue  # one of its ranks holds back the others
             if self._ranks_wait(ctx, i):

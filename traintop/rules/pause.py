@@ -1,0 +1,79 @@
+"""Pauses: the job's steps stop, again and again, for something other than its input.
+
+The probe's time ledger (traintop/probe_goodput.py) says where each rank's wall time went: a
+checkpoint (inside torch.save or torch.distributed.checkpoint), an evaluation (forward passes
+with grad off and no optimizer step), a compile, or "other" (a step overdue with none of those:
+logging, a host sync, garbage collection; the probe sends the training thread's stack from such a
+gap). Repeated pauses that take a real share of the time leave the GPU idle meanwhile; they are
+never data starvation (no input wait) nor a small batch (the GPU works between them).
+"""
+
+from __future__ import annotations
+
+from traintop.rules.declaration import HostRule
+from traintop.rules.engine import Verdict, RuleContext, Severity
+
+PAUSED = ("checkpoint", "eval", "other")
+WHAT = {"checkpoint": "checkpoints (torch.save / torch.distributed.checkpoint)",
+        "eval": "evaluation (forward passes with grad off, no optimizer step)",
+        "other": "pauses outside the input pipeline (its step overdue: no checkpoint, evaluation or input wait)"}
+IN_PAUSE = 0.5  # a sample with at least this share of pause is part of a gap
+
+
+class Pause(HostRule):
+    id = "pause"
+    title = "Training pauses"
+    severity = Severity.WARNING
+    raise_after = 5.0
+    clear_after = 30.0
+    now_s = None  # judged over its window: pauses are intermittent by nature
+    explains = ("underuse", "idle_gpu", "step_regression")
+    remedies = (
+        "Checkpoints: save asynchronously (torch.distributed.checkpoint.async_save), less often, or only what "
+        "resuming needs; write to local disk and copy off in the background.",
+        "Evaluation: evaluate less often or on a subset; run it on a separate GPU or job.",
+        "Other pauses: the stacks say where (press s; `traintop analyze` lists them): a .item() or print "
+        "of a GPU tensor each step, logging that synchronises, or gc.collect() in the loop.",
+    )
+
+    def evaluate(self, ctx: RuleContext):
+        c = ctx.config
+        w = c.pause_window_s
+        for subject, r in ctx.ranks():
+            shares = {b: ctx.rank_pairs(subject, "time_" + b, w, min_n=10, min_span=0.5) for b in PAUSED}
+            if not any(shares.values()):
+                continue
+            n = max(len(p) for p in shares.values())
+            total = {b: sum(v for _, v in p) / n for b, p in shares.items() if p}
+            pause = sum(total.values())
+            if pause < c.pause_min_share:
+                continue
+            gaps, in_gap = 0, False
+            times = sorted({t for p in shares.values() for t, _ in p})
+            per_t = {t: 0.0 for t in times}
+            for p in shares.values():
+                for t, v in p:
+                    per_t[t] += v
+            for t in times:
+                now_in = per_t[t] >= IN_PAUSE
+                gaps += now_in and not in_gap
+                in_gap = now_in
+            if gaps < c.pause_min_gaps:
+                continue
+            main = max(total, key=lambda b: total[b])
+            parts = [f"{b} {v * 100:.0f} %" for b, v in sorted(total.items(), key=lambda kv: -kv[1]) if v >= 0.005]
+            text = (f"{r.label} spent {pause * 100:.0f} % of the last {w / 60:.0f} min in {gaps} pauses, mostly "
+                    f"{WHAT[main]} ({', '.join(parts)}); no input wait in them")
+            idle = self._idle_in_gaps(ctx, r, per_t)
+            if idle is not None:
+                text += f"; its GPU averaged {idle:.0f} % utilization in them"
+            yield Verdict(subject, text, Severity.WARNING)
+
+    @staticmethod
+    def _idle_in_gaps(ctx: RuleContext, r, per_t: dict[float, float]) -> float | None:
+        gpu = next((i for i in ctx.gpu_indices() if any(s for s, rr in ctx.feed(i).ranks if rr.pid == r.pid)), None)
+        if gpu is None:
+            return None
+        util = dict(ctx.gpu_pairs(gpu, "util", ctx.config.pause_window_s))
+        vals = [util[t] for t, v in per_t.items() if v >= IN_PAUSE and t in util]
+        return sum(vals) / len(vals) if vals else None
