@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from functools import partial
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 # metric name -> NVML metric id (stable numbers from nvml.h; bindings may lack the names)
 METRICS = {
@@ -38,7 +38,7 @@ _MIB = 1024.0 * 1024.0
 
 class GpmReader:
     def __init__(self, nv, handles: list[Any], *, metrics: tuple[str, ...] = tuple(METRICS),
-                 getters: list[Callable[[Any], Any]] | None = None,
+                 getters: Sequence[Callable[[Any], Any]] | None = None,
                  supported: list[bool] | None = None) -> None:
         """``getters``: one call per stream that fills a sample (default: ``nvmlGpmSampleGet`` of
         each handle); ``supported``: whether each stream can be read (default: asked of NVML)."""
@@ -46,7 +46,8 @@ class GpmReader:
         self.handles = handles
         self.metrics = metrics
         self.supported = supported if supported is not None else [self._supported(h) for h in handles]
-        self._get = getters if getters is not None else [partial(self._device_sample, h) for h in handles]
+        self._get: list[Callable[[Any], Any]] = list(getters) if getters is not None \
+            else [partial(self._device_sample, h) for h in handles]
         self._prev: list[Any] = [None] * len(handles)
         self._spare: list[Any] = [None] * len(handles)
         self.errors = 0

@@ -79,11 +79,11 @@ def make_mig_nvml(n: int = 1, mig_gpus=(0,), *, gpm: bool = True, gpm_unsupporte
             _raise(NOT_FOUND)
         return MigHandle(h, slot)
 
-    whole_name, whole_memory = nv.nvmlDeviceGetName, nv.nvmlDeviceGetMemoryInfo
+    whole_memory = nv.nvmlDeviceGetMemoryInfo
 
     def name_of(h):
         s = spec(h)
-        return name + b" MIG " + s.profile.encode() if s else whole_name(h)
+        return name + b" MIG " + s.profile.encode() if s else name
 
     def uuid_of(h):
         s = spec(h)

@@ -162,3 +162,187 @@ def test_gpm_rates_from_nvml_are_checked():
     r.poll(0)
     m = r.poll(0)
     assert m["nvlink_rx"] is None and m["nvlink_tx"] == 0.0
+
+
+# -- what the rows become: a recording, samples for scripts, the agent's series, the dashboard --
+def _record_mig(path, n_frames=30, nv=None):
+    from traintop.recording import RecordingWriter
+    from traintop.samples import Frame
+
+    nv = nv or make_mig_nvml(n=2, mig_gpus=(0,))[0]
+    c = NvmlCollector(nv)
+    w = RecordingWriter(str(path), c.session_info(0.5), flush_every=1e9)
+    frames = []
+    for k in range(n_frames):
+        c.poll_slow()
+        c.poll_gpm()
+        frames.append(Frame(t=1000.0 + 0.5 * k, gpus=c.sample()))
+        w.add(frames[-1])
+    w.close()
+    c.close()
+    return frames
+
+
+def test_a_recording_keeps_the_mig_rows_their_parent_and_nvlink(tmp_path):
+    from traintop.recording import RecordingReader
+
+    path = tmp_path / "mig.ttrec"
+    written = _record_mig(path)
+    r = RecordingReader(str(path))
+    infos = {i.index: i for i in r.info.gpus}
+    assert infos[2].label == "GPU 0 MIG 3g.40gb #1" and infos[2].uuid.startswith("MIG-")
+    assert infos[0].mig is True and infos[1].mig is False and infos[4].gi_id == 13
+    last = list(r.frames())[-1]
+    assert [g.parent for g in last.gpus] == [None, None, 0, 0, 0]
+    assert [g.sm_active for g in last.gpus[2:]] == [g.sm_active for g in written[-1].gpus[2:]]
+    assert sorted(p.pid for p in last.gpus[3].processes) == [4202, 4203]
+    assert last.gpus[2].power_w is None and last.gpus[0].power_w == 350.0
+
+
+def test_nvlink_rates_survive_a_recording_and_old_recordings_read_none(tmp_path):
+    from traintop.codec import decode, encode
+    from traintop.recording import info_from_json
+    from traintop.samples import Frame, GpuSample
+
+    f = Frame(t=5.0, gpus=(GpuSample(index=0, util=50.0, nvlink_tx=2.0e10, nvlink_rx=1.5e10),
+                           GpuSample(index=9, mem_used=2 ** 30, parent=0)))
+    (back,) = decode(encode([f]))
+    assert back.gpus[0].nvlink_tx == 2.0e10 and back.gpus[0].nvlink_rx == 1.5e10
+    assert back.gpus[1].parent == 0 and back.gpus[0].parent is None
+    old = info_from_json('{"kind": "live", "gpus": [{"index": 0, "name": "NVIDIA H200"}]}')
+    assert old.gpus[0].parent is None and old.gpus[0].mig is None and old.gpus[0].nvlinks is None
+    bad = info_from_json('{"kind": "live", "gpus": [{"index": 9, "name": "x", "parent": 99, "mig": "yes", '
+                         '"mig_profile": "1g.10gb\\u001b[2J", "gi_id": -1, "nvlinks": true}]}')
+    g = bad.gpus[0]
+    assert g.parent is None and g.mig is None and g.gi_id is None and g.nvlinks is None
+    assert "\x1b" not in g.mig_profile
+
+
+def test_recordings_of_a_gpu_without_mig_read_as_before():
+    """A recording made before MIG and NVLink (an H200, tests/fixtures) reads no parent and no NVLink."""
+    import pathlib
+
+    from traintop.recording import RecordingReader
+
+    path = pathlib.Path(__file__).parent / "fixtures" / "h200" / "fault-10hz.ttrec"
+    r = RecordingReader(str(path))
+    frame = next(iter(r.frames()))
+    assert all(g.parent is None and g.nvlink_tx is None for g in frame.gpus)
+    assert all(i.parent is None and i.mig is None for i in r.info.gpus)
+
+
+def test_snapshot_json_and_csv_carry_mig_and_nvlink():
+    from traintop.export import CSV_COLUMNS, csv_rows, sample_record
+    from traintop.samples import Frame
+
+    nv, _ = make_mig_nvml()
+    c = NvmlCollector(nv)
+    rows = _windows(c)
+    info = c.session_info(0.5)
+    rec = sample_record(Frame(t=1.0, gpus=rows), info)
+    whole, big = rec["gpus"][0], rec["gpus"][1]
+    assert whole["mig"] is None and whole["parent"] is None and "nvlink_tx" in whole
+    assert big["mig"] == {"profile": "3g.40gb", "gpu_instance_id": 1, "compute_instance_id": 0}
+    assert big["parent"] == 0 and big["power_w"] is None and big["uuid"].startswith("MIG-")
+    # the CSV's earlier columns stay where they were; the new ones come after processes
+    assert CSV_COLUMNS.index("processes") < CSV_COLUMNS.index("nvlink_tx")
+    assert CSV_COLUMNS[-6:] == ["nvlink_tx", "nvlink_rx", "parent", "mig_profile", "gpu_instance_id",
+                                "compute_instance_id"]
+    lines = csv_rows(Frame(t=1.0, gpus=rows), info).splitlines()
+    assert lines[1].endswith(",0,3g.40gb,1,0")
+
+
+def test_agent_series_label_mig_devices_as_dcgm_exporter_does():
+    import pytest
+    pytest.importorskip("prometheus_client")
+    from traintop.cluster import series as S
+    from traintop.cluster.exporter import HostCollector, HostState
+    from traintop.samples import Frame
+
+    nv, _ = make_nvlink_nvml(n=1)
+    nv2, _ = make_mig_nvml()
+    for nvml in (nv, nv2):
+        c = NvmlCollector(nvml)
+        rows = _windows(c)
+        fams = {f.name: f for f in HostCollector(HostState("node1", Frame(t=1.0, gpus=rows), c.infos)).collect()}
+        if nvml is nv:
+            (s,) = fams[S.gpu("nvlink_rx")].samples
+            assert s.value == 20_000.0 * 2 ** 20 and set(s.labels) == set(S.GPU_LABELS)
+            continue
+        mem = fams[S.gpu("mem_used")].samples
+        whole = [s for s in mem if "GPU_I_ID" not in s.labels]
+        mig = sorted((s for s in mem if "GPU_I_ID" in s.labels), key=lambda s: int(s.labels["GPU_I_ID"]))
+        assert len(whole) == 1 and whole[0].labels["gpu"] == "0"
+        assert [(s.labels["gpu"], s.labels["GPU_I_ID"], s.labels["GPU_I_PROFILE"]) for s in mig] == \
+            [("0", "1", "3g.40gb"), ("0", "5", "2g.20gb"), ("0", "13", "1g.10gb")]
+        assert {s.labels["UUID"] for s in mem} == {c.infos[0].uuid}  # the GPU's UUID, as dcgm-exporter's
+        power = fams[S.gpu("power_w")].samples
+        assert len(power) == 1 and "GPU_I_ID" not in power[0].labels  # once per physical GPU
+        assert not fams[S.gpu("nvlink_rx")].samples or all("GPU_I_ID" not in s.labels
+                                                             for s in fams[S.gpu("nvlink_rx")].samples)
+
+
+def test_doctor_says_mig_mode_devices_and_nvlinks():
+    from traintop import doctor
+
+    nv, _ = make_mig_nvml(n=2, mig_gpus=(0,))
+    checks, _ = doctor.nvml_checks(nv)
+    (c,) = [c for c in checks if c.name == "MIG and NVLink"]
+    assert "GPU 0: MIG on, 3 MIG device(s), no NVLink" in c.detail and "GPU 1: MIG off" in c.detail
+    assert "not yet run on such a machine" in c.detail
+    nv, _ = make_nvlink_nvml(n=2)
+    checks, _ = doctor.nvml_checks(nv)
+    (c,) = [c for c in checks if c.name == "MIG and NVLink"]
+    assert "GPU 1: MIG off, 18 NVLink(s) active" in c.detail
+
+
+def test_dashboard_shows_mig_rows_at_80x24_and_160x48(tmp_path):
+    import asyncio
+
+    from traintop import sessions
+    from traintop.app.factory import build_app
+    from traintop.widgets.gpu_panel import GpuPanel
+    from traintop.widgets.gpu_table import GpuTable
+
+    path = tmp_path / "mig.ttrec"
+    _record_mig(path)
+
+    async def go():
+        for size in ((80, 24), (160, 48)):
+            monitor, feed = sessions.replay_session(str(path))
+            feed.playing = False
+            feed.seek(feed.t_start + 10)
+            app = build_app(monitor, feed, mode="replay", start_feed=False)
+            async with app.run_test(size=size) as pilot:
+                await pilot.pause()
+                texts = [p.render().plain + str(p.border_title) for p in app.query(GpuPanel) if p.display]
+                table = app.query_one(GpuTable)
+                if table.display:
+                    texts.append(table.render().plain)
+                shown = "\n".join(texts)
+                assert "MIG 3g.40gb #1" in shown, (size, shown)
+                if size == (160, 48):
+                    assert "MIG 1g.10gb #13" in shown and "on GPU 0" in shown
+    asyncio.run(go())
+
+
+def test_dashboard_shows_nvlink_beside_pcie(tmp_path):
+    import asyncio
+
+    from traintop import sessions
+    from traintop.app.factory import build_app
+    from traintop.widgets.gpu_panel import GpuPanel
+
+    path = tmp_path / "nvlink.ttrec"
+    _record_mig(path, nv=make_nvlink_nvml(n=2)[0])
+
+    async def go():
+        monitor, feed = sessions.replay_session(str(path))
+        feed.playing = False
+        feed.seek(feed.t_start + 10)
+        app = build_app(monitor, feed, mode="replay", start_feed=False)
+        async with app.run_test(size=(160, 48)) as pilot:
+            await pilot.pause()
+            text = "\n".join(p.render().plain for p in app.query(GpuPanel))
+            assert "PCIe ↑" in text and "NVLink ↑" in text, text
+    asyncio.run(go())
