@@ -18,6 +18,10 @@ queries run on a separate thread so they never delay a tick:
 - every ``energy_every`` seconds (30): total energy (~3 ms a GPU). It is a counter, so a
   rarer read loses nothing over a run; power is read every tick.
 
+A GPU in MIG mode keeps its row (power, energy, temperature, clocks, PCIe, NVLink, ECC) and
+each of its MIG devices gets a row of its own after every NVML index (mig.py). NVLink's active
+links are counted once at start (nvlink.py); its traffic is GPM's, read with the other metrics.
+
 XID and ECC events arrive on a listener thread of their own. Any other NVML error on one
 field of one device leaves that field ``None`` for the tick and is counted, never raised.
 """
@@ -29,6 +33,8 @@ import time
 from typing import Any, Callable
 
 from traintop.collectors.gpm import GpmReader
+from traintop.collectors.mig import MigRows, mig_mode
+from traintop.collectors.nvlink import active_links
 from traintop.collectors.nvml_events import ECC_DOUBLE_BIT, XID_CRITICAL, EventListener
 from traintop.collectors.process_util import ProcessUtilReader
 from traintop.errors import NoGpuError, TraintopError
@@ -74,6 +80,7 @@ class NvmlCollector:
                 raise TraintopError(f"--only-gpus: no GPU {', '.join(map(str, missing))} here "
                                     f"(NVML sees {count}: {0 if count == 1 else f'0-{count - 1}'})")
         self.indices = [i for i in range(count) if only is None or i in only]
+        self.nvml_count = count
         count = len(self.indices)
         self.handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in self.indices]
         self._unsupported: set[tuple[int, str]] = set()
@@ -81,7 +88,7 @@ class NvmlCollector:
         self._util_ts = [0] * count
         self._reasons_fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) \
             or nv.nvmlDeviceGetCurrentClocksThrottleReasons
-        self.infos = tuple(self._info(i) for i in range(count))
+        gpu_infos = tuple(self._info(i) for i in range(count))
         self.driver = self._safe(None, "driver", nv.nvmlSystemGetDriverVersion)
         cuda = self._safe(None, "cuda", nv.nvmlSystemGetCudaDriverVersion)
         self.cuda_driver = f"{cuda // 1000}.{cuda % 1000 // 10}" if isinstance(cuda, int) else None
@@ -100,6 +107,11 @@ class NvmlCollector:
         self.process_util = ProcessUtilReader(nv, self.handles)
         self._putil: list[tuple[float, dict] | None] = [None] * count  # (when, {pid: ProcessUtil})
         self.events = EventListener(nv, self.handles)
+        # MIG devices of the GPUs in MIG mode: rows of their own, numbered after every NVML index
+        self.mig = MigRows(nv, self._safe, [(i, info, self.handles[i]) for i, info in enumerate(gpu_infos) if info.mig],
+                           self.nvml_count, self.gpm.supported)
+        self.errors.update(self.mig.errors)
+        self.infos = gpu_infos + self.mig.infos
 
     # -- plumbing ----------------------------------------------------------
     def _safe(self, idx: int | None, field: str, fn: Callable, *args):
@@ -139,6 +151,7 @@ class NvmlCollector:
             pci_bus_id=_text(pci.busId) if (pci := self._optional(i, "pci", "nvmlDeviceGetPciInfo", h)) is not None
             and getattr(pci, "busId", None) else None,
             minor=self._optional(i, "minor", "nvmlDeviceGetMinorNumber", h),
+            mig=mig_mode(nv, h), nvlinks=active_links(nv, h),
         )
 
     def _optional(self, i: int, field: str, fn_name: str, *args):
@@ -154,7 +167,8 @@ class NvmlCollector:
 
     # -- fast fields, every tick ---------------------------------------------
     def sample(self) -> tuple[GpuSample, ...]:
-        return tuple(self._sample(i) for i in range(len(self.handles)))
+        whole = tuple(self._sample(i) for i in range(len(self.handles)))
+        return whole + self.mig.sample() if self.mig.devices else whole
 
     def _sample(self, i: int) -> GpuSample:
         nv, h, info = self.nv, self.handles[i], self.infos[i]
@@ -183,7 +197,8 @@ class NvmlCollector:
                 xid = data
             elif etype & ECC_DOUBLE_BIT and xid is None:
                 xid = 48  # what the driver logs as the XID of a double-bit ECC error
-        procs = self._processes(i)
+        # a GPU in MIG mode lists its processes on its MIG devices' rows, not twice
+        procs = self._processes(i) if i not in self.mig.parents else ()
         if procs or util is None or util.gpu > 0:
             self._working[i] = True
         return GpuSample(
@@ -205,6 +220,7 @@ class NvmlCollector:
             pcie_gen_max=info.pcie_gen_max, pcie_width_max=info.pcie_width_max,
             sm_active=slow.get("sm_active"), sm_occupancy=slow.get("sm_occupancy"),
             tensor_active=slow.get("tensor_active"), dram_active=slow.get("dram_active"),
+            nvlink_tx=slow.get("nvlink_tx"), nvlink_rx=slow.get("nvlink_rx"),
             throttle_power=slow.get("throttle_power"), throttle_thermal=slow.get("throttle_thermal"),
             ecc_corrected=slow.get("ecc_corrected"), ecc_uncorrected=slow.get("ecc_uncorrected"),
             remap_pending=slow.get("remap_pending"), xid=xid,
@@ -260,7 +276,7 @@ class NvmlCollector:
                 self._window_primed[i] = False
                 continue
             self._working[i] = False
-            per_process = self.process_util.poll(i)
+            per_process = self.process_util.poll(i) if i not in self.mig.parents else None
             if per_process is not None:
                 self._putil[i] = (time.monotonic(), per_process)
             lo, hi = self._util_window(i)
@@ -276,6 +292,8 @@ class NvmlCollector:
             m = self.gpm.poll(i)
             if m is not None:
                 self._slow[i] = {**self._slow[i], **m}
+        if self.mig.devices:
+            self.mig.poll_gpm()
 
     def poll_slow(self, energy: bool = True) -> None:
         nv = self.nv
@@ -343,6 +361,7 @@ class NvmlCollector:
             self._slow_thread.join(timeout=1.0)
         self.events.close()
         self.gpm.close()
+        self.mig.close()
         try:
             self.nv.nvmlShutdown()
         except Exception:  # shutting down: nothing useful to say

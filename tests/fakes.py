@@ -76,7 +76,7 @@ def add_hopper_extras(nv, calls, *, gpm=True, events=()):
             self.sample1 = self.sample2 = None
             self.metrics = [Metric() for _ in range(8)]
 
-    values = {2: 18.0, 3: 30.0, 5: 4.0, 10: 12.0, 20: 100.0, 21: 2048.0}
+    values = {2: 18.0, 3: 30.0, 5: 4.0, 10: 12.0, 20: 100.0, 21: 2048.0, 60: 0.0, 61: 0.0}
 
     def metrics_get(req):
         calls["gpm_metrics"] = calls.get("gpm_metrics", 0) + 1

@@ -53,9 +53,12 @@ GPU_FIELDS_V1 = {
     "throttle_power": 1, "throttle_thermal": 1,
     "ecc_corrected": 1, "ecc_uncorrected": 1, "remap_pending": 1, "xid": 1,
 }
+# Written since MIG and NVLink (schema 3 still: a reader that does not know a column skips it,
+# and a file without them reads None): NVLink rates to the MB/s, a MIG row's parent GPU.
+GPU_FIELDS_NEW = {"nvlink_tx": 1e-6, "nvlink_rx": 1e-6, "parent": 1}
 INT_FIELDS = {"sm_clock", "sm_clock_max", "mem_clock", "mem_clock_max", "reasons", "pcie_gen", "pcie_width",
               "pcie_gen_max", "pcie_width_max",
-              "ecc_corrected", "ecc_uncorrected", "remap_pending", "xid"}
+              "ecc_corrected", "ecc_uncorrected", "remap_pending", "xid", "parent"}
 HOST_FIELDS_V1 = {
     "cpu_percent": 10, "iowait": 10, "mem_used": _BYTES, "mem_total": _BYTES,
     "swap_used": _BYTES, "swap_total": _BYTES, "disk_read": 1e-3, "disk_write": 1e-3,
@@ -68,7 +71,7 @@ RANK_FIELDS_V1 = {
     "step_time": 1e5, "steps_per_s": 100, "input_wait": 1000, "age": 100,
 }
 GPU_FIELDS = dict(GPU_FIELDS_V1, util=1, util_min=1, util_max=1, mem_util=1, power_w=1, power_limit_w=1,
-                  temp_c=1, temp_slowdown_c=1, pcie_tx=1e-6, pcie_rx=1e-6)
+                  temp_c=1, temp_slowdown_c=1, pcie_tx=1e-6, pcie_rx=1e-6, **GPU_FIELDS_NEW)
 HOST_FIELDS = dict(HOST_FIELDS_V1, cpu_percent=1, iowait=1, disk_read=1e-6, disk_write=1e-6, net_rx=1e-6, net_tx=1e-6)
 PROC_FIELDS = dict(PROC_FIELDS_V1, cpu_percent=1)
 RANK_FIELDS = dict(RANK_FIELDS_V1, step_time=1e4, steps_per_s=10,

@@ -18,6 +18,7 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass, replace
 
+from traintop.plausible import MAX_GPUS
 from traintop.text import plain
 from traintop.units import fmt_bytes
 
@@ -107,10 +108,30 @@ def _health_checks(col) -> list[Check]:
         out.append(Check("GPM metrics", INFO, "not available (needs a Hopper-class GPU or newer and a recent "
                                              "driver): SM activity is not measured, utilization is a point sample"))
     out.append(_process_util_check(col))
+    out.append(_mig_nvlink_check(col))
     out.append(Check("XID events", PASS if col.events.available else INFO,
                      "the driver delivers XID and ECC events to traintop" if col.events.available
                      else "event registration not permitted here: XIDs show only in the driver log (dmesg)"))
     return out
+
+
+def _mig_nvlink_check(col) -> Check:
+    """MIG mode and MIG devices per GPU, and its active NVLinks (read once at start)."""
+    parts = []
+    for i in col.infos:
+        if i.parent is not None:
+            continue
+        mig = f"MIG on, {col.mig.counts.get(i.index, 0)} MIG device(s)" if i.mig \
+            else "MIG off" if i.mig is False else "no MIG"
+        links = f"{i.nvlinks} NVLink(s) active" if i.nvlinks is not None else "no NVLink"
+        parts.append(f"GPU {i.index}: {mig}, {links}")
+    detail = "; ".join(parts)
+    if col.mig.dropped:
+        detail += f"; {col.mig.dropped} MIG device(s) past row {MAX_GPUS - 1} are not shown"
+    if col.mig.devices or any(i.nvlinks for i in col.infos):
+        detail += (" (traintop's MIG and NVLink reading has not yet run on such a machine: compare with "
+                   "`nvidia-smi -L` and `nvidia-smi nvlink -s`)")
+    return Check("MIG and NVLink", INFO, detail)
 
 
 def _process_util_check(col) -> Check:

@@ -25,11 +25,16 @@ from traintop.samples import Frame, GpuInfo, GpuSample, HostSample, ProcessSampl
 from traintop.text import one_line
 
 SCHEMA = "traintop.sample/1"
-_GPU_FIELDS = [f.name for f in fields(GpuSample) if f.name not in ("index", "processes")]
+# Fields that came after the CSV's layout was set go after its processes column, so every
+# column a script reads by position stays where it was.
+_LATER = ("nvlink_tx", "nvlink_rx", "parent")
+_GPU_FIELDS = [f.name for f in fields(GpuSample) if f.name not in ("index", "processes", *_LATER)] + list(_LATER)
+_CSV_FIELDS = _GPU_FIELDS[: -len(_LATER)]
 _HOST_FIELDS = [f.name for f in fields(HostSample)]
 _PROCESS_FIELDS = [f.name for f in fields(ProcessSample) if f.name != "members"]
 _RANK_FIELDS = [f.name for f in fields(RankSample)]
-CSV_COLUMNS = ["t", "host", "gpu", "name", "uuid", *_GPU_FIELDS, "processes"]
+CSV_COLUMNS = ["t", "host", "gpu", "name", "uuid", *_CSV_FIELDS, "processes", *_LATER, "mig_profile",
+               "gpu_instance_id", "compute_instance_id"]
 
 
 def _num(v: Any) -> Any:
@@ -51,6 +56,7 @@ def sample_record(frame: Frame, info: SessionInfo, owners: dict[int, dict] | Non
         gi: GpuInfo | None = names.get(g.index)
         entry = {"index": g.index, "name": gi.name if gi else None, "uuid": gi.uuid if gi else None,
                  **_plain(g, _GPU_FIELDS),
+                 "mig": _mig(gi),
                  "stale": g.index in frame.stale_gpus,
                  "processes": [{"pid": p.pid, "used_bytes": p.used_bytes, "sm_util": _num(p.sm_util),
                                 "mem_util": _num(p.mem_util), "enc_util": _num(p.enc_util),
@@ -66,6 +72,13 @@ def sample_record(frame: Frame, info: SessionInfo, owners: dict[int, dict] | Non
                           "members": [{"pid": m.pid, "name": m.name, "cpu_percent": _num(m.cpu_percent),
                                        "rss": m.rss, "loader_worker": m.is_loader_worker} for m in p.members]}
     return out
+
+
+def _mig(gi: GpuInfo | None) -> dict | None:
+    """A MIG device's profile and instance ids (None for a whole GPU)."""
+    if gi is None or gi.parent is None:
+        return None
+    return {"profile": gi.mig_profile, "gpu_instance_id": gi.gi_id, "compute_instance_id": gi.ci_id}
 
 
 def json_line(record: dict) -> str:
@@ -92,7 +105,10 @@ def csv_rows(frame: Frame, info: SessionInfo) -> str:
                          f"{'' if p.sm_util is None else f':{p.sm_util:g}'}" for p in g.processes)
         w.writerow([f"{frame.t:.3f}", host, g.index, one_line(gi.name, 96) if gi else "",
                     one_line(gi.uuid, 96) if gi and gi.uuid else "",
-                    *("" if (v := _num(getattr(g, n))) is None else v for n in _GPU_FIELDS), procs])
+                    *("" if (v := _num(getattr(g, n))) is None else v for n in _CSV_FIELDS), procs,
+                    *("" if (v := _num(getattr(g, n))) is None else v for n in _LATER),
+                    one_line(gi.mig_profile, 32) if gi and gi.mig_profile else "",
+                    *("" if gi is None or v is None else v for v in ((gi.gi_id, gi.ci_id) if gi else (None, None)))])
     return buf.getvalue()
 
 

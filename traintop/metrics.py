@@ -19,7 +19,7 @@ from typing import Callable, Iterator
 from traintop.samples import Frame, GpuSample, HostSample, ProcessSample, RankSample
 
 # What names a sample rather than measuring it: never a series.
-IDENTITY = frozenset({"index", "pid", "rank", "local_rank", "world_size", "device", "alive", "cuda"})
+IDENTITY = frozenset({"index", "parent", "pid", "rank", "local_rank", "world_size", "device", "alive", "cuda"})
 
 
 def _numeric_fields(cls) -> tuple[str, ...]:

@@ -37,7 +37,7 @@ GPU = {
     "sm_active": _PCT, "sm_occupancy": _PCT, "tensor_active": _PCT, "dram_active": _PCT,
     "throttle_power": _PCT, "throttle_thermal": _PCT,
     "ecc_corrected": (0, MAX_COUNT), "ecc_uncorrected": (0, MAX_COUNT), "remap_pending": (0, MAX_COUNT),
-    "xid": (0, 2 ** 31 - 1),
+    "xid": (0, 2 ** 31 - 1), "nvlink_tx": _RATE, "nvlink_rx": _RATE, "parent": (0, MAX_GPUS - 1),
 }
 HOST = {
     "cpu_percent": _PCT, "iowait": _PCT, "mem_used": _BYTES, "mem_total": _BYTES, "swap_used": _BYTES,

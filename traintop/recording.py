@@ -77,7 +77,8 @@ def info_from_json(doc: str) -> SessionInfo:
                             pcie_gen_max=num(g.get("pcie_gen_max"), r["pcie_gen_max"]),
                             pcie_width_max=num(g.get("pcie_width_max"), r["pcie_width_max"]),
                             pci_bus_id=text(g.get("pci_bus_id")),
-                            minor=num(g.get("minor"), (0, 1 << 20)) if type(g.get("minor")) is int else None))
+                            minor=num(g.get("minor"), (0, 1 << 20)) if type(g.get("minor")) is int else None,
+                            **_mig_fields(g)))
     if len(gpus) > plausible.MAX_GPUS:
         raise ValueError("too many GPUs")
     interval = d.get("interval", 0.5)
@@ -88,6 +89,21 @@ def info_from_json(doc: str) -> SessionInfo:
                        cuda_driver=text(d.get("cuda_driver")), hostname=text(d.get("hostname")),
                        interval=float(interval), label=str(d.get("label", "")),
                        extra=extra if isinstance(extra, dict) else {})
+
+
+def _mig_fields(g: dict) -> dict:
+    """MIG and NVLink facts of a GPU entry (absent in files written before them: None)."""
+    def small(v, hi):
+        return v if type(v) is int and 0 <= v <= hi else None
+
+    def flag(v):
+        return v if type(v) is bool else None
+
+    profile = g.get("mig_profile")
+    return {"mig": flag(g.get("mig")), "nvlinks": small(g.get("nvlinks"), 1024),
+            "parent": small(g.get("parent"), plausible.MAX_GPUS - 1),
+            "mig_profile": one_line(profile, 32) if isinstance(profile, str) else None,
+            "gi_id": small(g.get("gi_id"), 1 << 16), "ci_id": small(g.get("ci_id"), 1 << 16)}
 
 
 def default_recording_dir() -> str:

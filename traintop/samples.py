@@ -58,6 +58,25 @@ class GpuInfo:
     pcie_width_max: int | None = None
     pci_bus_id: str | None = None  # e.g. 00000000:18:00.0, as dcgm-exporter labels it
     minor: int | None = None  # /dev/nvidiaN
+    # A physical GPU: its MIG mode (True: enabled; None: not known or no MIG) and how many of its
+    # NVLinks are active (read once at start; None: no NVLink or not known).
+    mig: bool | None = None
+    nvlinks: int | None = None
+    # A MIG device (collectors/mig.py): the NVML index of the GPU it is part of, its profile
+    # ("1g.18gb") and its GPU and compute instance ids. None on a whole GPU.
+    parent: int | None = None
+    mig_profile: str | None = None
+    gi_id: int | None = None
+    ci_id: int | None = None
+
+    @property
+    def label(self) -> str:
+        """"GPU 3", or for a MIG device "GPU 0 MIG 1g.18gb #1" (its GPU instance; ".2": compute instance 2)."""
+        if self.parent is None:
+            return f"GPU {self.index}"
+        ci = f".{self.ci_id}" if self.ci_id else ""
+        gi = f" #{self.gi_id}{ci}" if self.gi_id is not None else ""
+        return f"GPU {self.parent} MIG {self.mig_profile or '?'}{gi}"
 
 
 # usable GB/s per lane and direction after line encoding, by PCIe generation
@@ -112,6 +131,9 @@ class GpuSample:
     sm_occupancy: float | None = None
     tensor_active: float | None = None
     dram_active: float | None = None
+    # GPM (Hopper and later): NVLink traffic over all links in the last window, bytes per second
+    nvlink_tx: float | None = None
+    nvlink_rx: float | None = None
     # share of the last window (percent) the clocks were held down, from NVML's violation counters
     throttle_power: float | None = None
     throttle_thermal: float | None = None
@@ -119,6 +141,10 @@ class GpuSample:
     ecc_uncorrected: int | None = None
     remap_pending: int | None = None  # 1: a memory row waits for a GPU reset to be remapped
     xid: int | None = None  # critical XID event code seen since the previous tick
+    # A MIG device's row: the index of the GPU it is part of. Power, energy, temperature, clocks,
+    # PCIe, NVLink, ECC and XIDs belong to that GPU and are read on its own row, never here (so
+    # nothing is counted twice); utilization is GPM's per GPU instance (NVML's answers NOT_SUPPORTED).
+    parent: int | None = None
     processes: tuple[GpuProcess, ...] = ()
 
 

@@ -16,10 +16,15 @@ from traintop.text import one_line
 def session_line(view, kind: SessionKind) -> str:
     """Host, GPUs, driver and (not live) the source's label, "·" between them, each said once."""
     names: dict[str, int] = {}
+    mig = sum(1 for g in view.gpus if g.info.parent is not None)
     for g in view.gpus:
+        if g.info.parent is not None:  # a MIG device is part of a GPU counted already
+            continue
         name = one_line(g.info.name, 200)
         names[name] = names.get(name, 0) + 1
     gpus = ", ".join(f"{n}× {name}" for name, n in names.items()) or "no GPU"
+    if mig:
+        gpus += f" ({mig} MIG device{'s' if mig != 1 else ''})"
     bits = [one_line(view.hostname or "", 200), gpus]
     if view.driver:
         bits.append(f"driver {one_line(view.driver, 100)}")

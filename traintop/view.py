@@ -142,7 +142,8 @@ def build_view(monitor: Monitor, points: int = SERIES_POINTS) -> View:
             gpus.append(GpuView(
                 info=infos.get(g.index) or GpuInfo(index=g.index, name="GPU"),
                 sample=g,
-                util=store.last(gpu_key(i, "util"), points),
+                # a MIG device has no utilization (NVML answers NOT_SUPPORTED): its GPM SM activity
+                util=store.last(gpu_key(i, "util" if g.parent is None else "sm_active"), points),
                 power=store.last(gpu_key(i, "power_w"), points),
                 mem=store.last(gpu_key(i, "mem_used"), points),
                 temp=store.last(gpu_key(i, "temp_c"), points),

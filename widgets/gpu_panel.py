@@ -32,7 +32,7 @@ class GpuPanel(TextLines):
         self.compact = compact
         info = view.info
         # Text, never markup: the name comes from the driver or a file.
-        title = f"GPU {self.index} · {one_line(info.name, 200)}"
+        title = f"{one_line(info.label, 80)} · {one_line(info.name, 200)}"
         subtitle = " ".join(f"[{b}]" for b in view.badges)
         if (title, subtitle) != self._titles:
             self._titles = (title, subtitle)
@@ -55,8 +55,20 @@ class GpuPanel(TextLines):
         slowdown = known_slowdown or 90.0
         mem_frac = (s.mem_used / total) if s.mem_used is not None and total else None
         temp_frac = (s.temp_c / slowdown) if s.temp_c is not None else None
+        if s.parent is not None:  # a MIG device: SM activity is its utilization; power and heat are its GPU's
+            whose = f"on GPU {s.parent}"
+            return [
+                ("SM", v.util, 0.0, 100.0, "green" if (s.sm_active or 0) >= 50 else "yellow", f"{_num(s.sm_active)} %"),
+                ("pwr", [], 0.0, 1.0, "cyan", whose),
+                ("mem", v.mem, 0.0, total, level_style(mem_frac, 0.85, 0.95).replace("green", "magenta"),
+                 f"{_num(s.mem_used / GiB if s.mem_used is not None else None, '{:.1f}')}/"
+                 f"{_num(known_total / GiB if known_total else None, '{:.0f}')} GiB"),
+                ("temp", [], 0.0, 1.0, "", whose),
+            ]
+        in_mig = s.util is None and v.info.mig  # a GPU in MIG mode: utilization is its MIG devices'
         return [
             ("util", v.util, 0.0, 100.0, "green" if (s.util or 0) >= 50 else "yellow",
+             "MIG mode" if in_mig else
              f"{_num(s.util)} %" + (f" SM {s.sm_active:.0f}%" if s.sm_active is not None else "")),
             ("pwr", v.power, 0.0, limit, "cyan",
              f"{_num(s.power_w)}/{_num(known_limit)} W"),
@@ -77,12 +89,17 @@ class GpuPanel(TextLines):
             (5, f"SM {_num(s.sm_clock)}/{_num(s.sm_clock_max)} MHz", "bold" if s.sm_clock and s.sm_clock_max
              and s.sm_clock < 0.9 * s.sm_clock_max and (s.util or 0) > 50 else ""),
             (1, f"  mem {_num(s.mem_clock)} MHz", "dim"),
-        ]
+        ] if s.parent is None else [(5, f"MIG device of GPU {s.parent}", "dim")]
         if s.sm_active is not None:  # GPM: what the SMs did, not just "a kernel ran"
             parts.append((3, f"  tensor {_num(s.tensor_active)}% DRAM {_num(s.dram_active)}%", "dim"))
         if s.pcie_tx is not None or s.pcie_rx is not None:
             parts.append((4, f"  PCIe ↑{fmt_rate(s.pcie_tx)} ↓{fmt_rate(s.pcie_rx)}", "dim"))
-        parts.append((2, f"  {n} proc{'s' if n != 1 else ''}{_busiest(s.processes)}", "dim"))
+        if s.nvlink_tx or s.nvlink_rx or (self.view.info.nvlinks and (s.nvlink_tx is not None or s.nvlink_rx is not None)):
+            parts.append((4, f"  NVLink ↑{fmt_rate(s.nvlink_tx)} ↓{fmt_rate(s.nvlink_rx)}", "dim"))
+        if n == 0 and self.view.info.mig and s.parent is None:
+            parts.append((2, "  procs on its MIG devices", "dim"))
+        else:
+            parts.append((2, f"  {n} proc{'s' if n != 1 else ''}{_busiest(s.processes)}", "dim"))
         while len(parts) > 1 and sum(len(text) for _, text, _ in parts) > width:
             parts.remove(min(parts, key=lambda p: p[0]))
         t = Line()
@@ -111,14 +128,16 @@ class GpuPanel(TextLines):
     def _compact_lines(self, width: int) -> list[Line]:
         v, s = self.view, self.view.sample
         out = Line()
-        out.append(f"GPU {self.index} ", "bold")
-        out.append(one_line(v.info.name.replace("NVIDIA ", ""), 200), "bold")
+        out.append(f"{one_line(v.info.label, 80)} ", "bold")
+        if v.info.parent is None:  # a MIG device's label already says its profile
+            out.append(one_line(v.info.name.replace("NVIDIA ", ""), 200), "bold")
         for b in v.badges:
             out.append(f" [{b}]", "bold yellow" if b != "PWR CAP" else "cyan")
         if v.alert_level:  # ✖ critical, ▲ warning, ℹ information: only warnings and worse are "alerts"
             out.append("  ")
             out.extend(alert_mark(v.alert_level, LEVEL_WORD.get(v.alert_level)))
-        out.append(f"  SM {_num(s.sm_clock)} MHz", "dim")
+        if s.parent is None:
+            out.append(f"  SM {_num(s.sm_clock)} MHz", "dim")
         lines = [out]
         rows = self._rows()
         half = max(20, width // 2)

@@ -49,6 +49,11 @@ def spark_width(width: int, wide: bool, numbers_w: int, mark_w: int = 0) -> int:
     return room if room >= SPARK_MIN else 0
 
 
+def _row_name(v: GpuView) -> str:
+    """What follows "GPU": its index, or for a MIG device "0 MIG 1g.18gb #1" (the driver's text, made safe)."""
+    return one_line(v.info.label[4:], 40) if v.info.parent is not None else str(v.sample.index)
+
+
 def gpu_row(v: GpuView, sw: int, sm: bool, wide: bool, idx_w: int = 1, width: int | None = None,
             marks: bool = True) -> Line:
     s = v.sample
@@ -71,7 +76,7 @@ def gpu_row(v: GpuView, sw: int, sm: bool, wide: bool, idx_w: int = 1, width: in
     styles = ["green" if (s.util or 0) >= 50 else "yellow", "",
               level_style(mem_frac, 0.85, 0.95).replace("green", ""),
               "bold cyan" if pfrac is not None and pfrac >= 0.95 else "cyan", level_style(tfrac, 0.9, 0.97)]
-    out = Line(f"GPU {s.index:<{idx_w}} ", "bold")
+    out = Line(f"GPU {_row_name(v):<{idx_w}} ", "bold")
     if sw:
         out.extend(spark(v.util, 0, 100, sw, "green"))
         out.append(" ")
@@ -118,7 +123,7 @@ class GpuTable(TextLines):
 
     def text_lines(self, width: int) -> list[Line]:
         sm = any(v.sample.sm_active is not None for v in self.rows)
-        idx_w = max((len(str(v.sample.index)) for v in self.rows), default=1)
+        idx_w = max((len(_row_name(v)) for v in self.rows), default=1)
         label_w = 4 + idx_w + 1  # "GPU 12 "
         # warnings and worse make room for their titles; information takes what is left
         mark_w = max((2 + alert_mark(v.alert_level, v.alert_title).cell_len for v in self.rows

@@ -46,10 +46,31 @@ class HostState:
     owners: tuple[tuple, ...] = ()
 
 
-def _gpu_labels(host: str, info: GpuInfo | None, index: int) -> list[str]:
+def _gpu_labels(host: str, info: GpuInfo | None, index: int, infos: dict | None = None) -> list[str]:
+    """dcgm-exporter's labels of a GPU; of a MIG device, those of the GPU it is part of (its
+    ``_mig_labels`` tell it apart, as dcgm-exporter's GPU_I_ID does)."""
+    if info is not None and info.parent is not None:
+        index = info.parent
+        info = (infos or {}).get(info.parent) or GpuInfo(index=info.parent, name="", pci_bus_id=info.pci_bus_id,
+                                                       minor=info.minor)
     minor = info.minor if info is not None and info.minor is not None else index
     return [str(index), (info.uuid if info else None) or "", (info.pci_bus_id if info else None) or "",
             f"nvidia{minor}", (info.name if info else None) or "", host]
+
+
+def _mig_labels(info: GpuInfo | None) -> dict[str, str]:
+    if info is None or info.parent is None:
+        return {}
+    return {"GPU_I_PROFILE": info.mig_profile or "", "GPU_I_ID": "" if info.gi_id is None else str(info.gi_id)}
+
+
+def _add(fam, labels: list[str], value: float, extra: dict[str, str]) -> None:
+    """``fam.add_metric``, with a MIG device's two labels where it is one (a family's other
+    series keep dcgm-exporter's GPU labels alone, as dcgm-exporter's do)."""
+    fam.add_metric(labels, value)
+    if extra:
+        sample = fam.samples[-1]
+        fam.samples[-1] = sample._replace(labels={**sample.labels, **extra})
 
 
 def _family(s: S.Series, labels) -> CounterMetricFamily | GaugeMetricFamily:
@@ -108,16 +129,18 @@ class HostCollector(Collector):
                 v = getattr(g, s.field)
                 if v is None:
                     continue
-                fam.add_metric(_gpu_labels(host, infos.get(g.index), g.index), float(v) * s.scale)
+                info = infos.get(g.index)
+                _add(fam, _gpu_labels(host, info, g.index, infos), float(v) * s.scale, _mig_labels(info))
             fams.append(fam)
         xid_total, last, stale = (_family(S.series("gpu", f), S.GPU_LABELS) for f in ("xid_total", "last_xid", "stale"))
         counts = {gpu: (n, code) for gpu, n, code in st.xids}
         for g in frame.gpus:
-            labels = _gpu_labels(host, infos.get(g.index), g.index)
+            info = infos.get(g.index)
+            labels, mig = _gpu_labels(host, info, g.index, infos), _mig_labels(info)
             n, code = counts.get(g.index, (0, 0))
-            xid_total.add_metric(labels, n)
-            last.add_metric(labels, code)
-            stale.add_metric(labels, 1 if g.index in frame.stale_gpus else 0)
+            _add(xid_total, labels, n, mig)
+            _add(last, labels, code, mig)
+            _add(stale, labels, 1 if g.index in frame.stale_gpus else 0, mig)
         return fams + [xid_total, last, stale]
 
     @staticmethod
@@ -126,10 +149,13 @@ class HostCollector(Collector):
         busy = _family(S.series("owner", "owner_sm"), S.OWNER_LABELS)
         for gpu, user, job, pod, namespace, container, nbytes, sm in st.owners:
             info = infos.get(gpu)
+            mig = _mig_labels(info)
+            if mig:  # a MIG device: its GPU's index and UUID, and its own two labels
+                gpu, info = info.parent, infos.get(info.parent)
             labels = [str(gpu), (info.uuid if info else None) or "", host, user, job, pod, namespace, container]
-            held.add_metric(labels, float(nbytes))
+            _add(held, labels, float(nbytes), mig)
             if sm is not None:
-                busy.add_metric(labels, sm * 0.01)
+                _add(busy, labels, sm * 0.01, mig)
         return [held, busy]
 
     @staticmethod

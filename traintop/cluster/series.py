@@ -14,6 +14,9 @@ from dataclasses import dataclass
 # dcgm-exporter's GPU labels (its released versions spell the host label "Hostname"; its
 # unreleased main branch renamed it "hostname" — readers accept both).
 GPU_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")
+# A MIG device's series carry these too, as dcgm-exporter's do: its GPU's gpu, UUID, device and
+# modelName, its profile ("1g.18gb") and its GPU instance id. A whole GPU's series have neither.
+MIG_LABELS = ("GPU_I_PROFILE", "GPU_I_ID")
 # uid: the owner of the rank's process, from its probe socket's peer credentials (a number)
 RANK_LABELS = ("job", "rank", "local_rank", "world_size", "uid", "Hostname")
 HOST_LABELS = ("Hostname",)
@@ -51,6 +54,8 @@ GPU_SERIES = (
     Series("gpu_clock_event_reasons", "reasons", "NVML clock-event (throttle) reason bits"),
     Series("gpu_pcie_rx_bytes_per_second", "pcie_rx", "PCIe traffic to the GPU"),
     Series("gpu_pcie_tx_bytes_per_second", "pcie_tx", "PCIe traffic from the GPU"),
+    Series("gpu_nvlink_rx_bytes_per_second", "nvlink_rx", "NVLink traffic to the GPU over all its links (GPM)"),
+    Series("gpu_nvlink_tx_bytes_per_second", "nvlink_tx", "NVLink traffic from the GPU over all its links (GPM)"),
     Series("gpu_throttle_thermal_ratio", "throttle_thermal", "Share of the last window clocks were held down by heat", 0.01),
     Series("gpu_throttle_power_ratio", "throttle_power", "Share of the last window clocks were held down by power", 0.01),
     Series("gpu_ecc_uncorrected_errors_total", "ecc_uncorrected", "Uncorrectable ECC errors since the driver loaded", counter=True),
