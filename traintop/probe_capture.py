@@ -1,0 +1,345 @@
+"""Evidence on request: a torch.profiler trace of a few steps, or a CUDA memory snapshot.
+
+Part of the probe (see probe_agent): standalone on purpose (stdlib and torch only). traintop asks
+for a capture when a finding starts; the probe thread calls ``Capturer.request`` and ``poll``, the
+training thread only ``on_step`` (from the optimizer step hook), which is a single attribute
+check while nothing is asked for.
+
+A capture starts at the first step end after the request and covers ``STEPS`` steps. The
+training thread starts and stops the profiler (or the allocator's history) and nothing more: the
+trace's export and the snapshot's pickling happen in ``poll``, on the probe thread.
+
+``poll`` reports each capture once, as soon as its file is written (or it failed)::
+
+    {"kind", "path", "t", "steps", "step_s_before", "step_s_during", "step_s_after", "bytes", "error"}
+
+``step_s_after`` (the median of the ``AROUND`` steps after the capture ended) is usually not
+known yet then: it is None, and one more record ``{"kind", "path", "step_s_after"}`` follows once
+it is. A failed capture (``error`` set, ``path`` None) has no follow-up.
+"""
+
+from __future__ import annotations
+
+import collections
+import errno
+import os
+import pickle
+import stat
+import sys
+import tempfile
+import time
+from typing import Any
+
+KINDS = {"trace": "trace", "memory": "memory snapshot"}
+RATE_S = 600.0  # one capture of each kind this often
+STEPS = 3  # steps captured
+AROUND = 20  # step durations before (median) and after (median) a capture
+MEMORY_ENTRIES = 100_000
+MAX_BYTES = {"trace": 256 << 20, "memory": 1 << 30}  # a bigger file is deleted and reported as an error
+_SUFFIX = {"trace": "trace.json", "memory": "memory.pickle"}
+
+
+def dir_problem(path: str) -> str | None:
+    """Why ``path`` is not a private directory of ours (None when it is); lstat: a symlink never is."""
+    try:
+        st = os.lstat(path)
+    except OSError as e:
+        return f"{path} cannot be checked ({e.strerror})"
+    if stat.S_ISLNK(st.st_mode):
+        return f"{path} is a symbolic link"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{path} is not a directory"
+    if st.st_uid != os.getuid():
+        return f"{path} belongs to another user"
+    if st.st_mode & 0o077:
+        return f"{path} is open to others (mode {oct(st.st_mode & 0o777)})"
+    return None
+
+
+def _median(xs) -> float | None:
+    xs = sorted(xs)
+    if not xs:
+        return None
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
+class _Refused(Exception):
+    """A capture's file not kept: the message says why."""
+
+
+def _one_line(e: BaseException) -> str:
+    if isinstance(e, _Refused):
+        return str(e)[:200]
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"[:200]
+
+
+def _stamp(t: float) -> str:
+    return time.strftime("%Y%m%d-%H%M%S", time.localtime(t))
+
+
+def _cuda_at_least(version: str | None, want: tuple[int, int]) -> bool:
+    try:
+        return tuple(int(p) for p in str(version).split(".")[:2]) >= want
+    except ValueError:
+        return False
+
+
+class _Capture:
+    """One capture's state. phase: asked -> running (training thread) -> stopped -> written (probe thread)."""
+
+    def __init__(self, kind: str, before: list[float]) -> None:
+        self.kind = kind
+        self.phase = "asked"
+        self.before = before
+        self.during: list[float] = []
+        self.after: list[float] = []
+        self.last = 0.0  # the clock at the last step end (after our own start/stop work)
+        self.t = time.time()  # epoch seconds when it started
+        self.handle: Any = None  # the profiler, then (memory) the snapshot
+        self.record: dict | None = None
+
+
+class Capturer:
+    """Takes a trace or a memory snapshot of a few steps when asked (see the module's docstring)."""
+
+    def __init__(self, directory: str, clock=time.perf_counter) -> None:
+        self.directory = directory
+        self.clock = clock
+        self.pid = os.getpid()
+        self.error: str | None = None  # why no capture can be written (the directory)
+        self._active: _Capture | None = None  # the one capture in progress (set by the probe thread only)
+        self._records: collections.deque = collections.deque()
+        self._started_at: dict[str, float] = {}
+        self._closed = False
+        try:
+            os.mkdir(directory, 0o700)
+        except FileExistsError:
+            pass
+        except OSError as e:
+            self.error = f"{directory} cannot be created ({e.strerror})"
+            return
+        self.error = dir_problem(directory)
+
+    @property
+    def busy(self) -> bool:
+        """From the request until the steps after the capture are measured."""
+        return self._active is not None
+
+    # -- probe thread --------------------------------------------------------------
+    def request(self, kind: str, recent_steps=()) -> str | None:
+        """Ask for a capture; None if accepted, else why not (one line). ``recent_steps``: the
+        latest step durations the caller has measured (the last ``AROUND`` give step_s_before)."""
+        if kind not in KINDS:
+            return "unknown capture kind"
+        if self._closed:
+            return "the probe is closing"
+        if self.error:
+            return f"no capture directory: {self.error}"
+        if self._active is not None:
+            return "a capture is already running"
+        last = self._started_at.get(kind)
+        if last is not None and self.clock() - last < RATE_S:
+            return f"one {KINDS[kind]} per {RATE_S / 60:g} min"
+        try:
+            if sys.modules.get("torch") is None:
+                return "no torch in this process"
+            if kind == "memory":
+                cuda = sys.modules.get("torch.cuda")
+                if cuda is None or not cuda.is_initialized():
+                    return "no CUDA in this process"  # never initialise CUDA ourselves
+            cap = _Capture(kind, [float(x) for x in list(recent_steps)[-AROUND:]])
+        except Exception as e:
+            return _one_line(e)
+        self._started_at[kind] = self.clock()
+        self._active = cap
+        return None
+
+    def poll(self) -> list[dict]:
+        """The captures finished since the last call, each reported once (then its follow-up)."""
+        out = []
+        while self._records:
+            out.append(self._records.popleft())
+        cap = self._active
+        if cap is None:
+            return out
+        if cap.phase == "stopped":
+            rec = self._write(cap)
+            cap.handle = None
+            out.append(rec)
+            if rec["error"]:
+                self._active = None
+                return out
+            cap.record = rec
+            cap.phase = "written"
+        if cap.phase == "written" and len(cap.after) >= AROUND:
+            if cap.record["step_s_after"] is None:
+                out.append({"kind": cap.kind, "path": cap.record["path"], "step_s_after": _median(cap.after)})
+            self._active = None
+        return out
+
+    def close(self) -> None:
+        """At exit: stop a capture left running; write one already stopped."""
+        self._closed = True
+        cap, self._active = self._active, None
+        if cap is None:
+            return
+        try:
+            if cap.phase in ("asked", "running"):
+                self._abort(cap)
+                self._records.append(self._record(cap, error=f"the process ended during the capture "
+                                                               f"({len(cap.during)} of {STEPS} steps)"))
+            elif cap.phase == "stopped":
+                self._records.append(self._write(cap))
+        except Exception as e:
+            self._records.append(self._record(cap, error=_one_line(e)))
+
+    # -- training thread -----------------------------------------------------------
+    def on_step(self) -> None:
+        """At the end of every optimizer step."""
+        cap = self._active
+        if cap is None:
+            return
+        try:
+            self._step(cap)
+        except Exception as e:
+            self._fail(cap, e)
+
+    def _step(self, cap: _Capture) -> None:
+        now = self.clock()
+        if cap.phase == "asked":
+            self._start(cap)
+            cap.phase = "running"
+            cap.last = self.clock()
+            return
+        took = now - cap.last
+        if cap.phase == "running":
+            cap.during.append(took)
+            if len(cap.during) < STEPS:
+                if cap.kind == "trace":
+                    cap.handle.step()
+            else:
+                self._stop(cap)
+                cap.phase = "stopped"
+            cap.last = self.clock()  # our own start/step/stop work is no step's time
+            return
+        if len(cap.after) < AROUND:
+            cap.after.append(took)
+        cap.last = now
+
+    def _start(self, cap: _Capture) -> None:
+        torch = sys.modules["torch"]
+        cap.t = time.time()
+        if cap.kind == "memory":
+            sys.modules["torch.cuda.memory"]._record_memory_history(max_entries=MEMORY_ENTRIES)
+            return
+        profiler = sys.modules.get("torch.profiler")
+        if profiler is None:
+            import torch.profiler as profiler  # torch is imported: it steps an optimizer
+        # pytorch#144455: without CUPTI's teardown, steps stay 10-20 % slower after the profiler
+        # stops; CUDA graphs crashed with teardown before CUDA 12.6. The user's own setting wins.
+        cuda_version = getattr(torch.version, "cuda", None)
+        if "TEARDOWN_CUPTI" not in os.environ and (cuda_version is None or _cuda_at_least(cuda_version, (12, 6))):
+            os.environ["TEARDOWN_CUPTI"] = "1"
+        activities = [profiler.ProfilerActivity.CPU]
+        cuda = sys.modules.get("torch.cuda")
+        if cuda is not None and cuda.is_available() and cuda.is_initialized():
+            activities.append(profiler.ProfilerActivity.CUDA)
+        record = profiler.ProfilerAction.RECORD
+        # A schedule, even one that always records, is what makes step() mark ProfilerStep#N. The
+        # step hook runs inside the optimizer's own "Optimizer.step#..." range, so each ProfilerStep
+        # boundary falls in that range's last microseconds (slices that do not nest perfectly).
+        cap.handle = profiler.profile(activities=activities, schedule=lambda step: record, record_shapes=False,
+                                      with_stack=False, profile_memory=False)
+        cap.handle.start()
+
+    def _stop(self, cap: _Capture) -> None:
+        if cap.kind == "memory":
+            memory = sys.modules["torch.cuda.memory"]
+            try:
+                cap.handle = memory._snapshot()  # pickled in poll, off the training thread
+            finally:
+                memory._record_memory_history(enabled=None)
+        else:
+            cap.handle.stop()
+
+    def _fail(self, cap: _Capture, e: Exception) -> None:
+        if cap.phase in ("asked", "running"):
+            self._abort(cap)
+        cap.handle = None
+        self._records.append(self._record(cap, error=_one_line(e)))
+        self._active = None
+
+    def _abort(self, cap: _Capture) -> None:
+        """Stop what a capture may have started, keeping nothing."""
+        handle, cap.handle = cap.handle, None
+        try:
+            if cap.kind == "memory":
+                memory = sys.modules.get("torch.cuda.memory")
+                if memory is not None and cap.phase == "running":
+                    memory._record_memory_history(enabled=None)
+            elif handle is not None:
+                handle.stop()
+        except Exception:
+            pass
+
+    # -- files (probe thread) ------------------------------------------------------
+    def _record(self, cap: _Capture, path: str | None = None, size: int | None = None,
+                error: str | None = None) -> dict:
+        return {"kind": cap.kind, "path": path, "t": cap.t, "steps": len(cap.during),
+                "step_s_before": _median(cap.before), "step_s_during": list(cap.during),
+                "step_s_after": _median(cap.after) if len(cap.after) >= AROUND and not error else None,
+                "bytes": size, "error": error}
+
+    def _write(self, cap: _Capture) -> dict:
+        try:
+            path, size = self._write_file(cap)
+            return self._record(cap, path, size)
+        except Exception as e:
+            return self._record(cap, error=_one_line(e))
+
+    def _write_file(self, cap: _Capture) -> tuple[str, int]:
+        """Into a fresh temp file of the directory, then linked under the final name: never
+        overwrites a file, never follows a symlink."""
+        problem = dir_problem(self.directory)
+        if problem:
+            raise _Refused(problem)
+        fd, tmp = tempfile.mkstemp(prefix=".capture-", suffix=".tmp", dir=self.directory)  # 0600, O_EXCL
+        try:
+            if cap.kind == "trace":
+                os.close(fd)
+                cap.handle.export_chrome_trace(tmp)
+            else:
+                with os.fdopen(fd, "wb") as f:
+                    pickle.dump(cap.handle, f)  # what torch.cuda.memory._dump_snapshot writes
+            os.chmod(tmp, 0o600)
+            size = os.lstat(tmp).st_size
+            if size > MAX_BYTES[cap.kind]:
+                raise _Refused(f"the {KINDS[cap.kind]} is {size / 2**20:.0f} MiB, over the "
+                              f"{MAX_BYTES[cap.kind] >> 20} MiB bound: deleted")
+            base = f"capture-{self.pid}-{_stamp(cap.t)}"
+            for n in range(1, 100):
+                path = os.path.join(self.directory, f"{base}-{_SUFFIX[cap.kind]}" if n == 1
+                                    else f"{base}-{n}-{_SUFFIX[cap.kind]}")
+                try:
+                    os.link(tmp, path)  # fails on any existing name, a symlink included
+                    return path, size
+                except FileExistsError:
+                    continue
+                except OSError as e:
+                    if e.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EXDEV):
+                        raise
+                    # no hard links here: claim the name exclusively, then move the file onto it
+                    try:
+                        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+                    except FileExistsError:
+                        continue
+                    os.rename(tmp, path)
+                    return path, size
+            raise _Refused(f"{base}-*-{_SUFFIX[cap.kind]}: every name is taken")
+        finally:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
