@@ -28,6 +28,10 @@ MAX_STEP_TIMES = 10_000  # what the probe keeps between two messages
 MAX_DEVICES = 64
 
 
+RATE_S = 10.0  # the step rate is taken over this much
+RATE_MIN_S = 2.0
+
+
 def _reject_constant(name):
     raise ValueError(f"{name} is not a number")
 
@@ -114,6 +118,7 @@ class _Conn:
         self.wait = 0.0
         self.window = 0.0
         self.ledger = dict.fromkeys(LEDGER_BUCKETS, 0.0)  # seconds in each bucket since the last sample
+        self.counts: list[tuple[float, int]] = []  # (when, step counter) over the last RATE_S: the step rate
         self.fresh = False  # a message arrived since the last sample
         self.prev: RankSample | None = None
 
@@ -307,7 +312,9 @@ class ProbeClient:
         main = max(mem, key=lambda d: d.get("reserved") or 0) if mem else {}
         i = self._int
         step_time = median(c.step_times) if c.step_times else None
-        steps_per_s = len(c.step_times) / c.window if c.window > 0 and c.step_times else (0.0 if c.window else None)
+        steps_per_s = self._rate(c, now, i(m.get("steps")))
+        if steps_per_s is None:
+            steps_per_s = len(c.step_times) / c.window if c.window > 0 and c.step_times else (0.0 if c.window else None)
         return RankSample(
             pid=c.pid, rank=i(m.get("rank")), world_size=i(m.get("world_size")), device=i(main.get("device")),
             cuda=bool(m.get("cuda")), allocated=i(main.get("allocated")), reserved=i(main.get("reserved")),
@@ -323,6 +330,20 @@ class ProbeClient:
             step_flops=float(flops["flops"]) if flops else None,
             **self._shares(c, m),
         )
+
+    @staticmethod
+    def _rate(c: _Conn, now: float, steps: int | None) -> float | None:
+        """Steps a second over the last RATE_S (at least RATE_MIN_S): one message's window holds a
+        handful of steps, and a job that syncs every N steps bunches them."""
+        if steps is None:
+            return None
+        c.counts.append((now, steps))
+        while len(c.counts) > 2 and now - c.counts[1][0] >= RATE_S:
+            del c.counts[0]
+        t0, s0 = c.counts[0]
+        if now - t0 < RATE_MIN_S or steps < s0:
+            return None
+        return (steps - s0) / (now - t0)
 
     @staticmethod
     def _shares(c: _Conn, m: dict) -> dict:

@@ -92,7 +92,7 @@ def test_without_a_dataloader_the_client_reports_no_input_wait():
     client = ProbeClient.__new__(ProbeClient)
     client._clock = time.monotonic
     conn = types.SimpleNamespace(pid=42, last=base, step_times=[], wait=0.0, window=1.0, last_seen=time.monotonic(),
-                                 uid=None)
+                                 uid=None, counts=[], ledger={})
     r = client._rank(conn, time.monotonic())
     assert r.input_wait is None and r.loader is False and r.torch is True
     conn.last = dict(base, loader=True)
@@ -477,3 +477,15 @@ def test_the_socket_of_a_job_killed_by_a_signal_is_removed_by_the_next_reader(tm
     probes.ranks()
     probes.close()
     assert alive.exists()
+
+
+def test_the_step_rate_is_taken_over_seconds_not_one_message():
+    """A job that syncs every 10 steps sends messages holding 0 or 10 steps: the rate beside the step
+    time is over RATE_S, so it neither swings between 0 and 30 steps/s nor contradicts the step time."""
+    from traintop.collectors import probe_client
+
+    conn = types.SimpleNamespace(counts=[])
+    rates = [probe_client.ProbeClient._rate(conn, t * 0.33, (int(t * 0.33 / 2.0)) * 10) for t in range(100)]
+    settled = [r for r in rates[40:] if r is not None]
+    assert settled and all(abs(r - 5.0) < 1.2 for r in settled)
+    assert rates[0] is None  # not yet RATE_MIN_S of history

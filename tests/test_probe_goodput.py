@@ -131,7 +131,7 @@ def test_window_buckets_add_up_to_the_wall_time(monkeypatch):
     for window, new_steps, since in plan:
         clock[0] += window
         steps += new_steps
-        out = g.window(clock[0], window, 0.05, steps, since, 0.1, 30.0)
+        out = g.window(clock[0], window, 0.05, steps, since, 30.0)
         assert set(out) == set(BUCKETS) and all(v >= 0 for v in out.values())
         total += window
     assert sum(g.totals.values()) == pytest.approx(total)

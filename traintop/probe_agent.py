@@ -315,7 +315,7 @@ class Probe:
         since_step = None if last_step is None else now - last_step
         recent = sorted(self._recent_steps)
         usual = recent[len(recent) // 2] if recent else None
-        ledger = self.goodput.window(now, window, wait, steps, since_step, usual, self.stall_after())
+        ledger = self.goodput.window(now, window, wait, steps, since_step, self.stall_after())
         torch = sys.modules.get("torch")
         cuda = getattr(torch, "cuda", None) if torch else None
         msg = {

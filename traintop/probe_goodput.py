@@ -26,12 +26,14 @@ import os
 import sys
 import threading
 import time
+from typing import Any
 
 BUCKETS = ("train", "input", "checkpoint", "eval", "compile", "startup", "stalled", "other")
 PRECISION_EVERY_S = 10.0  # one forward hook this often reads the training thread's precision
 FLOPS_FIRST_STEP = 20  # count one step's FLOPs after the warm-up ...
 FLOPS_EVERY_S = 600.0  # ... and again this often
-OVERDUE_FACTOR = 1.5  # a step later than this x the usual step time is overdue
+OVERDUE_FACTOR = 1.5  # a step later than this x the longest recent step gap is overdue
+GAPS_KEPT = 32  # a job that syncs every N steps has one long gap in N: the longest of these is normal
 OVERDUE_MIN_S = 0.3
 
 _CHECKPOINT_FILES = ("/torch/serialization.py", "/torch/distributed/checkpoint/", "/safetensors/",
@@ -98,6 +100,9 @@ class Goodput:
         self.train_thread: int | None = None  # ident of the thread that steps the optimizer
         self._tls = threading.local()
         self._ckpt = 0.0  # checkpoint seconds inside the current window
+        self._ckpt_total = 0.0  # all checkpoint seconds so far (for step gaps net of them)
+        self._gaps: list[float] = []  # the last step gaps, less the checkpoint time inside them
+        self._last_step_at: tuple[float, float] | None = None  # (when, _ckpt_total then)
         self._ckpt_since: float | None = None
         self._window_start = clock()
         self._compile_total: float | None = None  # dynamo's cumulative compile seconds at the last window
@@ -112,7 +117,7 @@ class Goodput:
         self._undo: list = []
         self._patched: set[str] = set()
         # FLOPs of one optimizer step
-        self._flop_mode = None
+        self._flop_mode: Any = None
         self._flop_started: float | None = None
         self._flops_at: float | None = None
         self.flops: dict | None = None
@@ -122,8 +127,15 @@ class Goodput:
 
     # -- hooks (training thread) ------------------------------------------------
     def on_step(self, steps: int) -> None:
-        """From the probe's optimizer step hook: remember the training thread; count FLOPs."""
+        """From the probe's optimizer step hook: remember the training thread and the step's gap; count FLOPs."""
         self.train_thread = threading.get_ident()
+        now = self.clock()
+        last = self._last_step_at
+        if last is not None:
+            self._gaps.append(max(0.0, now - last[0] - (self._ckpt_total - last[1])))
+            if len(self._gaps) > GAPS_KEPT:
+                del self._gaps[0]
+        self._last_step_at = (now, self._ckpt_total)
         if self.flops_disabled:
             return
         try:
@@ -180,9 +192,11 @@ class Goodput:
             finally:
                 tls.depth = 0
                 goodput._ckpt_since = None
-                goodput._ckpt += goodput.clock() - max(t, goodput._window_start)
+                end = goodput.clock()
+                goodput._ckpt += end - max(t, goodput._window_start)
+                goodput._ckpt_total += end - t
 
-        timed.__traintop_probe__ = True  # type: ignore[attr-defined]
+        timed.__traintop_probe__ = True
         return timed
 
     def _on_training_thread(self) -> bool:
@@ -191,7 +205,8 @@ class Goodput:
 
     def install(self) -> None:
         """Wrap the checkpoint calls of the torch modules imported so far (called each tick)."""
-        targets = (("torch", ("save", "load")),
+        # fsync on the training thread is a checkpoint's too (torch.save returns before the data is on disk)
+        targets = (("os", ("fsync",)), ("torch", ("save", "load")),
                    ("torch.distributed.checkpoint", ("save", "load", "async_save", "save_state_dict",
                                                      "load_state_dict")))
         for modname, names in targets:
@@ -269,7 +284,13 @@ class Goodput:
             return None
         return sum(v for k, v in list(spent.items()) if k in ("entire_frame_compile", "entire_backward_compile")) / 1e9
 
-    def window(self, now: float, window: float, input_wait: float, steps: int, since_step: float | None, usual_step: float | None, stall_after: float) -> dict:
+    def usual_gap(self) -> float:
+        """The longest recent gap between steps (less checkpoints): a job that synchronises with the GPU
+        every N steps queues N-1 steps in milliseconds, then waits for them all in one long gap."""
+        return max(self._gaps) if self._gaps else 0.0
+
+    def window(self, now: float, window: float, input_wait: float, steps: int, since_step: float | None,
+               stall_after: float) -> dict:
         """Split the window that ends now into the buckets (seconds, adding up to ``window``)."""
         out = dict.fromkeys(BUCKETS, 0.0)
         ckpt, self._ckpt = self._ckpt, 0.0
@@ -287,7 +308,7 @@ class Goodput:
         comp = min(comp, window - input_wait - ckpt)
         rest = window - input_wait - ckpt - comp
         out["input"], out["checkpoint"], out["compile"] = input_wait, ckpt, comp
-        overdue = since_step is not None and since_step > max(OVERDUE_MIN_S, OVERDUE_FACTOR * (usual_step or 0.0))
+        overdue = since_step is not None and since_step > max(OVERDUE_MIN_S, OVERDUE_FACTOR * self.usual_gap())
         stepped = steps > self._steps_seen
         self._steps_seen = steps
         if steps and not overdue and not stepped:

@@ -177,15 +177,16 @@ def build_view(monitor: Monitor, points: int = SERIES_POINTS) -> View:
             # The store keeps the GPU's used memory, not per-process history: the chart says so.
             nvml_series = store.last(gpu_key(gpu, "mem_used"), points) if gpu is not None else []
             waits = [v for v in store.window(rank_key(subject, "input_wait"), 10.0) if v is not None]
-            steps = sorted(v for v in store.window(rank_key(subject, "step_time"), 30.0) if v)
+            # a step's period from the step rate (a job that syncs every N steps has N-1 short "steps")
+            rates = sorted(v for v in store.present(rank_key(subject, "steps_per_s"), 30.0) if v > 0)
+            period = 1.0 / rates[len(rates) // 2] if rates else None
             gpu_name = infos[gpu].name if gpu is not None and gpu in infos else None
             ranks.append(RankView(r, gpu, nvml_used, store.last(rank_key(subject, "allocated"), points),
                                   store.last(rank_key(subject, "reserved"), points), nvml_series,
                                   store.last(rank_key(subject, "step_time"), points),
                                   sum(waits) / len(waits) if waits else None,
                                   ledger=ledger_shares(store, subject, LEDGER_WINDOW_S),
-                                  mfu=mfu(r.step_flops, steps[len(steps) // 2] if steps else r.step_time,
-                                          gpu_name, r.matmul_mode)))
+                                  mfu=mfu(r.step_flops, period, gpu_name, r.matmul_mode)))
         config = monitor.engine.config
         pview = ProcessView(proc, store.last(proc_key("cpu_percent"), points), monitor.ended_at, gpu_mem, ranks,
                             config, launched=monitor.launched, job_end=monitor.job_end,

@@ -23,7 +23,7 @@ from typing import Iterable
 
 from traintop.metrics import gpu_index
 
-WASTE_FROM_UTIL = frozenset({"starvation", "underuse", "imbalance", "idle_gpu"})
+WASTE_FROM_UTIL = frozenset({"starvation", "underuse", "imbalance", "idle_gpu", "pause"})
 WASTE_FROM_CLOCK = frozenset({"thermal"})
 WASTE_ALL = frozenset({"stall", "stalled_job"})  # stalled_job: the cluster's, over every GPU of the job's hosts
 

@@ -71,6 +71,7 @@ def rank_line(rv: RankView, thresholds: Thresholds = DEFAULT) -> Line:
     return out
 
 
+NBSP = "\u00a0"
 # The ledger's buckets as the panel names and draws them (train first: the goodput).
 LEDGER_STYLE = {"train": ("train", "green"), "input": ("input", "yellow"), "checkpoint": ("checkpoint", "magenta"),
                 "eval": ("eval", "cyan"), "compile": ("compile", "blue"), "startup": ("startup", "blue"),
@@ -102,7 +103,8 @@ def ledger_line(rv: RankView, width: int) -> Line | None:
     rest = sorted(((v, b) for b, v in shares.items() if b != "train" and v >= 0.005), reverse=True)
     for v, b in rest:
         out.append(f" · {LEDGER_STYLE[b][0]}\u00a0{v * 100:.0f}\u00a0%", LEDGER_STYLE[b][1])
-    return out.append(f"  ({rv.sample.label}, last {LEDGER_WINDOW_S / 60:.0f} min)", "dim")
+    return out.append(f"  ({one_line(rv.sample.label, 20).replace(' ', NBSP)},{NBSP}{LEDGER_WINDOW_S / 60:.0f}{NBSP}min)",
+                      "dim")
 
 
 def compact_rank_line(rv: RankView, ranks: int, thresholds: Thresholds = DEFAULT) -> Line:

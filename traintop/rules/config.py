@@ -54,9 +54,9 @@ class Thresholds:
     precision_min_sm_active: float = 40.0  # % of SMs busy on average
     precision_max_tensor_active: float = 3.0  # % tensor-core activity at most
     # pauses: the job's steps stop for something other than input (checkpoint, evaluation, ...)
-    pause_window_s: float = 180.0
+    pause_window_s: float = 1800.0  # judged over up to this much (from 30 s of data on)
     pause_min_share: float = 0.08  # of the window's wall time spent in pauses
-    pause_min_gaps: int = 2  # separate pauses in the window: repeated, not a one-off
+    pause_min_gaps: float = 2  # separate pauses in the window: repeated, not a one-off
     # host RAM and swap
     host_mem_frac: float = 0.95
     host_swap_rise_gib: float = 0.5
@@ -142,7 +142,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "other_process_min_gib": _GIB, "other_process_min_sm": _PCT,
     "host_mem_frac": _FRAC, "host_swap_rise_gib": _GIB,
     "precision_window_s": _WINDOW, "precision_min_sm_active": _PCT, "precision_max_tensor_active": _PCT,
-    "pause_window_s": _WINDOW, "pause_min_share": _FRAC, "pause_min_gaps": (1, 1000),
+    "pause_window_s": (60.0, 24 * 3600.0), "pause_min_share": _FRAC, "pause_min_gaps": (1, 1000),
     "imbalance_window_s": _WINDOW, "imbalance_gap": _PCT,
     "low_clocks_frac": _FRAC, "low_clocks_min_util": _PCT,
     "pcie_window_s": _WINDOW, "pcie_min_link_frac": _FRAC, "pcie_max_util": _PCT, "pcie_max_sm_active": _PCT,

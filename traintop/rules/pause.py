@@ -10,14 +10,18 @@ never data starvation (no input wait) nor a small batch (the GPU works between t
 
 from __future__ import annotations
 
+from traintop.metrics import gpu_subject
 from traintop.rules.declaration import HostRule
 from traintop.rules.engine import Verdict, RuleContext, Severity
+from traintop.units import fmt_duration
 
 PAUSED = ("checkpoint", "eval", "other")
 WHAT = {"checkpoint": "checkpoints (torch.save / torch.distributed.checkpoint)",
         "eval": "evaluation (forward passes with grad off, no optimizer step)",
         "other": "pauses outside the input pipeline (its step overdue: no checkpoint, evaluation or input wait)"}
 IN_PAUSE = 0.5  # a sample with at least this share of pause is part of a gap
+MIN_DATA_S = 30.0  # judged once this much of the ledger is there (then over up to pause_window_s)
+EVERY_S = 5.0  # the window is long and pauses come and go over minutes: judged this often
 
 
 class Pause(HostRule):
@@ -36,12 +40,22 @@ class Pause(HostRule):
         "of a GPU tensor each step, logging that synchronises, or gc.collect() in the loop.",
     )
 
+    _at: float | None = None
+    _verdicts: tuple = ()
+
     def evaluate(self, ctx: RuleContext):
+        if self._at is not None and 0.0 <= ctx.now - self._at < EVERY_S:
+            return self._verdicts
+        self._at, self._verdicts = ctx.now, tuple(self._judge(ctx))
+        return self._verdicts
+
+    def _judge(self, ctx: RuleContext):
         c = ctx.config
         w = c.pause_window_s
         for subject, r in ctx.ranks():
-            shares = {b: ctx.rank_pairs(subject, "time_" + b, w, min_n=10, min_span=0.5) for b in PAUSED}
-            if not any(shares.values()):
+            shares = {b: ctx.rank_pairs(subject, "time_" + b, w, min_n=10) for b in PAUSED}
+            span = max((p[-1][0] - p[0][0] for p in shares.values() if p), default=0.0)
+            if span < MIN_DATA_S:
                 continue
             n = max(len(p) for p in shares.values())
             total = {b: sum(v for _, v in p) / n for b, p in shares.items() if p}
@@ -62,18 +76,21 @@ class Pause(HostRule):
                 continue
             main = max(total, key=lambda b: total[b])
             parts = [f"{b} {v * 100:.0f} %" for b, v in sorted(total.items(), key=lambda kv: -kv[1]) if v >= 0.005]
-            text = (f"{r.label} spent {pause * 100:.0f} % of the last {w / 60:.0f} min in {gaps} pauses, mostly "
+            text = (f"{r.label} spent {pause * 100:.0f} % of the last {fmt_duration(span)} in {gaps} pauses, mostly "
                     f"{WHAT[main]} ({', '.join(parts)}); no input wait in them")
-            idle = self._idle_in_gaps(ctx, r, per_t)
+            gpu = self._gpu_of(ctx, r)
+            idle = self._util_in_gaps(ctx, gpu, per_t) if gpu is not None else None
             if idle is not None:
-                text += f"; its GPU averaged {idle:.0f} % utilization in them"
-            yield Verdict(subject, text, Severity.WARNING)
+                text += f"; GPU {gpu} averaged {idle:.0f} % utilization in them"
+            # on its GPU where known: the GPU's idle time is what the pauses cost (GPU-hours)
+            yield Verdict(gpu_subject(gpu) if gpu is not None else subject, text, Severity.WARNING)
 
     @staticmethod
-    def _idle_in_gaps(ctx: RuleContext, r, per_t: dict[float, float]) -> float | None:
-        gpu = next((i for i in ctx.gpu_indices() if any(s for s, rr in ctx.feed(i).ranks if rr.pid == r.pid)), None)
-        if gpu is None:
-            return None
+    def _gpu_of(ctx: RuleContext, r) -> int | None:
+        return next((i for i in ctx.gpu_indices() if any(rr.pid == r.pid for _, rr in ctx.feed(i).ranks)), None)
+
+    @staticmethod
+    def _util_in_gaps(ctx: RuleContext, gpu: int, per_t: dict[float, float]) -> float | None:
         util = dict(ctx.gpu_pairs(gpu, "util", ctx.config.pause_window_s))
         vals = [util[t] for t, v in per_t.items() if v >= IN_PAUSE and t in util]
         return sum(vals) / len(vals) if vals else None

@@ -20,7 +20,7 @@ class FullPrecision(HostRule):
     id = "precision"
     title = "Training in full fp32"
     severity = Severity.WARNING  # a likelihood (no probe reading) is information
-    raise_after = 10.0
+    raise_after = 5.0
     clear_after = 10.0
     remedies = (
         "Mixed precision: wrap the forward pass and the loss in torch.autocast('cuda', dtype=torch.bfloat16) "
@@ -36,7 +36,7 @@ class FullPrecision(HostRule):
         w = c.precision_window_s
         for g in ctx.gpus():
             i = g.index
-            sm = ctx.gpu_pairs(i, "sm_active", w, min_n=3, min_span=0.5)
+            sm = ctx.gpu_pairs(i, "sm_active", w, min_n=3, min_span=0.33)
             tensor = ctx.gpu_window(i, "tensor_active", w)
             if not sm or not tensor:
                 continue  # no GPM here: nothing to tell fp32 from a tensor-core job
@@ -68,6 +68,6 @@ class FullPrecision(HostRule):
         """'; its steps run 41.0 TFLOP/s' where the probe counted a step's FLOPs (the panel's MFU sets it
         against the GPU's peak)."""
         for _, r in ranks:
-            if r.step_flops and r.step_time:
-                return f"; its steps run {r.step_flops / r.step_time / 1e12:.1f} TFLOP/s"
+            if r.step_flops and r.steps_per_s:
+                return f"; its steps run {r.step_flops * r.steps_per_s / 1e12:.1f} TFLOP/s"
         return ""
