@@ -17,7 +17,7 @@ import time
 
 from traintop import plausible
 from traintop.probe_agent import peer_uid, private_dir_problem, probe_dir
-from traintop.samples import LEDGER_BUCKETS, MATMUL_MODES, RankSample, StackDump, ThreadStack
+from traintop.samples import LEDGER_BUCKETS, MATMUL_MODES, Capture, RankSample, StackDump, ThreadStack
 from traintop.stats import median
 from traintop.text import one_line
 
@@ -159,6 +159,7 @@ class ProbeClient:
         self._clock = clock
         self.rejected: set[int] = set()
         self._stacks: list[StackDump] = []  # received, not yet taken
+        self._captures: list[Capture] = []  # received, not yet taken
         self.bad_messages = 0  # dropped: not JSON, or a field out of its type or range
         self._job_dirs: dict[int, str | None] = {}
         self.refused_dirs: dict[str, str] = {}  # directory -> why no probe there is read
@@ -240,6 +241,11 @@ class ProbeClient:
         c.last = msg
         c.last_seen = self._clock()
         c.fresh = True
+        for rec in (msg.get("captures") or [])[:8] if isinstance(msg.get("captures"), list) else ():
+            cap = capture_record(rec, msg, c.pid)
+            if cap is not None:
+                self._captures.append(cap)
+                del self._captures[:-32]
         if msg.get("pause_stack"):
             self._stacks.append(pause_dump(msg, c.pid))
             del self._stacks[:-64]
@@ -260,6 +266,22 @@ class ProbeClient:
             except OSError:  # gone or full: the next sample drops it
                 pass
         return asked
+
+    def request_capture(self, kind: str) -> int:
+        """Ask every connected probe for a capture (``trace`` or ``memory``); the result comes with
+        a later message (``take_captures``). Returns how many were asked."""
+        asked = 0
+        for c in self._conns.values():
+            try:
+                c.sock.send(f"capture {kind}\n".encode())
+                asked += 1
+            except OSError:
+                pass
+        return asked
+
+    def take_captures(self) -> tuple[Capture, ...]:
+        out, self._captures = tuple(self._captures), []
+        return out
 
     def take_stacks(self) -> tuple[StackDump, ...]:
         out, self._stacks = tuple(self._stacks), []
@@ -372,6 +394,27 @@ def stack_dump(msg: dict, pid: int) -> StackDump | None:
                                    stack=d["stack"][-MAX_STACK_CHARS:]))
     reason = "stalled" if msg.get("stacks_reason") == "stalled" else "requested"
     return _dump(msg, pid, reason, tuple(threads))
+
+
+def capture_record(rec, msg: dict, pid: int) -> Capture | None:
+    """A probe's capture record, checked field by field (None: not one)."""
+    if not isinstance(rec, dict) or rec.get("kind") not in ("trace", "memory"):
+        return None
+    path = rec.get("path")
+    if path is not None and (not isinstance(path, str) or not path.startswith("/") or len(path) > 4096
+                             or "\x00" in path):
+        return None
+    def secs(v):
+        return float(v) if type(v) in (int, float) and plausible.number(v, (0.0, 1e5)) is not None else None
+    t, rank, size, steps, error = rec.get("t"), msg.get("rank"), rec.get("bytes"), rec.get("steps"), rec.get("error")
+    return Capture(
+        t=float(t) if type(t) in (int, float) and plausible.time_ok(t) else time.time(), pid=pid,
+        kind=rec["kind"], rank=rank if type(rank) is int else None, path=path,
+        size=size if type(size) is int and 0 <= size < 1 << 40 else None,
+        steps=steps if type(steps) is int and 0 <= steps < 1000 else None,
+        step_s_before=secs(rec.get("step_s_before")), step_s_after=secs(rec.get("step_s_after")),
+        error=one_line(error, limit=200) if isinstance(error, str) else None,
+        follow_up="steps" not in rec)
 
 
 def pause_dump(msg: dict, pid: int) -> StackDump:

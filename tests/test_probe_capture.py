@@ -70,13 +70,10 @@ class FakeProfile:
     def start(self):
         self.calls.append(("start", None, threading.get_ident()))
 
-    def step(self):
-        self.calls.append(("step", None, threading.get_ident()))
-        if self.step_raises:
-            raise RuntimeError("CUPTI_ERROR_NOT_INITIALIZED\nmore detail")
-
     def stop(self):
         self.calls.append(("stop", None, threading.get_ident()))
+        if self.step_raises:
+            raise RuntimeError("CUPTI_ERROR_NOT_INITIALIZED\nmore detail")
 
     def export_chrome_trace(self, path):
         self.calls.append(("export", path, threading.get_ident()))
@@ -138,8 +135,12 @@ def test_a_trace_of_a_cpu_training_loop_is_a_chrome_trace_of_its_steps(tmp_path)
         with open(path) as f:
             trace = json.load(f)
         assert isinstance(trace, dict) and isinstance(trace["traceEvents"], list)
-        steps = {e.get("name") for e in trace["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#")}
-        assert steps == {f"ProfilerStep#{i}" for i in range(STEPS)}
+        names = [str(e.get("name", "")) for e in trace["traceEvents"]]
+        # the steps inside the capture, marked by the optimizer's own ranges (no ProfilerStep marks:
+        # they would overlap them), and their operators
+        assert sum(n.startswith("Optimizer.step#") for n in names) >= STEPS - 1
+        assert any(n.startswith("aten::addmm") or n.startswith("aten::mm") for n in names)
+        assert not any(n.startswith("ProfilerStep#") for n in names)
         assert cap.busy  # until the steps after it are measured
         assert cap.request("memory") == "a capture is already running"
         for _ in range(AROUND):
@@ -210,7 +211,7 @@ def test_step_timing_and_which_thread_does_what(tmp_path, fake_profile):
     worker = threading.Thread(target=train)  # the training thread
     worker.start()
     worker.join()
-    assert names(calls) == ["init", "start", "step", "step", "stop"]
+    assert names(calls) == ["init", "start", "stop"]
     assert all(c[2] == worker.ident for c in calls)
     kwargs = calls[0][1]
     assert kwargs["activities"] == [torch.profiler.ProfilerActivity.CPU]  # CUDA is not initialised here
@@ -328,9 +329,9 @@ def test_a_profiler_that_raises_is_an_error_record_and_training_goes_on(tmp_path
         assert cap.request("trace") is None
         for _ in range(10):
             step()
-    assert names(calls) == ["init", "start", "step", "stop"]
+    assert names(calls)[:3] == ["init", "start", "stop"]
     rec, = cap.poll()
-    assert rec["error"] == "RuntimeError: CUPTI_ERROR_NOT_INITIALIZED" and rec["steps"] == 1
+    assert rec["error"] == "RuntimeError: CUPTI_ERROR_NOT_INITIALIZED" and rec["steps"] == STEPS
     assert os.listdir(tmp_path / "c") == []
 
 
@@ -422,7 +423,7 @@ def test_close_stops_a_running_capture_and_writes_a_stopped_one(tmp_path, fake_p
     cap.on_step()
     cap.on_step()
     cap.close()
-    assert names(calls) == ["init", "start", "step", "stop"]
+    assert names(calls) == ["init", "start", "stop"]
     rec, = cap.poll()
     assert rec["error"] == f"the process ended during the capture (1 of {STEPS} steps)" and rec["path"] is None
     assert cap.request("trace") == "the probe is closing" and not cap.busy

@@ -1,6 +1,7 @@
 """The probe's time ledger, precision reading and per-step FLOPs, on a real (CPU) torch job."""
 
 import json
+import time
 import os
 import subprocess
 import sys
@@ -155,3 +156,73 @@ def test_imports_are_not_compile_time():
     assert stack_kind(_frame("/torch/serialization.py", "save", user)) == "checkpoint"
     # dynamo's eval_frame wrappers sit on every optimizer step: not compile
     assert stack_kind(_frame("/torch/_dynamo/eval_frame.py", "_fn", user)) is None
+
+
+CAPTURE_JOB = textwrap.dedent("""
+    import time, torch
+    from traintop.probe_agent import Probe
+    p = Probe(interval=0.1); assert p.start()
+    m = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+    opt = torch.optim.SGD(m.parameters(), lr=0.01)
+    x = torch.randn(32, 64)
+    end = time.time() + 60
+    while time.time() < end:
+        loss = m(x).pow(2).mean(); opt.zero_grad(); loss.backward(); opt.step(); time.sleep(0.01)
+""")
+
+
+@pytest.mark.system
+def test_a_finding_asks_the_job_for_a_trace_kept_beside_the_recording_and_listed_by_analyze(tmp_path):
+    """The whole path on a real (CPU) torch job: traintop asks the probe, the probe profiles three steps
+    and writes the trace, the record reaches the monitor, the file is copied beside the recording,
+    and analyze lists it with its viewer."""
+    pytest.importorskip("torch")
+    from tests.waiting import until
+    from traintop.analyze import analyze, render_text
+    from traintop.collectors.probe_client import ProbeClient
+    from traintop.monitor import Monitor
+    from traintop.recording import RecordingReader
+    from traintop.samples import Frame, SessionInfo
+
+    script = tmp_path / "job.py"
+    script.write_text(CAPTURE_JOB)
+    probes = tmp_path / "probes"
+    env = dict(os.environ, TRAINTOP_PROBE_DIR=str(probes),
+               PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(probe_goodput.__file__))))
+    job = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    client = ProbeClient(str(probes))
+    try:
+        # steps before the capture: its "before" step time
+        assert until(lambda: any((r.steps or 0) > 30 for r in client.sample({job.pid})), 60), \
+            "the job's probe never reported its steps"
+        rec = tmp_path / "run.ttrec"
+        monitor = Monitor(SessionInfo(kind="live", interval=0.1))
+        monitor.start_recording(str(rec))
+        monitor.capture_evidence = True
+        monitor._capture_for["trace"] = "Data starvation"
+        assert client.request_capture("trace") == 1
+        got = []
+
+        def arrived():
+            client.sample({job.pid})
+            got.extend(client.take_captures())
+            return any(not c.follow_up for c in got)
+
+        assert until(arrived, 60), "no capture came back"
+        monitor.ingest(Frame(t=time.time(), captures=tuple(got)), evaluate=False)
+        assert until(lambda: (client.sample({job.pid}), got.extend(client.take_captures()),
+                              any(c.follow_up for c in got))[-1], 60), "no step time after the capture"
+        monitor.ingest(Frame(t=time.time() + 1, captures=tuple(c for c in got if c.follow_up)), evaluate=False)
+        monitor.stop_recording()
+    finally:
+        job.kill()
+        job.wait(timeout=30)
+        client.close()
+    cap, = RecordingReader(str(rec)).captures()
+    assert cap.kind == "trace" and cap.error is None and cap.reason == "Data starvation"
+    assert cap.path == str(tmp_path / "run.ttrec.captures" / os.path.basename(cap.path))
+    with open(cap.path) as f:
+        assert "traceEvents" in json.load(f)
+    assert cap.step_s_before and cap.step_s_after
+    text = render_text(analyze(RecordingReader(str(rec))))
+    assert "profiler trace (on Data starvation)" in text and "ui.perfetto.dev" in text

@@ -19,7 +19,10 @@ from traintop.errors import TraintopError
 from traintop.findings import Finding
 from traintop.monitor import Monitor
 from traintop.rules import DEFAULT, Severity, Thresholds, default_engine
+from traintop.evidence import describe
 from traintop.stacks import why_taken
+from traintop.time_ledger import TimeLedger
+from traintop.time_ledger import render as render_ledger
 from traintop.text import plain
 from traintop.units import GiB, fmt_duration
 
@@ -66,6 +69,8 @@ class Report:
     skipped_lines: int = 0  # unreadable lines of an imported log
     # where the job's threads were: the probes' stack dumps (the latest of each process)
     stacks: list[dict] = field(default_factory=list)
+    ledger: list[dict] = field(default_factory=list)  # per rank: where its time went (the probe's time ledger)
+    captures: list[dict] = field(default_factory=list)  # evidence captured when findings started
     t0: float = 0.0  # the first sample's time (unix): the findings' times are told from it
 
     def worst(self) -> Severity | None:
@@ -159,7 +164,20 @@ class _Acc:
 def analyze(source, config: Thresholds | None = None, name: str = "", rerun: bool = False) -> Report:
     report = _analyze(source, config, name, rerun)
     report.stacks = _stacks(source, report)
+    report.captures = _captures(source, report)
+    if not report.ledger and getattr(source, "has_ledger", lambda: False)():
+        ledger = TimeLedger()  # the recording's own findings were used: its samples once more, for the ledger
+        for f in source.frames():
+            ledger.add(f)
+        report.ledger = ledger.report()
     return report
+
+
+def _captures(source, report: Report) -> list[dict]:
+    caps = source.captures() if hasattr(source, "captures") else []
+    return [{"t_s": report.at(c.t), "kind": c.kind, "pid": c.pid, "rank": c.rank, "path": c.path, "bytes": c.size,
+             "reason": c.reason, "step_s_before": c.step_s_before, "step_s_after": c.step_s_after, "error": c.error,
+             "line": describe(c)} for c in caps]
 
 
 def _stacks(source, report: Report) -> list[dict]:
@@ -193,9 +211,11 @@ def _analyze(source, config: Thresholds | None, name: str, rerun: bool) -> Repor
     first = last = None
     n = 0
     kept: list | None = []  # a short source's frames, to judge again over its whole length
+    ledger = TimeLedger()
     for f in source.frames():
         if judged is None:
             monitor.ingest(f)
+        ledger.add(f)
         n += 1
         first = f.t if first is None else first
         last = f.t
@@ -212,14 +232,19 @@ def _analyze(source, config: Thresholds | None, name: str, rerun: bool) -> Repor
         _nothing_read(source, name)
     if judged is not None:
         findings, dropped = judged
-        return _report(source, name, findings, accs, first, last, n, notes=_left_out(dropped))
-    monitor.engine.close_all(last)
-    if kept is not None and last - first >= SHORT_MIN_S:
-        alerts, note = _judge_short(info, kept, config or DEFAULT, last - first)
-        if note:
-            return _report(source, name, alerts, accs, first, last, n, notes=(note,))
-    return _report(source, name, monitor.engine.alerts, accs, first, last, n,
-                   notes=_left_out(monitor.engine.dropped))
+        report = _report(source, name, findings, accs, first, last, n, notes=_left_out(dropped))
+    else:
+        monitor.engine.close_all(last)
+        report = None
+        if kept is not None and last - first >= SHORT_MIN_S:
+            alerts, note = _judge_short(info, kept, config or DEFAULT, last - first)
+            if note:
+                report = _report(source, name, alerts, accs, first, last, n, notes=(note,))
+        if report is None:
+            report = _report(source, name, monitor.engine.alerts, accs, first, last, n,
+                             notes=_left_out(monitor.engine.dropped))
+    report.ledger = ledger.report()
+    return report
 
 
 def _left_out(dropped: int) -> list[str]:
@@ -479,6 +504,14 @@ def render_text(r: Report) -> str:
     if any(by_rule.values()):
         out.append("")
         out.append("GPU-hours lost by finding: " + "; ".join(f"{k} {v:.3f}" for k, v in by_rule.items() if v))
+    if r.ledger:
+        out.append("")
+        out.append("Where each rank's time went (the probe's time ledger; goodput = the share in training steps):")
+        out.extend(render_ledger(r.ledger))
+    if r.captures:
+        out.append("")
+        out.append("Evidence captured when findings started:")
+        out.extend(f"  at {fmt_duration(c['t_s'])}, {c['line']}" for c in r.captures)
     if r.stacks:
         out.append("")
         out.append("Where the job's threads were (the probes' stack dumps, innermost call last):")

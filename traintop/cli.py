@@ -124,7 +124,7 @@ def cmd_live(args) -> int:
     try:
         session = sessions.live_session(args.interval, pid=args.pid, record=args.record,
                                         require_gpu=not explicit, config=args.thresholds,
-                                        only_gpus=args.only_gpus)
+                                        only_gpus=args.only_gpus, capture=not args.no_capture)
     except NoGpuError as e:
         # Said inside the app: a line printed before it starts is hidden until the user quits.
         return _run_app(args, sessions.demo_session(config=args.thresholds),
@@ -213,7 +213,7 @@ def cmd_run(args) -> int:
         try:
             session = sessions.live_session(args.interval, pid=job.pid, record=args.record, require_gpu=False,
                                             config=args.thresholds, probe_dir=base, own_child=True,
-                                            only_gpus=args.only_gpus)
+                                            only_gpus=args.only_gpus, capture=not args.no_capture)
         except BaseException:
             job.forward(signal.SIGTERM, 2.0)  # nothing will watch it: do not leave it running
             job.watch()
@@ -354,7 +354,8 @@ def cmd_record(args) -> int:
                                                  realtime=not args.fast, config=args.thresholds)
         else:
             session = sessions.live_session(args.interval, pid=args.pid, record=args.file, require_gpu=False,
-                                            config=args.thresholds, only_gpus=args.only_gpus)
+                                            config=args.thresholds, only_gpus=args.only_gpus,
+                                            capture=not args.no_capture)
     except BaseException:
         if stream_out is not None and stream_out is not sys.stdout:  # made for this run, still empty
             stream_out.close()
@@ -484,6 +485,8 @@ def add_record(sub) -> None:
                    "(- for standard output; schema in the README); a reader that falls behind loses lines")
     g.add_argument("--duration", type=_seconds, metavar="S", help="stop after this many seconds")
     g.add_argument("--quiet", action="store_true", help="print nothing unless something fails")
+    g.add_argument("--no-capture", action="store_true", default=argparse.SUPPRESS, dest="no_capture",
+                   help="never ask the job's probe for evidence when a finding starts (see traintop --help)")
     g = p.add_argument_group("simulator")
     g.add_argument("--simulate", metavar="SCENARIO", help="record the simulator instead of real GPUs")
     g.add_argument("--gpus", type=_positive_int, default=1, metavar="N", help="simulated GPUs (with --simulate)")

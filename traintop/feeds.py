@@ -111,6 +111,11 @@ class SourceFeed(Feed):
             ask = getattr(self.source, "request_stacks", None)
             if ask is not None:
                 ask()
+        while self.monitor.captures_wanted:
+            kind = self.monitor.captures_wanted.pop(0)
+            ask = getattr(self.source, "request_capture", None)
+            if ask is not None:
+                ask(kind)
         self.monitor.ingest(self.source.next_frame())
         failing = getattr(self.source, "failing", None)  # live collectors that raise (LiveSampler)
         if failing is not None:

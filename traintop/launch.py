@@ -42,7 +42,7 @@ def injection_dir(base: str) -> str:
     d = os.path.join(base, f"inject-{__version__}")
     os.makedirs(d, mode=0o700, exist_ok=True)
     pkg = resources.files("traintop")
-    for src, dst in (("probe_goodput.py", "_traintop_probe_goodput.py"), ("probe_agent.py", "_traintop_probe_agent.py"),
+    for src, dst in (("probe_capture.py", "_traintop_probe_capture.py"), ("probe_goodput.py", "_traintop_probe_goodput.py"), ("probe_agent.py", "_traintop_probe_agent.py"),
                      ("inject/sitecustomize.py", "sitecustomize.py")):
         with resources.as_file(pkg.joinpath(src)) as path:
             fd, tmp = tempfile.mkstemp(dir=d, prefix=dst, suffix=".tmp")  # two runs at once: one name each

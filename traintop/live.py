@@ -132,15 +132,21 @@ class LiveSampler:
         gpus, stale = self._gpus()
         host = self._call("host", self.host.sample) if self.host is not None else None
         proc = self._call("process", self.process.sample) if self.process is not None else None
-        ranks, stacks = (), ()
+        ranks, stacks, captures = (), (), ()
         if self.probes is not None and proc is not None and proc.alive:
             ranks = self._call("probe", lambda: self.probes.sample(self.process.channel_pids()), fallback=())
             stacks = self.probes.take_stacks()
-        return Frame(t=t, gpus=gpus, host=host, process=proc, ranks=ranks, stale_gpus=stale, stacks=stacks)
+            captures = self.probes.take_captures()
+        return Frame(t=t, gpus=gpus, host=host, process=proc, ranks=ranks, stale_gpus=stale, stacks=stacks,
+                     captures=captures)
 
     def request_stacks(self) -> int:
         """Ask the job's probes for every thread's stack (they come with a later frame)."""
         return self.probes.request_stacks() if self.probes is not None else 0
+
+    def request_capture(self, kind: str) -> int:
+        """Ask the job's probes for a capture (a trace or a memory snapshot; it comes with a later frame)."""
+        return self.probes.request_capture(kind) if self.probes is not None else 0
 
     def close(self) -> None:
         if self._worker is not None:

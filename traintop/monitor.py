@@ -6,11 +6,13 @@ thread. Nothing here knows about Textual.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from typing import TYPE_CHECKING
 
 from traintop.errors import RecordingError, TraintopError
+from traintop.evidence import CAPTURE_ON, keep_beside
 from traintop.rules import RULES_VERSION, RulesEngine, default_engine
 from traintop.findings import Finding
 from traintop.rules.config import host_values
@@ -42,6 +44,11 @@ class Monitor:
         self.launched = False  # the attached process was started by `traintop run` (with the probe)
         self.job_end = None  # traintop.job.JobEnd of a launched job, as soon as it is reaped
         self.stacks: dict[int, StackDump] = {}  # the latest thread stacks of each probed process
+        self.capture_evidence = False  # ask the probe for a trace or a memory snapshot when a finding starts
+        self.captures_wanted: list[str] = []  # kinds the live feed passes to the probes
+        self._capture_for: dict[str, str] = {}  # kind -> the finding that asked for it (its title)
+        self._captured_findings: set[int] = set()
+        self.captures: list = []  # what the probes captured (traintop.samples.Capture), newest last
         self.stacks_wanted = False  # the user asked for them; the live feed passes it to the probes
         self.hook: FindingHook | None = None  # --on-finding: told when a warning or worse starts or ends
         self._finding_events: FindingEvents | None = None
@@ -104,6 +111,10 @@ class Monitor:
             for dump in frame.stacks:
                 self.stacks[dump.pid] = dump
             changed = self.engine.evaluate(self.store, frame.t) if evaluate else []
+            if changed and self.capture_evidence:
+                self._ask_for_evidence()
+            if frame.captures:
+                frame = self._took_evidence(frame)
             if changed:  # something started, ended, or only its evidence moved: which?
                 active = self.engine.active
                 shown = frozenset((a.id, a.severity, a.explained_by) for a in active)
@@ -116,6 +127,39 @@ class Monitor:
             self.hook.submit(event)  # a queue: the command runs on the hook's own thread
         self._record(frame, changed)
         return changed
+
+    def _ask_for_evidence(self) -> None:
+        for f in self.engine.active:
+            kind = CAPTURE_ON.get(f.rule)
+            if kind is None or f.id in self._captured_findings or f.explained_by:
+                continue
+            self._captured_findings.add(f.id)
+            if kind not in self.captures_wanted:
+                self.captures_wanted.append(kind)
+                self._capture_for[kind] = f.title
+
+    def _took_evidence(self, frame: Frame) -> Frame:
+        """Keep the captures (with the finding that asked), beside the recording where there is one."""
+        kept = []
+        for cap in frame.captures:
+            if cap.follow_up:
+                self.captures = [dataclasses.replace(c, step_s_after=cap.step_s_after)
+                                 if c.pid == cap.pid and c.kind == cap.kind and c.step_s_after is None else c
+                                 for c in self.captures]
+                kept.append(cap)
+                continue
+            cap = dataclasses.replace(cap, reason=self._capture_for.get(cap.kind, ""))
+            rec = self.recorder
+            if rec is not None and not self.recording_error:
+                try:
+                    copied = keep_beside(rec.path, cap)
+                    if copied is not None:
+                        cap = dataclasses.replace(cap, path=copied)
+                except OSError as e:
+                    cap = dataclasses.replace(cap, error=f"not kept beside the recording: {e}")
+            self.captures = (self.captures + [cap])[-16:]
+            kept.append(cap)
+        return dataclasses.replace(frame, captures=tuple(kept))
 
     def ingest_many(self, frames: list[Frame]) -> None:
         """``ingest(f, evaluate=False)`` for each of ``frames``, the store filled in one go (a

@@ -71,7 +71,7 @@ def help_text(text: str) -> str:
 # -- option groups: each command picks the ones that mean something to it ------------------
 # Defaults are applied after parsing (an option may come before the command: see main()).
 DEFAULTS = {"interval": 0.5, "fps": 1.0, "pid": None, "only_gpus": None, "record": None, "config": None, "set": None,
-            "on_finding": None}
+            "on_finding": None, "no_capture": False}
 BEFORE = "before_"  # dest prefix of the options given before the command
 
 
@@ -100,6 +100,10 @@ def add_output(p, *, prefix: str = "") -> None:
     g = p.add_argument_group("output")
     g.add_argument("--record", metavar="FILE", default=argparse.SUPPRESS, dest=prefix + "record",
                    help="also record the session to FILE (a new file; never overwritten)")
+    g.add_argument("--no-capture", action="store_true", default=argparse.SUPPRESS, dest=prefix + "no_capture",
+                   help="never ask the job's probe for evidence when a finding starts (a profiler trace of a "
+                        "few steps, a CUDA memory snapshot; by default once per finding, at most one of each "
+                        "kind per 10 min, kept beside the recording)")
 
 
 def add_thresholds(p, *, prefix: str = "") -> None:

@@ -36,8 +36,10 @@ import time
 import traceback
 
 try:  # copied next to the job by `traintop run`, or imported from the package
+    from _traintop_probe_capture import Capturer  # type: ignore[import-not-found]
     from _traintop_probe_goodput import Goodput  # type: ignore[import-not-found]
 except ImportError:
+    from traintop.probe_capture import Capturer
     from traintop.probe_goodput import Goodput
 
 PROTOCOL = 1
@@ -144,6 +146,10 @@ class Probe:
         self._want_stacks: str | None = None  # why the next message carries the stacks
         self._stall_stacks_at: float | None = None  # when the stacks last went out for a stall
         self.goodput = Goodput()
+        self.capture: Capturer | None = None  # made at the first request (a directory of its own)
+        self._capture_asked: list[str] = []  # kinds a reader asked for, not yet handed to the capturer
+        self._capture_refused: list[dict] = []
+        self.goodput.busy = lambda: self.capture is not None and self.capture.busy
         self._pause_stack_at = -1e9  # when a pause's stack last went out
         self.drops = 0
         self.evicted = 0  # readers dropped to make room for a new one
@@ -193,6 +199,8 @@ class Probe:
                 pass
         self._undo = []
         self.goodput.uninstall()
+        if self.capture is not None:
+            self.capture.close()
         for c in self._clients:
             c.close()
         self._clients = []
@@ -227,6 +235,9 @@ class Probe:
                 self._last_step = now
                 self._steps += 1
             self.goodput.on_step(self._steps)
+            capture = self.capture
+            if capture is not None:
+                capture.on_step()
         except Exception:
             self.errors += 1
 
@@ -334,6 +345,12 @@ class Probe:
             msg["precision"] = goodput.precision
         if goodput.flops is not None:
             msg["flops"] = dict(goodput.flops, usual_s=usual)
+        if self.capture is not None:
+            done = self.capture.poll()
+            if done:
+                msg["captures"] = done
+        if self._capture_refused:
+            msg["capture_refused"], self._capture_refused = self._capture_refused[:8], []
         if goodput.pause_stack is not None:
             if now - self._pause_stack_at >= PAUSE_STACK_EVERY_S:
                 msg["pause_stack"] = goodput.pause_stack
@@ -391,6 +408,19 @@ class Probe:
             return
         if b"stacks" in data:
             self._want_stacks = "requested"
+        for kind in ("trace", "memory"):
+            if b"capture " + kind.encode() in data and kind not in self._capture_asked:
+                self._capture_asked.append(kind)
+
+    def _captures(self) -> None:
+        """Hand what readers asked for to the capturer (refusals go out with the next message)."""
+        while self._capture_asked:
+            kind = self._capture_asked.pop(0)
+            if self.capture is None:
+                self.capture = Capturer(os.path.join(os.path.dirname(self.path or socket_path()), "captures"))
+            why = self.capture.request(kind, recent_steps=list(self._recent_steps))
+            if why is not None:
+                self._capture_refused.append({"kind": kind, "why": why})
 
     def _publish(self, data: bytes) -> None:
         for c in list(self._clients):
@@ -426,6 +456,8 @@ class Probe:
                 for c in readable:
                     if c is not srv:
                         self._read_request(c)
+                if self._capture_asked:
+                    self._captures()
                 if time.monotonic() >= next_t:
                     next_t += self.interval
                     if time.monotonic() > next_t:

@@ -216,10 +216,7 @@ class Capturer:
         took = now - cap.last
         if cap.phase == "running":
             cap.during.append(took)
-            if len(cap.during) < STEPS:
-                if cap.kind == "trace":
-                    cap.handle.step()
-            else:
+            if len(cap.during) >= STEPS:
                 self._stop(cap)
                 cap.phase = "stopped"
             cap.last = self.clock()  # our own start/step/stop work is no step's time
@@ -246,12 +243,11 @@ class Capturer:
         cuda = sys.modules.get("torch.cuda")
         if cuda is not None and cuda.is_available() and cuda.is_initialized():
             activities.append(profiler.ProfilerActivity.CUDA)
-        record = profiler.ProfilerAction.RECORD
-        # A schedule, even one that always records, is what makes step() mark ProfilerStep#N. The
-        # step hook runs inside the optimizer's own "Optimizer.step#..." range, so each ProfilerStep
-        # boundary falls in that range's last microseconds (slices that do not nest perfectly).
-        cap.handle = profiler.profile(activities=activities, schedule=lambda step: record, record_shapes=False,
-                                      with_stack=False, profile_memory=False)
+        # No schedule and no ProfilerStep marks: the step hook runs inside the optimizer's own
+        # "Optimizer.step#..." range, so a mark there would overlap it, and Perfetto drops slices
+        # that do not nest. The optimizer's ranges mark the steps instead.
+        cap.handle = profiler.profile(activities=activities, record_shapes=False, with_stack=False,
+                                      profile_memory=False)
         cap.handle.start()
 
     def _stop(self, cap: _Capture) -> None:

@@ -122,6 +122,7 @@ class Goodput:
         self._flops_at: float | None = None
         self.flops: dict | None = None
         self.flops_disabled = os.environ.get("TRAINTOP_PROBE_FLOPS") == "0"
+        self.busy = lambda: False  # a capture is running: no FLOP counting meanwhile
         self.errors = 0
         self.pause_stack: str | None = None  # the training thread's stack in the last "other" window
 
@@ -156,7 +157,7 @@ class Goodput:
             return
         due = (self._flops_at is None and steps >= FLOPS_FIRST_STEP) or \
               (self._flops_at is not None and now - self._flops_at >= FLOPS_EVERY_S)
-        if not due or self.compiled():
+        if not due or self.compiled() or self.busy():
             return
         counter = getattr(sys.modules.get("torch.utils.flop_counter"), "FlopCounterMode", None)
         if counter is None:

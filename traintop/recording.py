@@ -27,7 +27,7 @@ from traintop.errors import RecordingError, TraintopError
 from traintop.files import check_regular, open_regular
 from traintop.findings import Finding, Severity
 from traintop.text import one_line
-from traintop.samples import Frame, GpuInfo, SessionInfo, StackDump, ThreadStack
+from traintop.samples import Capture, Frame, GpuInfo, SessionInfo, StackDump, ThreadStack
 
 FORMAT = "traintop-recording"
 SCHEMA_VERSION = 3  # 3: a GPU process may carry its utilization; 2: chunks in cols3+zlib (v1, v2 still read)
@@ -42,6 +42,9 @@ CREATE TABLE IF NOT EXISTS alerts(id INTEGER PRIMARY KEY, rule TEXT NOT NULL, su
                                   end REAL, evidence TEXT NOT NULL, remedies TEXT NOT NULL, explained_by TEXT);
 CREATE TABLE IF NOT EXISTS stacks(id INTEGER PRIMARY KEY, t REAL NOT NULL, pid INTEGER NOT NULL, rank INTEGER,
                                   reason TEXT NOT NULL, since_step REAL, threads TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS captures(id INTEGER PRIMARY KEY, t REAL NOT NULL, pid INTEGER NOT NULL, rank INTEGER,
+                                    kind TEXT NOT NULL, path TEXT, size INTEGER, steps INTEGER,
+                                    step_s_before REAL, step_s_after REAL, error TEXT, reason TEXT NOT NULL);
 """
 
 
@@ -169,6 +172,7 @@ class RecordingWriter:
         self._buf: list[Frame] = []  # not yet committed
         self._dirty_alerts: dict[int, Finding] = {}
         self._stacks: list[StackDump] = []  # not yet committed
+        self._captures: list[Capture] = []  # not yet committed
         self._last_flush = clock()
         self.closed = False
 
@@ -192,6 +196,7 @@ class RecordingWriter:
     def add(self, frame: Frame) -> None:
         self._buf.append(frame)
         self._stacks.extend(frame.stacks)
+        self._captures.extend(frame.captures)
         if len(self._buf) >= self.chunk_frames or self._clock() - self._last_flush >= self.flush_every:
             self.flush()
 
@@ -236,6 +241,16 @@ class RecordingWriter:
                     "INSERT INTO stacks(t, pid, rank, reason, since_step, threads) VALUES (?,?,?,?,?,?)",
                     [(d.t, d.pid, d.rank, d.reason, d.since_step,
                       json.dumps([[th.name, th.main, th.stack] for th in d.threads])) for d in self._stacks])
+                for c in self._captures:
+                    if c.follow_up:
+                        self._db.execute("UPDATE captures SET step_s_after=? WHERE pid=? AND kind=? AND "
+                                         "step_s_after IS NULL", (c.step_s_after, c.pid, c.kind))
+                    else:
+                        self._db.execute(
+                            "INSERT INTO captures(t, pid, rank, kind, path, size, steps, step_s_before, step_s_after, "
+                            "error, reason) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                            (c.t, c.pid, c.rank, c.kind, c.path, c.size, c.steps, c.step_s_before, c.step_s_after,
+                             c.error, c.reason))
         except sqlite3.Error as e:
             raise RecordingError(f"writing {self.path} failed: {e}") from None
         if merging:
@@ -249,6 +264,7 @@ class RecordingWriter:
         self._buf = []
         self._dirty_alerts.clear()
         self._stacks = []
+        self._captures = []
         self._last_flush = self._clock()
 
     def close(self) -> None:
@@ -297,6 +313,7 @@ _TABLES = {
 MAX_META_ROWS = 1000
 MAX_META_VALUE = 1 << 20  # a session's metadata is a few kB
 MAX_ALERTS = 100_000
+MAX_CAPTURES = 1000
 
 
 def readonly_uri(path: str) -> str:
@@ -568,6 +585,38 @@ class RecordingReader:
                                    explained_by=None if by is None else one_line(str(by), 200)))
             except (ValueError, TypeError, OverflowError, RecursionError, TraintopError):
                 continue
+        return out
+
+    def has_ledger(self) -> bool:
+        """Whether a probe with the time ledger reported (judged from the first chunks with probe data)."""
+        for f in self.frames():
+            for r in f.ranks:
+                if r.time_train is not None or r.time_startup is not None:
+                    return True
+            if f.t - (self.t_start or f.t) > 120:
+                return False
+        return False
+
+    def captures(self) -> list[Capture]:
+        """The evidence captured during the session (none in recordings made before captures existed)."""
+        try:
+            rows = self._db.execute("SELECT t, pid, rank, kind, path, size, steps, step_s_before, step_s_after, "
+                                    "error, reason FROM captures ORDER BY t, id").fetchmany(MAX_CAPTURES)
+        except sqlite3.Error:
+            return []
+        out = []
+        num = (int, float)
+        for t, pid, rank, kind, path, size, steps, before, after, error, reason in rows:
+            if not isinstance(t, num) or not isinstance(pid, int) or kind not in ("trace", "memory"):
+                continue  # a damaged or forged row: left out, the others kept
+            out.append(Capture(t=float(t), pid=pid, kind=kind, rank=rank if isinstance(rank, int) else None,
+                               path=one_line(path, 4096) if isinstance(path, str) else None,
+                               size=size if isinstance(size, int) else None,
+                               steps=steps if isinstance(steps, int) else None,
+                               step_s_before=float(before) if isinstance(before, num) else None,
+                               step_s_after=float(after) if isinstance(after, num) else None,
+                               error=one_line(error, 200) if isinstance(error, str) else None,
+                               reason=one_line(reason, 200) if isinstance(reason, str) else ""))
         return out
 
     def stacks(self) -> list[StackDump]:

@@ -207,6 +207,7 @@ class Frame:
     process: ProcessSample | None = None
     ranks: tuple["RankSample", ...] = ()  # from probes inside the attached job
     stacks: tuple["StackDump", ...] = ()  # thread stacks a probe sent since the previous tick (not in chunks)
+    captures: tuple["Capture", ...] = ()  # evidence a probe captured since the previous tick (not in chunks)
     stale_gpus: tuple[int, ...] = ()  # GPUs whose driver did not answer in time (their fields are None)
 
 
@@ -306,6 +307,25 @@ class RankSample:
 
 LEDGER_BUCKETS = ("train", "input", "checkpoint", "eval", "compile", "startup", "stalled", "other")
 MATMUL_MODES = ("fp32", "tf32", "bf16", "fp16")
+
+
+@dataclass(frozen=True, slots=True)
+class Capture:
+    """Evidence one process's probe took on request: a profiler trace of a few steps or a CUDA
+    memory snapshot. ``path`` is where the file is (the probe's directory, or beside a recording)."""
+
+    t: float
+    pid: int
+    kind: str  # "trace" or "memory"
+    rank: int | None = None
+    path: str | None = None
+    size: int | None = None
+    steps: int | None = None
+    step_s_before: float | None = None
+    step_s_after: float | None = None
+    error: str | None = None
+    reason: str = ""  # the finding that asked for it
+    follow_up: bool = False  # only step_s_after, for a capture reported before
 
 
 @dataclass(frozen=True, slots=True)

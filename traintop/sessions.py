@@ -68,7 +68,7 @@ def _open_gpus(interval: float, only: frozenset[int] | None, require_gpu: bool):
 
 def live_session(interval: float = 0.5, pid: int | None = None, record: str | None = None,
                  config: Thresholds | None = None, require_gpu: bool = True, probe_dir: str | None = None,
-                 own_child: bool = False, only_gpus: frozenset[int] | None = None) -> Session:
+                 own_child: bool = False, only_gpus: frozenset[int] | None = None, capture: bool = True) -> Session:
     """Live collectors. Raises NoGpuError when NVML sees no GPU and ``require_gpu``.
     ``only_gpus``: NVML indices to watch (the others are never read).
 
@@ -89,6 +89,7 @@ def live_session(interval: float = 0.5, pid: int | None = None, record: str | No
                           gpu_timeout=max(1.0, 2 * interval))
     monitor = _monitor(info, interval, config)
     monitor.launched = own_child
+    monitor.capture_evidence = capture and probes is not None
     feed = SourceFeed(monitor, sampler, interval, kind=SessionKind.LIVE)
     session = _session(monitor, feed, record)
     feed.closers = [lambda: _note_probe_errors(monitor, probes), sampler.close]

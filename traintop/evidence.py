@@ -1,0 +1,77 @@
+"""Evidence captured when a finding starts: which finding asks for what, and the files kept.
+
+When a finding of CAPTURE_ON starts in a live session with the probe, traintop asks the job's
+probe (traintop/probe_capture.py) for a profiler trace of a few steps or a CUDA memory snapshot,
+once per finding; the probe itself allows one of each kind per 10 minutes. A recording keeps a
+copy of each file beside it (``RUN.ttrec.captures/``) and lists it; ``analyze`` names the viewer.
+"""
+
+from __future__ import annotations
+
+import os
+
+from traintop.samples import Capture
+
+CAPTURE_ON = {  # rule -> what to capture when its finding starts
+    "starvation": "trace", "underuse": "trace", "straggler": "trace", "precision": "trace", "pause": "trace",
+    "step_regression": "trace",
+    "oom": "memory", "memory_creep": "memory", "fragmentation": "memory",
+}
+VIEWER = {
+    "trace": "open in https://ui.perfetto.dev (or chrome://tracing)",
+    "memory": "drop on https://pytorch.org/memory_viz",
+}
+MAX_BYTES = {"trace": 256 << 20, "memory": 1 << 30}
+
+
+def captures_dir(recording: str) -> str:
+    return recording + ".captures"
+
+
+def keep_beside(recording: str, cap: Capture) -> str | None:
+    """Copy the capture's file into the recording's folder of captures (created 0700); its new path,
+    or None when there is nothing to copy. Never follows a symlink, never overwrites (raises OSError)."""
+    if cap.path is None or cap.error:
+        return None
+    folder = captures_dir(recording)
+    try:
+        os.mkdir(folder, 0o700)
+    except FileExistsError:
+        if os.path.islink(folder) or not os.path.isdir(folder):
+            raise OSError(f"{folder} is not a directory of ours") from None
+    dst = os.path.join(folder, os.path.basename(cap.path))
+    limit = MAX_BYTES.get(cap.kind, 0)
+    src_fd = os.open(cap.path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        if os.fstat(src_fd).st_size > limit:
+            raise OSError(f"{cap.path} is larger than {limit >> 20} MiB")
+        dst_fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            copied = 0
+            while chunk := os.read(src_fd, 1 << 20):
+                copied += len(chunk)
+                if copied > limit:
+                    raise OSError(f"{cap.path} grew past {limit >> 20} MiB")
+                os.write(dst_fd, chunk)
+        except BaseException:
+            os.close(dst_fd)
+            os.unlink(dst)
+            raise
+        os.close(dst_fd)
+    finally:
+        os.close(src_fd)
+    return dst
+
+
+def describe(cap: Capture) -> str:
+    """One line: what was captured, why, where, and how the steps fared."""
+    what = {"trace": "profiler trace", "memory": "memory snapshot"}.get(cap.kind, cap.kind)
+    why = f" (on {cap.reason})" if cap.reason else ""
+    if cap.error:
+        return f"{what}{why} failed: {cap.error}"
+    line = f"{what}{why}: {cap.path} — {VIEWER.get(cap.kind, '')}"
+    if cap.step_s_before and cap.step_s_after:
+        change = (cap.step_s_after / cap.step_s_before - 1) * 100
+        line += (f"; steps {cap.step_s_before * 1000:.1f} ms before, {cap.step_s_after * 1000:.1f} ms after "
+                 f"({change:+.1f} %)")
+    return line
