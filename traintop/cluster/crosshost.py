@@ -471,7 +471,9 @@ def _missing_after(data: ClusterData, c: Thresholds) -> float:
 
 
 def missing_nodes(data: ClusterData, config: Thresholds = DEFAULT) -> list[CrossFinding]:
-    """A node whose series stopped while the others' went on."""
+    """A node whose series stopped while the others' went on: still silent at the end of the range,
+    or silent for a while within it (from its real sample times: Prometheus's grid carries a value
+    over a gap). A silence of every node at once is Prometheus's gap, not theirs (a note)."""
     last_seen_ = last_seen(data)
     if len(last_seen_) < 2:
         return []
@@ -479,12 +481,18 @@ def missing_nodes(data: ClusterData, config: Thresholds = DEFAULT) -> list[Cross
     gap = _missing_after(data, config)
     out = []
     for h, t in sorted(last_seen_.items()):
+        jobs = sorted({r.job for r in data.ranks.values() if r.host == h})
+        ran = f"; it ran ranks of job {', '.join(jobs)}" if jobs else ""
+        for a, b, silent in data.samples.silences(h):
+            if silent > max(gap, data.samples.tolerance) and b >= data.start and a <= data.end:
+                out.append(found(NODE_MISSING, h, h, max(a, data.start), b,
+                                 f"{h}'s series stopped while the other nodes' went on ({silent:.0f} s without it), "
+                                 f"then came back" + ran))
         if newest - t > gap:
-            jobs = sorted({r.job for r in data.ranks.values() if r.host == h})
+            t = min(t, data.samples.last(h, t))  # the grid carried its last sample on for a while
             out.append(found(NODE_MISSING, h, h, t, newest,
                                     f"{h}'s series stopped at its last sample while the other nodes' go on "
-                                    f"({newest - t:.0f} s without it)"
-                                    + (f"; it ran ranks of job {', '.join(jobs)}" if jobs else "")))
+                                    f"({newest - t:.0f} s without it)" + ran))
     return out
 
 

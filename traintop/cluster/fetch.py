@@ -9,7 +9,7 @@ from __future__ import annotations
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from traintop.cluster import claims
+from traintop.cluster import claims, gaps
 from traintop.cluster import series as S
 from traintop.cluster.checks import Checked, gpu_index_of, rank_labels_of
 from traintop.cluster.promapi import Grid, GridSeries, Prometheus, no_gc
@@ -85,6 +85,7 @@ class ClusterData:
     unreadable: set = field(default_factory=set)  # hosts whose agent says NVML cannot read their GPUs
     conflicts: list = field(default_factory=list)  # claims.Conflict: two sources for one host, one rank
     owners: dict = field(default_factory=dict)  # (host, gpu) -> [(Owner labels, {t: bytes held})]
+    samples: gaps.Samples = field(default_factory=gaps.Samples)  # each host's real sample times
 
     @property
     def hosts(self) -> list[str]:
@@ -136,6 +137,9 @@ RANK_READS = (("step_time", "step"), ("steps", "steps"), ("input_wait", "wait"))
 GPU_READS = (("power_w", "power"), ("mem_used", "mem_used"), ("temp_c", "temp"), ("reasons", "reasons"))
 GPU_ERROR_READS = (("xid_total", "xid_total"), ("last_xid", "last_xid"), ("ecc_uncorrected", "ecc_uncorrected"))
 GPU_LIMIT_READS = (("power_limit_w", "power_limit"), ("mem_total", "mem_total"))
+# Each host's sample times (gaps.py): of the series every agent serves, its GPUs' and its ranks'
+SAMPLE_TIMES = (f"max by ({', '.join(HOST_BY)}) "
+                f"(timestamp({{__name__=~\"{S.agent('info')}|{S.gpu('util')}|{S.rank('steps')}\"}}))")
 
 
 def fetch(prom: Prometheus, start: float, end: float, step: float | None = None, job: str | None = None) -> ClusterData:
@@ -192,6 +196,8 @@ def _fetch(prom, grid, end, job, slim, part_of, pool) -> ClusterData:
                            f"(max_over_time({S.agent('gpus_unreadable')}[{max(span, 60)}s])) == 1")
     loader_q = ask(S.host("loader_cpu"), HOST_BY)
     owners_q = ask(S.owner("owner_bytes"), OWNER_BY) if not slim else None  # a report's "who holds idle GPUs"
+    # a refresh (part_of) reads a few instants: too few sample times to tell a gap from a scrape
+    times_q = pool.submit(prom.query_grid, SAMPLE_TIMES, grid) if part_of is None else None
 
     util = util_q.result()
     if not util and part_of is None and not ask(f"count({S.agent('info')})", ()).result():
@@ -281,7 +287,37 @@ def _fetch(prom, grid, end, job, slim, part_of, pool) -> ClusterData:
         h = host_of(s)
         if hosts is None or h in hosts:
             data.unreadable.add(h)
+    if times_q is not None:
+        by_host: dict = {}
+        for s in times_q.result():
+            by_host.setdefault(named(s), []).append(s.values)
+        data.samples = gaps.read(by_host)
+        _drop_stale(data)
     return data
+
+
+def _drop_stale(data: ClusterData) -> None:
+    """Drop the values Prometheus carried over instants with no recent sample of their host (its
+    lookback over a gap in its data): there, nothing was measured. Notes where no host has any."""
+    cur = data.samples.current
+
+    def keep(host: str, d: dict) -> dict:
+        return {t: v for t, v in d.items() if cur(host, t)}
+
+    for g in data.gpus.values():
+        for attr in ("util", "clock_ratio", "power", "mem_used", "temp", "reasons", "xid_total", "last_xid",
+                     "ecc_uncorrected"):
+            setattr(g, attr, keep(g.host, getattr(g, attr)))
+    for r in data.ranks.values():
+        r.step, r.steps, r.wait = keep(r.host, r.step), keep(r.host, r.steps), keep(r.host, r.wait)
+    data.loader_cpu = {h: keep(h, d) for h, d in data.loader_cpu.items()}
+    for f in data.findings:
+        f.times = [t for t in f.times if cur(f.host, t)]
+    data.findings = [f for f in data.findings if f.times]
+    data.owners = {(h, i): [(who, held) for who, vals in owners if (held := keep(h, vals))]
+                   for (h, i), owners in data.owners.items()}
+    data.notes.extend(gaps.note(a, b, data.start) for a, b in data.samples.outages()
+                      if b >= data.start and a <= data.end)
 
 
 def _merge(obj, attr, values: dict, keyed: bool = False) -> None:
