@@ -12,4 +12,22 @@ case "${PART:-1}" in
        bash "$REPO/scripts/h200_corpus.sh" ;;
   2) SCENARIOS="eval_phases starved_then_fed" BATCH=goodput2 OUT="$OUT" bash "$REPO/scripts/h200_corpus.sh"
      (cd /tmp && python3 "$REPO/bench/probe_overhead.py" --pairs 12 --steps 100 --json "$OUT/probe-overhead.json") ;;
+  3) # the cost of a sample stream, side by side with nvidia-smi's own loop, over the whole batch
+     python3 -m traintop record --jsonl /tmp/stream.jsonl --interval 1 --quiet > /tmp/stream.log 2>&1 & TT=$!
+     nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used,power.draw,temperature.gpu \
+       --format=csv -l 1 > /tmp/smi-stream.csv 2>&1 & SMI=$!
+     T0=$(date +%s.%N)
+     SCENARIOS="fp32_no_tf32 healthy_bf16 checkpoints oom_retries" SCALE=1.5 BATCH=goodput3 OUT="$OUT" \
+       WORK=/tmp/h200-goodput3 bash "$REPO/scripts/h200_corpus.sh"
+     T1=$(date +%s.%N)
+     cpu() { awk '{print ($14 + $15) / 100}' "/proc/$1/stat"; }
+     python3 - "$(cpu $TT)" "$(cpu $SMI)" "$T0" "$T1" "$(wc -l < /tmp/stream.jsonl)" "$(wc -l < /tmp/smi-stream.csv)" <<'PY' | tee "$OUT/stream-cost.txt"
+import sys
+tt, smi, t0, t1, lines, smi_lines = map(float, sys.argv[1:])
+wall = t1 - t0
+print(f"over {wall:.0f} s: traintop record --jsonl (1 s) {tt:.2f} CPU-s = {tt / wall * 100:.2f} % of a core, "
+      f"{lines:.0f} lines; nvidia-smi --query-gpu -l 1 {smi:.2f} CPU-s = {smi / wall * 100:.2f} %, {smi_lines:.0f} lines; "
+      f"ratio {tt / smi if smi else float('nan'):.1f}")
+PY
+     kill $TT $SMI; wait $TT $SMI 2>/dev/null ;;
 esac

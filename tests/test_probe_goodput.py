@@ -213,7 +213,7 @@ def test_a_finding_asks_the_job_for_a_trace_kept_beside_the_recording_and_listed
         assert until(lambda: (client.sample({job.pid}), got.extend(client.take_captures()),
                               any(c.follow_up for c in got))[-1], 60), "no step time after the capture"
         monitor.ingest(Frame(t=time.time() + 1, captures=tuple(c for c in got if c.follow_up)), evaluate=False)
-        monitor.stop_recording()
+        monitor.stop_recording().close()
     finally:
         job.kill()
         job.wait(timeout=30)

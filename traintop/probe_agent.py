@@ -345,7 +345,7 @@ class Probe:
             msg["precision"] = goodput.precision
         if goodput.flops is not None:
             msg["flops"] = dict(goodput.flops, usual_s=usual)
-        if self.capture is not None:
+        if self.capture is not None and self._clients:  # with no reader a record would be lost: it waits
             done = self.capture.poll()
             if done:
                 msg["captures"] = done

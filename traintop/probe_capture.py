@@ -13,7 +13,7 @@ trace's export and the snapshot's pickling happen in ``poll``, on the probe thre
 
     {"kind", "path", "t", "steps", "step_s_before", "step_s_during", "step_s_after", "bytes", "error"}
 
-``step_s_after`` (the median of the ``AROUND`` steps after the capture ended) is usually not
+``step_s_after`` (the mean period of the ``AROUND`` steps after the capture ended) is usually not
 known yet then: it is None, and one more record ``{"kind", "path", "step_s_after"}`` follows once
 it is. A failed capture (``error`` set, ``path`` None) has no follow-up.
 """
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import errno
+import inspect
 import os
 import pickle
 import stat
@@ -33,7 +34,8 @@ from typing import Any
 KINDS = {"trace": "trace", "memory": "memory snapshot"}
 RATE_S = 600.0  # one capture of each kind this often
 STEPS = 3  # steps captured
-AROUND = 20  # step durations before (median) and after (median) a capture
+AROUND = 40  # step durations before (mean) and after (mean) a capture
+SETTLE = 10  # steps right after a capture not measured: the GPU's queue refills
 MEMORY_ENTRIES = 100_000
 MAX_BYTES = {"trace": 256 << 20, "memory": 1 << 30}  # a bigger file is deleted and reported as an error
 _SUFFIX = {"trace": "trace.json", "memory": "memory.pickle"}
@@ -56,12 +58,10 @@ def dir_problem(path: str) -> str | None:
     return None
 
 
-def _median(xs) -> float | None:
-    xs = sorted(xs)
-    if not xs:
-        return None
-    n = len(xs)
-    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+def _mean(xs) -> float | None:
+    """The mean step period: a job that synchronises with the GPU every N steps queues N-1 steps in
+    microseconds and waits in the Nth (a median would measure its launches, not its pace)."""
+    return sum(xs) / len(xs) if xs else None
 
 
 class _Refused(Exception):
@@ -95,6 +95,7 @@ class _Capture:
         self.before = before
         self.during: list[float] = []
         self.after: list[float] = []
+        self.settling = 0  # steps after the capture not measured yet
         self.last = 0.0  # the clock at the last step end (after our own start/stop work)
         self.t = time.time()  # epoch seconds when it started
         self.handle: Any = None  # the profiler, then (memory) the snapshot
@@ -175,7 +176,7 @@ class Capturer:
             cap.phase = "written"
         if cap.phase == "written" and len(cap.after) >= AROUND:
             if cap.record["step_s_after"] is None:
-                out.append({"kind": cap.kind, "path": cap.record["path"], "step_s_after": _median(cap.after)})
+                out.append({"kind": cap.kind, "path": cap.record["path"], "step_s_after": _mean(cap.after)})
             self._active = None
         return out
 
@@ -221,7 +222,9 @@ class Capturer:
                 cap.phase = "stopped"
             cap.last = self.clock()  # our own start/step/stop work is no step's time
             return
-        if len(cap.after) < AROUND:
+        if cap.settling < SETTLE:
+            cap.settling += 1
+        elif len(cap.after) < AROUND:
             cap.after.append(took)
         cap.last = now
 
@@ -246,8 +249,14 @@ class Capturer:
         # No schedule and no ProfilerStep marks: the step hook runs inside the optimizer's own
         # "Optimizer.step#..." range, so a mark there would overlap it, and Perfetto drops slices
         # that do not nest. The optimizer's ranges mark the steps instead.
+        extra = {}
+        try:  # one cycle: torch warns on the job's stderr that a cycle clears events unless they accumulate
+            if "acc_events" in inspect.signature(profiler.profile).parameters:
+                extra["acc_events"] = True
+        except (TypeError, ValueError):
+            pass
         cap.handle = profiler.profile(activities=activities, record_shapes=False, with_stack=False,
-                                      profile_memory=False)
+                                      profile_memory=False, **extra)
         cap.handle.start()
 
     def _stop(self, cap: _Capture) -> None:
@@ -284,8 +293,8 @@ class Capturer:
     def _record(self, cap: _Capture, path: str | None = None, size: int | None = None,
                 error: str | None = None) -> dict:
         return {"kind": cap.kind, "path": path, "t": cap.t, "steps": len(cap.during),
-                "step_s_before": _median(cap.before), "step_s_during": list(cap.during),
-                "step_s_after": _median(cap.after) if len(cap.after) >= AROUND and not error else None,
+                "step_s_before": _mean(cap.before), "step_s_during": list(cap.during),
+                "step_s_after": _mean(cap.after) if len(cap.after) >= AROUND and not error else None,
                 "bytes": size, "error": error}
 
     def _write(self, cap: _Capture) -> dict:
