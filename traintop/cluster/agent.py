@@ -29,6 +29,7 @@ from traintop.errors import TraintopError
 from traintop.hooks import finding_hook
 from traintop import waste
 from traintop.findings import Severity
+from traintop.samples import LEDGER_BUCKETS
 from traintop.rules.across_hosts import RANK_CLAIMED, RANK_OWNERS
 from traintop.samples import SessionKind
 from traintop.session import Session
@@ -120,6 +121,9 @@ def rank_series(samples, default_job: str | None) -> tuple[list, tuple]:
     return [(labels, r) for labels, r in labelled if count[(labels.job, labels.rank)] == 1], claims
 
 
+MAX_LEDGER_SERIES = len(LEDGER_BUCKETS) * 4096  # eight buckets of 4096 ranks: a node's history of jobs, bounded
+
+
 class HostAgent:
     """One host: its session, the state it publishes, its findings' lost GPU-seconds."""
 
@@ -140,6 +144,7 @@ class HostAgent:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.collector)
         self._lost: dict[str, float] = {}
+        self._ledger: dict[tuple, float] = {}  # (RankLabels, bucket) -> seconds: the probes' time ledgers
         self._xids: dict[int, tuple[int, int]] = {}
         self._holds = waste.Holds.recording(self.feed.interval)
         self._owners = GpuOwners() if live else None  # a simulation's PIDs are made up: nobody's
@@ -176,7 +181,10 @@ class HostAgent:
             loader_cpu=sum(cpus) / len(cpus) / 100 if cpus else None,
             loader_workers=len(workers) if p is not None else None,
             sample_age=max(0.0, time.time() - frame.t), mode=self.mode, gpus_unreadable=self.gpus_unreadable,
-            owners=self._owners.of(frame) if self._owners is not None else ()))
+            owners=self._owners.of(frame) if self._owners is not None else (),
+            ledger=tuple((labels, bucket, s) for (labels, bucket), s in sorted(self._ledger.items(),
+                                                                              key=lambda kv: (dataclasses.astuple(kv[0][0]),
+                                                                                              kv[0][1])))))
         self._write_textfile()
 
     def _account(self, frame, active) -> None:
@@ -191,6 +199,14 @@ class HostAgent:
             return
         before, up = prev
         held = self._holds.held(before.t, frame.t) if frame.t >= before.t else 0.0
+        for labels, r in rank_series(before.ranks, self.job)[0]:
+            shares = r.ledger()
+            for bucket in LEDGER_BUCKETS if shares else ():  # every bucket once one is known: a fixed count
+                share = shares.get(bucket, 0.0)
+                key = (labels, bucket)
+                if key not in self._ledger and len(self._ledger) >= MAX_LEDGER_SERIES:
+                    self._ledger.pop(next(iter(self._ledger)))  # ranks long gone first (insertion order)
+                self._ledger[key] = self._ledger.get(key, 0.0) + share * held
         gpus = {g.index: g for g in before.gpus}
         for f in up:
             if f.severity < Severity.WARNING:

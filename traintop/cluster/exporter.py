@@ -44,6 +44,7 @@ class HostState:
     gpus_unreadable: bool | None = None  # None: not a live agent (simulated): the series is left out
     # (gpu, user, job, pod, namespace, container, bytes held, SM share % or None): whose processes hold each GPU
     owners: tuple[tuple, ...] = ()
+    ledger: tuple[tuple, ...] = ()  # (RankLabels, bucket, seconds so far): the probes' time ledgers
 
 
 def _gpu_labels(host: str, info: GpuInfo | None, index: int, infos: dict | None = None) -> list[str]:
@@ -178,7 +179,11 @@ class HostCollector(Collector):
 
     @staticmethod
     def _rank_families(host, st: HostState):
-        fams = []
+        ledger = _family(S.series("ledger", "ledger"), S.RANK_LABELS + ("bucket",))
+        for labels, bucket, seconds in st.ledger:
+            ledger.add_metric([labels.job, labels.rank, labels.local_rank, labels.world_size, labels.uid, host, bucket],
+                              seconds)
+        fams = [ledger]
         for s in S.RANK_SERIES:
             fam = _family(s, S.RANK_LABELS)
             for labels, r in st.ranks:

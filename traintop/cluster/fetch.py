@@ -14,6 +14,7 @@ from traintop.cluster import series as S
 from traintop.cluster.checks import Checked, gpu_index_of, rank_labels_of
 from traintop.cluster.promapi import Grid, GridSeries, Prometheus, no_gc
 from traintop.errors import NoTraintopSeries, TraintopError
+from traintop.samples import LEDGER_BUCKETS
 
 MAX_POINTS = 720  # per series and query: 2 h at a 10 s step
 READERS = 2  # queries under way at once: Prometheus prepares one answer while this process decodes another
@@ -85,6 +86,7 @@ class ClusterData:
     unreadable: set = field(default_factory=set)  # hosts whose agent says NVML cannot read their GPUs
     conflicts: list = field(default_factory=list)  # claims.Conflict: two sources for one host, one rank
     owners: dict = field(default_factory=dict)  # (host, gpu) -> [(Owner labels, {t: bytes held})]
+    ledger: dict = field(default_factory=dict)  # job -> {bucket: rank-seconds over the range} (the probes' ledgers)
     samples: gaps.Samples = field(default_factory=gaps.Samples)  # each host's real sample times
 
     @property
@@ -118,6 +120,7 @@ RANK_BY = HOST_BY + ("exported_job", "job", "rank", "local_rank", "world_size", 
 FINDING_BY = HOST_BY + ("rule", "severity", "subject")
 OWNER_BY = GPU_BY + ("user", "hpc_job", "pod", "namespace", "container", "exported_pod", "exported_namespace",
                      "exported_container")  # without honor_labels, a target's own pod labels win the plain names
+MAX_RANKS_PER_JOB = 1_000_000  # a job's rank-seconds over a range are at most this many times the range
 OWNER_MAX_BYTES = 2.0 ** 50  # what one owner can hold on one GPU (a PiB): above, a forged value
 
 
@@ -196,6 +199,8 @@ def _fetch(prom, grid, end, job, slim, part_of, pool) -> ClusterData:
                            f"(max_over_time({S.agent('gpus_unreadable')}[{max(span, 60)}s])) == 1")
     loader_q = ask(S.host("loader_cpu"), HOST_BY)
     owners_q = ask(S.owner("owner_bytes"), OWNER_BY) if not slim else None  # a report's "who holds idle GPUs"
+    # where each job's time went: the ranks' ledgers summed over the range (one instant query)
+    ledger_q = ask_now(f"sum by (job, bucket) (increase({S.ledger()}[{span}s]))") if not slim else None
     # a refresh (part_of) reads a few instants: too few sample times to tell a gap from a scrape
     times_q = pool.submit(prom.query_grid, SAMPLE_TIMES, grid) if part_of is None else None
 
@@ -282,6 +287,11 @@ def _fetch(prom, grid, end, job, slim, part_of, pool) -> ClusterData:
         held = {t: v for t, v in s.values.items() if 0 <= v <= OWNER_MAX_BYTES}
         if held:
             data.owners.setdefault((g.host, g.index), []).append((who, held))
+    for s in ledger_q.result() if ledger_q is not None else ():
+        bucket, job = s.get("bucket"), s.get("job", default="")[:128]
+        v = s.last
+        if bucket in LEDGER_BUCKETS and v is not None and 0 <= v <= span * MAX_RANKS_PER_JOB:
+            data.ledger.setdefault(job, {})[bucket] = v
     data.notes.extend(check.notes())
     for s in unreadable_q.result():
         h = host_of(s)

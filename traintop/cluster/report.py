@@ -61,6 +61,7 @@ class ClusterReport:
     notes: list[str] = field(default_factory=list)
     explained: list[Finding] = field(default_factory=list)  # agents' verdicts the cross-host view overrides
     idle_held: list[dict] = field(default_factory=list)  # who holds idle GPUs (idle_held())
+    ledger: list[dict] = field(default_factory=list)  # where each job's time went (job_ledgers())
     queries: int = 0
     bytes_read: int = 0
     seconds: float = 0.0
@@ -261,7 +262,21 @@ def summarise(data: ClusterData, findings: list[Finding], kind: str, job: str | 
     return ClusterReport(data.url, kind, job, round(data.start, 3), round(data.end, 3), round(duration, 1),
                          round(data.step, 3), hosts, findings, round(present, 4),
                          round(sum(f.gpu_hours for f in findings), 4), notes, list(explained),
-                         idle_held(data, config), t0=data.start)
+                         idle_held(data, config), ledger=job_ledgers(data), t0=data.start)
+
+
+def job_ledgers(data: ClusterData) -> list[dict]:
+    """Each job's ranks' time ledgers summed over the range: rank-hours per bucket and goodput (the
+    share in training steps). Rank-hours are GPU-hours where each rank drives one GPU."""
+    out = []
+    for job, buckets in sorted(data.ledger.items()):
+        total = sum(buckets.values())
+        if total <= 0:
+            continue
+        out.append({"job": job, "rank_hours": round(total / 3600, 4), "goodput": round(buckets.get("train", 0) / total, 4),
+                    "buckets": {b: {"rank_hours": round(v / 3600, 4), "share": round(v / total, 4)}
+                                for b, v in sorted(buckets.items(), key=lambda kv: -kv[1]) if v > 0}})
+    return out[:IDLE_HELD_MAX_ROWS]
 
 
 IDLE_HELD_MIN_BYTES = 512 * 2**20  # memory in use for an idle GPU to count as held (the idle rule's)
@@ -345,6 +360,14 @@ def render_text(r: ClusterReport) -> str:
         for row in r.idle_held:
             gpus = ", ".join(one_line(g, 140) for g in row["gpus"][:4]) + (" …" if len(row["gpus"]) > 4 else "")
             out.append(f"  {_owner_name(row)}: {row['gpu_hours']:.3f} GPU-hours held idle ({gpus})")
+    if r.ledger:
+        out.append("")
+        out.append("Where each job's time went (its ranks' time ledgers; goodput = the share in training steps):")
+        for row in r.ledger:
+            parts = " · ".join(f"{b} {v['share'] * 100:.0f} % ({v['rank_hours']:.3f} h)"
+                               for b, v in row["buckets"].items() if v["share"] >= 0.005)
+            out.append(f"  job {one_line(row['job'], 128)}: goodput {row['goodput'] * 100:.0f} % of "
+                       f"{row['rank_hours']:.3f} rank-hours — {parts}")
     if r.explained:
         out.append("")
         out.append("Explained by the findings above (an agent sees only its own node):")

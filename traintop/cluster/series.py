@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from traintop.samples import LEDGER_BUCKETS
+
 # dcgm-exporter's GPU labels (its released versions spell the host label "Hostname"; its
 # unreleased main branch renamed it "hostname" — readers accept both).
 GPU_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")
@@ -78,6 +80,12 @@ RANK_SERIES = (
     Series("torch_ooms_total", "ooms", "Out-of-memory errors raised by the allocator", counter=True),
 )
 
+# Per rank and ledger bucket (label ``bucket``): the probe's time ledger, summed by the agent.
+LEDGER_SERIES = (
+    Series("rank_time_seconds_total", "ledger", "Seconds of the rank's wall time in each bucket of the probe's time "
+           "ledger (train, input, checkpoint, eval, compile, startup, stalled, other)", counter=True),
+)
+
 HOST_SERIES = (
     Series("host_cpu_ratio", "cpu_percent", "Host CPU in use", 0.01),
     Series("host_iowait_ratio", "iowait", "Host CPU time waiting for I/O", 0.01),
@@ -116,7 +124,8 @@ def _index(*tables: tuple[Series, ...]) -> dict[str, Series]:
 
 
 _BY_KIND = {"gpu": _index(GPU_SERIES, GPU_DERIVED), "rank": _index(RANK_SERIES),
-            "host": _index(HOST_SERIES, HOST_DERIVED), "agent": _index(AGENT_SERIES), "owner": _index(OWNER_SERIES)}
+            "host": _index(HOST_SERIES, HOST_DERIVED), "agent": _index(AGENT_SERIES), "owner": _index(OWNER_SERIES),
+            "ledger": _index(LEDGER_SERIES)}
 
 
 def series(kind: str, field: str) -> Series:
@@ -153,15 +162,20 @@ def owner(field: str) -> str:
     return name("owner", field)
 
 
+def ledger() -> str:
+    return name("ledger", "ledger")
+
+
 def series_per_gpu() -> int:
     return len(GPU_SERIES) + len(GPU_DERIVED)
 
 
 def series_per_rank() -> int:
-    return len(RANK_SERIES)
+    """A rank's series: its own, and one per ledger bucket once its probe keeps the ledger."""
+    return len(RANK_SERIES) + len(LEDGER_BUCKETS)
 
 
 def all_names() -> set[str]:
     """Every series name the agent exposes (counters with their ``_total``)."""
     return {P + s.name for table in (GPU_SERIES, GPU_DERIVED, RANK_SERIES, HOST_SERIES, HOST_DERIVED, AGENT_SERIES,
-                                     OWNER_SERIES) for s in table}
+                                     OWNER_SERIES, LEDGER_SERIES) for s in table}
