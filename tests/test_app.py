@@ -1266,3 +1266,22 @@ def test_the_same_finding_on_several_gpus_is_one_entry(sim_app):
     assert title == "Alerts (8 active)"
     assert text.count("Data starvation") == 1 and "Data starvation · GPUs 0–7 · since" in text
     assert "The same on GPUs 1–7" in text
+
+
+def test_the_process_panel_shows_the_ledger_mfu_and_the_latest_capture_as_text(sim_app):
+    from traintop.samples import Capture
+
+    async def go():
+        app, monitor, _ = sim_app("healthy", gpus=1)
+        # a path is the probe's word: markup and control codes in it are shown as text
+        monitor.captures.append(Capture(t=0.0, pid=4242, kind="trace", path="/tmp/[bold]x[/bold]\x1b[2J.json",
+                                        reason="Data starvation", step_s_before=0.025, step_s_after=0.0251))
+        async with app.run_test(size=(160, 48)) as pilot:
+            app.refresh_view()
+            await pilot.pause()
+            text = app.query_one(ProcessPanel).render().plain
+            assert "goodput" in text and "MFU" in text and "bf16" in text
+            words = " ".join(text.split())  # the panel wraps the line
+            assert "captured trace on Data starvation: /tmp/[bold]x[/bold]\\x1b[2J.json (steps +0.4 %)" in words
+            assert "\x1b" not in text
+    run(go())

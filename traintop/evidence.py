@@ -63,6 +63,17 @@ def keep_beside(recording: str, cap: Capture) -> str | None:
     return dst
 
 
+def short(cap: Capture) -> str:
+    """A panel's line: 'trace on Data starvation: PATH (steps +0.4 %)'."""
+    why = f" on {cap.reason}" if cap.reason else ""
+    if cap.error:
+        return f"{cap.kind}{why} failed: {cap.error}"
+    out = f"{cap.kind}{why}: {cap.path}"
+    if cap.step_s_before and cap.step_s_after:
+        out += f" (steps {(cap.step_s_after / cap.step_s_before - 1) * 100:+.1f} %)"
+    return out
+
+
 def describe(cap: Capture) -> str:
     """One line: what was captured, why, where, and how the steps fared."""
     what = {"trace": "profiler trace", "memory": "memory snapshot"}.get(cap.kind, cap.kind)

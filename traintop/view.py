@@ -79,6 +79,7 @@ class ProcessView:
     probe_silent_s: float | None = None
     live: bool = True  # watching now (a process can be attached), not a recording or a log played back
     gpu_share: dict = field(default_factory=dict)  # GPU index -> % of its time the tree computed (NVML)
+    capture: object | None = None  # the latest evidence captured (traintop.samples.Capture)
 
 
 @dataclass(frozen=True)
@@ -193,7 +194,8 @@ def build_view(monitor: Monitor, points: int = SERIES_POINTS) -> View:
                             workers=WorkerLoad(proc.loader_workers, config.starvation_busy_worker_cpu) if proc else None,
                             probe_silent_s=(frame.t - monitor.probe_seen_at) if frame is not None and not ranks
                             and monitor.probe_seen_at is not None else None,
-                            live=info.kind in ("live", "simulated"), gpu_share=gpu_share)
+                            live=info.kind in ("live", "simulated"), gpu_share=gpu_share,
+                            capture=monitor.captures[-1] if monitor.captures else None)
         if frame is not None and frame.stale_gpus and not monitor.source_error:
             stale = f"GPU {', '.join(map(str, frame.stale_gpus))}: the driver did not answer in time (data stale)"
         else:

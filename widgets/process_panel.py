@@ -11,6 +11,7 @@ from traintop.widgets.lines import TextLines, fit, join_lines
 from traintop.rules.config import DEFAULT, Thresholds
 from traintop.text import one_line
 from traintop.units import fmt_bytes, fmt_duration, fmt_rate
+from traintop.evidence import short
 from traintop.samples import LEDGER_BUCKETS
 from traintop.view import LEDGER_WINDOW_S, ProcessView, RankView
 from traintop.widgets.memory_chart import memory_chart
@@ -231,6 +232,8 @@ class ProcessPanel(TextLines):
         ledger = ledger_line(first, width)
         if ledger is not None:
             lines.append(ledger)
+        if v.capture is not None:  # the file's path is the job's word (its probe's directory): text, one line
+            lines.append(Line("captured ", "bold").append(one_line(short(v.capture), 400), "dim"))
         if first.step_time and any(x is not None for x in first.step_time):
             times = [x for x in first.step_time if x is not None]
             hi = max(times) * 1.2 or 1.0
