@@ -291,3 +291,57 @@ def test_a_stalled_job_on_a_machine_without_a_gpu_is_the_jobs_stall_not_gpu_0():
     assert stall.subject == "process" and stall.severity == Severity.CRITICAL and stall.end is None
     (cpu,) = [a for a in mon.engine.alerts if a.rule == "cpu_training"]
     assert cpu.start < stall.start and cpu.end is None and cpu.explained_by == "stall process"
+
+
+def _ledger_frames(n=150, every=20, pause=5, bucket="checkpoint"):
+    from traintop.samples import Frame, GpuProcess, GpuSample, RankSample
+
+    frames = []
+    for k in range(n):
+        paused = k % every >= every - pause
+        g = GpuSample(0, util=0.0 if paused else 97.0, power_w=90.0 if paused else 650.0, power_limit_w=700.0,
+                      mem_used=40 << 30, mem_total=140 << 30, processes=(GpuProcess(4242, 40 << 30),))
+        shares = {"time_" + bucket: 1.0} if paused else {"time_train": 1.0}
+        r = RankSample(pid=4242, rank=0, cuda=True, steps=k * 3, input_wait=0.0, loader=True,
+                       **{f"time_{b}": 0.0 for b in ("train", "input", "checkpoint", "eval", "compile", "startup",
+                                                      "stalled", "other")} | shares)
+        frames.append(Frame(t=1000.0 + k, gpus=(g,), ranks=(r,)))
+    return frames
+
+
+def test_repeated_checkpoints_are_a_pause_never_starvation_or_underuse():
+    from traintop.monitor import Monitor
+    from traintop.samples import SessionInfo, StackDump, ThreadStack
+
+    m = Monitor(SessionInfo(kind="live", interval=1.0))
+    frames = _ledger_frames()
+    stack = 'File "train.py", line 88, in save_ckpt\n    torch.save(state, f)\n'
+    for k, f in enumerate(frames):
+        if k == 40:
+            f = __import__("dataclasses").replace(f, stacks=(StackDump(t=f.t, pid=4242, reason="pause", threads=(
+                ThreadStack("training thread", True, stack),)),))
+        m.ingest(f)
+    up = {a.rule: a for a in m.engine.alerts}
+    assert "pause" in up and "starvation" not in up and "underuse" not in up and "stall" not in up
+    ev = up["pause"].evidence
+    assert "mostly checkpoints" in ev and "no input wait" in ev and "torch.save(state, f)" in ev
+    assert up["pause"].subject == "gpu0"  # costed on its GPU
+
+
+def test_a_single_long_evaluation_is_no_pause_and_no_stall():
+    from traintop.monitor import Monitor
+    from traintop.samples import SessionInfo
+
+    m = Monitor(SessionInfo(kind="live", interval=1.0))
+    frames = _ledger_frames(n=120, every=200, pause=0)
+    # 45 s of evaluation in the middle: the GPU busy, no optimizer step, the ledger says eval
+    import dataclasses
+    for k, f in enumerate(frames):
+        if 40 <= k < 85:
+            r = dataclasses.replace(f.ranks[0], steps=120, time_train=0.0, time_eval=1.0)
+            f = dataclasses.replace(f, ranks=(r,))
+        elif k >= 85:
+            f = dataclasses.replace(f, ranks=(dataclasses.replace(f.ranks[0], steps=120 + (k - 85) * 3),))
+        m.ingest(f)
+    rules = {a.rule for a in m.engine.alerts}
+    assert "stall" not in rules and "pause" not in rules

@@ -110,6 +110,8 @@ class Monitor:
                 self.probe_seen_at = frame.t
             for dump in frame.stacks:
                 self.stacks[dump.pid] = dump
+                if dump.reason == "pause":
+                    self.engine.pause_stacks[dump.pid] = dump
             changed = self.engine.evaluate(self.store, frame.t) if evaluate else []
             if changed and self.capture_evidence:
                 self._ask_for_evidence()

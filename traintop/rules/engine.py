@@ -102,6 +102,7 @@ class RuleContext:
     config: Thresholds
     is_active: Callable[[str, str], bool]  # an alert is raised (possibly waiting to clear)
     is_holding: Callable[[str, str], bool] = lambda rule, subject: False  # its condition holds now
+    pause_stacks: dict = field(default_factory=dict)  # pid -> the latest StackDump its probe took in a pause (live)
     _cache: dict = field(default_factory=dict)  # what several rules ask of one evaluation
 
     @property
@@ -279,6 +280,7 @@ class RulesEngine:
     _last_eval: float | None = None
     _next_id: int = 1
     _changed: dict = field(default_factory=dict)  # id -> the latest record of what changed this evaluation
+    pause_stacks: dict = field(default_factory=dict)  # pid -> StackDump: the monitor keeps the probes' latest
 
     @property
     def alerts(self) -> list[Finding]:
@@ -338,7 +340,8 @@ class RulesEngine:
         self._changed = {}
         holding_now: set[tuple[str, str]] = set()
         ctx = RuleContext(store=store, now=now, config=self.config, is_active=self._is_active,
-                          is_holding=lambda rule_id, subject: (rule_id, subject) in holding_now)
+                          is_holding=lambda rule_id, subject: (rule_id, subject) in holding_now,
+                          pause_stacks=self.pause_stacks)
         recent_min_s = NOW_MIN_SAMPLES * _interval(store)
         for rule in self.rules:  # in order: a later rule may defer to an earlier one's verdict
             verdicts = {f.subject: f for f in rule.evaluate(ctx)}

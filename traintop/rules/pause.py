@@ -13,6 +13,7 @@ from __future__ import annotations
 from traintop.metrics import gpu_subject
 from traintop.rules.declaration import HostRule
 from traintop.rules.engine import Verdict, RuleContext, Severity
+from traintop.stacks import innermost
 from traintop.units import fmt_duration
 
 PAUSED = ("checkpoint", "eval", "other")
@@ -78,6 +79,9 @@ class Pause(HostRule):
             parts = [f"{b} {v * 100:.0f} %" for b, v in sorted(total.items(), key=lambda kv: -kv[1]) if v >= 0.005]
             text = (f"{r.label} spent {pause * 100:.0f} % of the last {fmt_duration(span)} in {gaps} pauses, mostly "
                     f"{WHAT[main]} ({', '.join(parts)}); no input wait in them")
+            dump = ctx.pause_stacks.get(r.pid)
+            if dump is not None and dump.threads and ctx.now - dump.t <= c.pause_window_s:
+                text += f"; in one, its training thread was at: {innermost(dump.threads[0], 1)[-1]}"
             gpu = self._gpu_of(ctx, r)
             idle = self._util_in_gaps(ctx, gpu, per_t) if gpu is not None else None
             if idle is not None:
