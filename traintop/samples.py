@@ -134,7 +134,7 @@ class GpuProcess:
     dec_util: float | None = None
     # whose it is (collectors/whose.py), looked up by the live sampler; None: not looked up (the
     # simulator, a recording, an import: chunks do not keep it)
-    owner: Owner | None = None
+    owner: Owner | None = field(default=None, kw_only=True)
 
 
 @dataclass(frozen=True, slots=True)
