@@ -2,7 +2,8 @@
 
 A worker thread reads a snapshot every ``refresh`` seconds (never the UI thread; one read
 at a time: a slow one delays the next); the widgets draw the last one. Same look and keys as the local dashboard: q quit, ? help,
-p/space pause; h / H: focus the next / previous host, j: the next job, a or escape: all.
+p/space pause; h / H: focus the next / previous host, j: the next job, a or escape: all; u: the
+GPUs by host, job or user.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from textual.widgets import Footer, Static
 from traintop.errors import TraintopError
 from traintop.text import one_line
 from traintop.widgets.alerts_panel import AlertsBody
-from traintop.widgets.cluster_panels import HostsBody, finding_paragraphs, status_line
+from traintop.widgets.cluster_panels import NEXT_GROUPING, HostsBody, finding_paragraphs, status_line
 from traintop.widgets.lines import TextLines
 
 COMPACT_WIDTH = 120
@@ -43,6 +44,9 @@ its agent cannot read its GPUs.
   h / H        focus the next / previous host (of the job in focus)
   j            the next job (of the host in focus)
   a, escape    every host and job again
+  u            the GPUs by host, by job, by user: per job or user the GPUs
+               its processes hold, their utilization, the memory held and
+               the GPU-hours held idle over the last 5 minutes
 
 Press any key to close.
 """
@@ -86,6 +90,7 @@ class ClusterApp(App):
         Binding("H", "host(-1)", "prev host", show=False),
         Binding("j", "job", "next job"),
         Binding("a,escape", "all", "all"),
+        Binding("u", "group", "group"),
         Binding("up", "scroll_findings(-1)", "findings", show=False),
         Binding("down", "scroll_findings(1)", "findings", key_display="↑↓"),
         Binding("pageup", "scroll_findings(-10)", show=False),
@@ -117,6 +122,7 @@ class ClusterApp(App):
         self.reading = False
         self.focus_host: str | None = None
         self.focus_job: str | None = job
+        self.grouping = "host"  # the GPU list: by host, job or user (u)
         self.read_at: float | None = None  # monotonic time of the last good read
         self.failure: str | None = None  # why the view ended (a read that failed unexpectedly)
         self._was_stale = False
@@ -220,10 +226,10 @@ class ClusterApp(App):
             status.text = Text(" " + self.notice, style="bold yellow", no_wrap=True, overflow="ellipsis")
         else:
             status.text = status_line(self.snapshot, self.url, self.focus_job, self.focus_host, self.paused,
-                                      self.problem, stale)
+                                      self.problem, stale, self.grouping)
         status.refresh()
         self.query_one("#gpus").set_class(stale is not None and self.snapshot is not None, "-stale")
-        self.query_one(HostsBody).show(self.snapshot, self.focus_host, self.focus_job)
+        self.query_one(HostsBody).show(self.snapshot, self.focus_host, self.focus_job, self.grouping)
         hosts = self._shown_hosts()
         paras = finding_paragraphs(self.snapshot, self.focus_host, self.has_class("compact"), hosts)
         self.query_one(AlertsBody).set_paragraphs(paras)
@@ -319,6 +325,10 @@ class ClusterApp(App):
             self.say("No job with probed ranks here: j has nothing to focus.")
             return
         self.focus_job = jobs[(jobs.index(self.focus_job) + 1) % len(jobs)] if self.focus_job in jobs else jobs[0]
+        self.redraw()
+
+    def action_group(self) -> None:
+        self.grouping = NEXT_GROUPING[self.grouping]
         self.redraw()
 
     def action_all(self) -> None:

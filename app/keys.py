@@ -35,7 +35,7 @@ BINDINGS = [
     Binding("n", "unavailable('next_page')", show=False),
     Binding(",".join(["left", "right", "comma", "full_stop", "home", "end", "left_square_bracket",
                       "right_square_bracket"] + [str(d) for d in range(10)]), "unavailable('seek')", show=False),
-    Binding("h,H,j,a", "cluster_key", show=False),  # the cluster view's keys: a line says so
+    Binding("h,H,j,a,u", "cluster_key", show=False),  # the cluster view's keys: a line says so
     Binding("comma", "step(-1)", "step back", show=False),
     Binding("full_stop", "step(1)", "step", show=False),
     Binding("home", "seek_fraction(0)", "start", show=False),

@@ -295,7 +295,7 @@ class TraintopApp(App):
             self.say(why)
 
     def action_cluster_key(self) -> None:
-        self.say("h, j, a are traintop cluster's keys; here g focuses a GPU.")
+        self.say("h, j, a, u are traintop cluster's keys; here g focuses a GPU.")
 
     def action_all_gpus(self) -> None:
         self._gpus.focused = None

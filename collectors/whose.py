@@ -19,6 +19,8 @@ import pwd
 import re
 from dataclasses import dataclass
 
+from traintop.samples import Owner  # the record this module fills in (also imported from here)
+
 PROC = "/proc"
 READ_MAX = 256 * 1024  # a /proc file read at most this far (environ can be megabytes)
 FD_MAX = 4096  # descriptors looked at to tell whether a process holds a GPU device open
@@ -42,40 +44,6 @@ _DNS = re.compile(r"[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?")  # Kubernetes names (
 _RUN_ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 ENV_KEYS = ("SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID",
             "TORCHELASTIC_RUN_ID", "POD_NAME", "POD_NAMESPACE", "KUBERNETES_SERVICE_HOST", "HOSTNAME")
-
-
-@dataclass(frozen=True, slots=True)
-class Owner:
-    """One process's owner and the job it belongs to, as far as it can be known from here."""
-
-    pid: int  # as asked (NVML's PIDs are the host's)
-    visible: bool = True  # False: no such process here, or another process carries this number
-    ns_pids: tuple[int, ...] = ()  # the PID in each nested namespace, outermost first (NSpid)
-    uid: int | None = None
-    user: str | None = None
-    runtime: str | None = None  # docker, containerd, cri-o, podman, kubernetes
-    container: str | None = None  # the container's id (64 hex digits)
-    pod_uid: str | None = None
-    pod: str | None = None
-    namespace: str | None = None
-    slurm_job: str | None = None  # "1234", or "1234_7" for an array task
-    slurm_step: str | None = None
-    run_id: str | None = None  # torchrun's rendezvous run id
-    job_from: str | None = None  # "cgroup" (set up by root) or "environment" (the process's own word)
-
-    @property
-    def inner_pid(self) -> int | None:
-        """The PID inside its container, where it differs from the one asked."""
-        return self.ns_pids[-1] if len(self.ns_pids) > 1 else None
-
-    @property
-    def job(self) -> str | None:
-        """One label for the job: the Slurm job, else the pod, else the torchrun run."""
-        if self.slurm_job:
-            return self.slurm_job
-        if self.pod:
-            return f"{self.namespace}/{self.pod}" if self.namespace else self.pod
-        return self.run_id
 
 
 @dataclass(frozen=True, slots=True)

@@ -118,3 +118,14 @@ def add_hopper_extras(nv, calls, *, gpm=True, events=()):
         nvmlDeviceRegisterEvents=lambda h, types_, es: None, nvmlEventSetWait=wait, nvmlEventSetFree=lambda es: None,
     )
     return nv
+
+
+def fake_proc(root, pid, *, uid=1000, nspid=None, cgroup="0::/\n", env=None):
+    """``root``/PID as /proc shows a process: its status (uid, NSpid), cgroup and environ."""
+    d = root / str(pid)
+    (d / "fd").mkdir(parents=True)
+    (d / "status").write_text(f"Name:\tpython\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n"
+                              f"NSpid:\t{' '.join(map(str, nspid or (pid,)))}\n")
+    (d / "cgroup").write_text(cgroup)
+    (d / "environ").write_bytes(b"\0".join(f"{k}={v}".encode() for k, v in (env or {}).items()))
+    return d

@@ -1,6 +1,7 @@
 """Who holds idle GPUs: the agent's owner series (user, job, pod from /proc), through a real
 Prometheus, to `analyze --prometheus`'s report."""
 
+import asyncio
 import json
 import os
 import subprocess
@@ -122,9 +123,118 @@ def test_who_holds_idle_gpus_through_a_real_prometheus():
         text = subprocess.run([sys.executable, "-m", "traintop", "analyze", "--prometheus", url, "--since", "60s"],
                               capture_output=True, text=True, timeout=60).stdout
         assert "Who holds idle GPUs" in text and "user alice, job 4242:" in text and "pod ml/trainer-0" in text
+        _the_view_groups_what_prometheus_holds(url)
     finally:
         stop.set()
         server.shutdown()
         prom.terminate()
         prom.wait(10)
         __import__("shutil").rmtree(tmp, ignore_errors=True)
+
+
+def _held_data():
+    """n1 GPU 0 idle, held by alice's job 4242 (15 GiB) and bob's pod (5 GiB); n1 GPU 1 busy, job 4242;
+    n2 GPU 0 idle and nobody's; an hour at 10 s."""
+    grid = [float(t) for t in range(0, 3600, 10)]
+    d = ClusterData("x", 0.0, 3590.0, 10.0, grid)
+    for h, i, u in (("n1", 0, 0.0), ("n1", 1, 0.9), ("n2", 0, 0.0)):
+        d.gpus[(h, i)] = GpuData(h, i, util={t: u for t in grid}, mem_used={t: 20 * GiB for t in grid})
+    alice, bob = OwnerLabels("alice", "4242", "", "", ""), OwnerLabels("bob", "", "trainer-0", "ml", "")
+    d.owners[("n1", 0)] = [(alice, {t: 15 * GiB for t in grid}), (bob, {t: 5 * GiB for t in grid})]
+    d.owners[("n1", 1)] = [(alice, {t: 20 * GiB for t in grid})]
+    return d
+
+
+def test_gpus_grouped_by_job_and_by_user_with_the_reports_idle_gpu_hours():
+    from traintop.cluster.groups import group_lines, held_of
+
+    d = _held_data()
+    held = held_of(d)
+    util = {k: g.util[max(g.util)] for k, g in d.gpus.items()}
+    jobs = group_lines(held, util, "job")
+    assert [(g.name, g.gpus, g.hosts) for g in jobs] == [("4242", 2, 1), ("ml/trainer-0", 1, 1)]
+    assert jobs[0].util == pytest.approx(0.45) and jobs[0].mem_held == 35 * GiB
+    # the same GPU-hours as the report's "who holds idle GPUs": one formula
+    report = {r["job"] or r["pod"]: r["gpu_hours"] for r in idle_held(d)}
+    assert jobs[0].idle_hours == pytest.approx(report["4242"], abs=1e-4) and jobs[0].idle_hours > 0.7
+    assert jobs[1].idle_hours == pytest.approx(report["trainer-0"], abs=1e-4)
+    users = group_lines(held, util, "user")
+    assert [(g.name, g.gpus) for g in users] == [("alice", 2), ("bob", 1)]
+    assert group_lines(held, util, "user", hosts={"n2"}) == ()
+
+
+def _snapshot_app(snap):
+    from traintop.app.cluster import ClusterApp
+
+    class Shown(ClusterApp):
+        def on_mount(self) -> None:
+            super().on_mount()
+            self.show_snapshot(snap)
+    return Shown(lambda: snap, url="http://prometheus:9090", poll=False)
+
+
+async def _groupings(snap, size):
+    """The GPU list's text by host, by job, by user, and by host again (u each time), and the status line."""
+    from traintop.app.cluster import ClusterStatus
+    from traintop.widgets.cluster_panels import HostsBody
+
+    app = _snapshot_app(snap)
+    out = []
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        for _ in range(4):
+            out.append((str(app.query_one(HostsBody).render()), app.query_one(ClusterStatus).text.plain))
+            await pilot.press("u")
+            await pilot.pause()
+    return out
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)])
+def test_the_cluster_view_groups_by_job_and_by_user_and_shows_names_as_text(size):
+    from traintop.cluster.snapshot import snapshot_from
+
+    d = _held_data()
+    evil = OwnerLabels("[bold]x[/]\x1b[2J", "[red]9\x07", "", "", "")
+    d.owners[("n2", 0)] = [(evil, {t: GiB for t in d.grid})]
+    views = asyncio.run(_groupings(snapshot_from(d, []), size))
+    (by_host, s0), (by_job, s1), (by_user, s2), (again, _) = views
+    assert "n1" in by_host and "by job" not in s0 and "by job" in s1 and "by user" in s2 and again == by_host
+    assert "4242" in by_job and "ml/trainer-0" in by_job and "2 GPUs" in by_job and "GPU-h" in by_job
+    assert "[red]9\\x07" in by_job, by_job
+    assert "alice" in by_user and "bob" in by_user and "[bold]x[/]\\x1b[2J" in by_user, by_user
+    assert "\x1b" not in by_job + by_user and "\x07" not in by_job
+
+
+def _the_view_groups_what_prometheus_holds(url):
+    """`traintop cluster`'s reads of the owner series: the rolling window keeps what one full read
+    gives, and its snapshot groups the GPUs by job and by user."""
+    from traintop.cluster.fetch import fetch_grid
+    from traintop.cluster.groups import group_lines
+    from traintop.cluster.promapi import Prometheus
+    from traintop.cluster.rolling import RollingCluster, window_grid
+    from traintop.cluster.snapshot import PrometheusSource
+
+    now = time.time() - 3  # instants whose scrapes are all in
+    with Prometheus(url) as prom, Prometheus(url) as prom_full:
+        rolling = RollingCluster(prom, None, window=60, step=1.0)
+        rolling.read(now - 4)
+        kept = rolling.read(now)  # a refresh: only the instants since the last read
+        full = fetch_grid(prom_full, window_grid(now, 60, 1.0), now)
+    assert rolling.full_reads == 1 and kept.owners == full.owners and len(full.owners[("node-o", 0)]) == 2
+    source = PrometheusSource(url, window=60)
+    try:
+        source()
+        snap = source()
+    finally:
+        source.close()
+    util = {(g.host, g.index): g.util for g in snap.gpus}
+    jobs = {g.name: g for g in group_lines(snap.held, util, "job")}
+    assert set(jobs) == {"4242", "ml/trainer-0", ""}
+    assert (jobs["4242"].gpus, jobs["4242"].mem_held) == (1, 16 * GiB) and jobs["4242"].idle_hours > 0
+    assert jobs["4242"].idle_hours == pytest.approx(4 * jobs["ml/trainer-0"].idle_hours, rel=0.1)
+    assert jobs[""].idle_hours == 0 and jobs[""].util > 0.5  # GPU 1 is busy: held, not idle
+    users = {g.name: g.gpus for g in group_lines(snap.held, util, "user")}
+    assert users == {"alice": 1, "bob": 1, "": 1}
+    for size in ((80, 24), (160, 48)):
+        (by_host, _), (by_job, _), (by_user, _), _ = asyncio.run(_groupings(snap, size))
+        assert "node-o" in by_host and "4242" in by_job and "(no job)" in by_job and "alice" in by_user

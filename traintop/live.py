@@ -77,8 +77,10 @@ class OneCall:
 
 class LiveSampler:
     def __init__(self, gpu=None, host=None, process=None, probes=None, clock=time.time,
-                 gpu_timeout: float = 1.0) -> None:
+                 gpu_timeout: float = 1.0, owners=None) -> None:
+        """``owners``: fills in whose each GPU process is (collectors/owner_cache.OwnerCache); None: nobody's."""
         self.gpu = gpu
+        self.owners = owners
         self.host = host
         self.process = process
         self.probes = probes
@@ -130,6 +132,8 @@ class LiveSampler:
     def next_frame(self) -> Frame:
         t = self._clock()
         gpus, stale = self._gpus()
+        if self.owners is not None and not stale:
+            gpus = self._call("owners", self.owners.attach, gpus, fallback=gpus)
         host = self._call("host", self.host.sample) if self.host is not None else None
         proc = self._call("process", self.process.sample) if self.process is not None else None
         ranks, stacks, captures = (), (), ()

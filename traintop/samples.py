@@ -90,6 +90,40 @@ def pcie_bandwidth(gen: int | None, width: int | None) -> float | None:
 
 
 @dataclass(frozen=True, slots=True)
+class Owner:
+    """One process's owner and the job it belongs to, as far as it can be known from here."""
+
+    pid: int  # as asked (NVML's PIDs are the host's)
+    visible: bool = True  # False: no such process here, or another process carries this number
+    ns_pids: tuple[int, ...] = ()  # the PID in each nested namespace, outermost first (NSpid)
+    uid: int | None = None
+    user: str | None = None
+    runtime: str | None = None  # docker, containerd, cri-o, podman, kubernetes
+    container: str | None = None  # the container's id (64 hex digits)
+    pod_uid: str | None = None
+    pod: str | None = None
+    namespace: str | None = None
+    slurm_job: str | None = None  # "1234", or "1234_7" for an array task
+    slurm_step: str | None = None
+    run_id: str | None = None  # torchrun's rendezvous run id
+    job_from: str | None = None  # "cgroup" (set up by root) or "environment" (the process's own word)
+
+    @property
+    def inner_pid(self) -> int | None:
+        """The PID inside its container, where it differs from the one asked."""
+        return self.ns_pids[-1] if len(self.ns_pids) > 1 else None
+
+    @property
+    def job(self) -> str | None:
+        """One label for the job: the Slurm job, else the pod, else the torchrun run."""
+        if self.slurm_job:
+            return self.slurm_job
+        if self.pod:
+            return f"{self.namespace}/{self.pod}" if self.namespace else self.pod
+        return self.run_id
+
+
+@dataclass(frozen=True, slots=True)
 class GpuProcess:
     pid: int
     used_bytes: int | None
@@ -98,6 +132,9 @@ class GpuProcess:
     mem_util: float | None = None
     enc_util: float | None = None
     dec_util: float | None = None
+    # whose it is (collectors/whose.py), looked up by the live sampler; None: not looked up (the
+    # simulator, a recording, an import: chunks do not keep it)
+    owner: Owner | None = field(default=None, kw_only=True)
 
 
 @dataclass(frozen=True, slots=True)

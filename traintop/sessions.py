@@ -75,6 +75,7 @@ def live_session(interval: float = 0.5, pid: int | None = None, record: str | No
     ``own_child``: ``pid`` was started by this traintop (`traintop run`) and may already have
     ended; ``probe_dir`` is where its probe listens."""
     from traintop.collectors.host import HostCollector
+    from traintop.collectors.owner_cache import OwnerCache
     from traintop.collectors.process import ProcessCollector
 
     check_interval(interval)
@@ -86,7 +87,7 @@ def live_session(interval: float = 0.5, pid: int | None = None, record: str | No
 
         probes = ProbeClient(probe_dir)
     sampler = LiveSampler(gpu=gpu, host=HostCollector(), process=proc, probes=probes,
-                          gpu_timeout=max(1.0, 2 * interval))
+                          gpu_timeout=max(1.0, 2 * interval), owners=OwnerCache() if gpu is not None else None)
     monitor = _monitor(info, interval, config)
     monitor.launched = own_child
     monitor.capture_evidence = capture and probes is not None

@@ -22,12 +22,34 @@ from traintop.samples import (
     GpuInfo,
     GpuSample,
     HostSample,
+    Owner,
     ProcessSample,
     RankSample,
 )
 
 SERIES_POINTS = 240
 LEDGER_WINDOW_S = 300.0  # the process panel's time ledger covers this much
+
+
+@dataclass(frozen=True)
+class GpuProcView:
+    """A process on a GPU, and whose it is."""
+
+    gpu: int  # the row's index (NVML's, or a MIG device's row)
+    pid: int
+    used_bytes: int | None
+    sm_util: float | None  # its share of the GPU, % (None: not read)
+    owner: Owner | None  # None: not looked up (the simulator, a recording, an import)
+
+
+def busiest_first(p: GpuProcView) -> tuple:
+    """By its share of the GPU, then by the memory it holds."""
+    return -(p.sm_util or 0.0), -(p.used_bytes or 0), p.gpu, p.pid
+
+
+def gpu_procs(g: GpuSample) -> tuple[GpuProcView, ...]:
+    return tuple(sorted((GpuProcView(g.index, p.pid, p.used_bytes, p.sm_util, p.owner) for p in g.processes),
+                        key=busiest_first))
 
 
 @dataclass(frozen=True)
@@ -41,6 +63,7 @@ class GpuView:
     badges: tuple[str, ...]
     alert_level: int  # highest active alert severity on this GPU (0 none)
     alert_title: str | None = None  # the title of that alert
+    procs: tuple[GpuProcView, ...] = ()  # its processes, the busiest first
 
 
 @dataclass(frozen=True)
@@ -80,6 +103,8 @@ class ProcessView:
     live: bool = True  # watching now (a process can be attached), not a recording or a log played back
     gpu_share: dict = field(default_factory=dict)  # GPU index -> % of its time the tree computed (NVML)
     capture: object | None = None  # the latest evidence captured (traintop.samples.Capture)
+    owners: tuple[Owner, ...] = ()  # whose the tree's GPU processes are (distinct; none where not looked up)
+    gpu_procs: tuple[GpuProcView, ...] = ()  # every GPU's processes, the busiest first (shown with none attached)
 
 
 @dataclass(frozen=True)
@@ -127,6 +152,14 @@ def ledger_shares(store, subject: str, span: float) -> dict[str, float]:
     return {b: v / total for b, v in sums.items()} if total > 0 else {}
 
 
+def _distinct_owners(owners: dict[Owner, None]) -> tuple[Owner, ...]:
+    """One per user and job: a job's ranks differ only in their PIDs."""
+    seen: dict[tuple, Owner] = {}
+    for o in owners:
+        seen.setdefault((o.visible, o.user, o.job, o.slurm_step, o.container, o.pod_uid), o)
+    return tuple(seen.values())
+
+
 def build_view(monitor: Monitor, points: int = SERIES_POINTS) -> View:
     with monitor.lock:
         store = monitor.store
@@ -151,14 +184,17 @@ def build_view(monitor: Monitor, points: int = SERIES_POINTS) -> View:
                 badges=("STALE",) + badges_for(g) if g.index in frame.stale_gpus else badges_for(g),
                 alert_level=int(mine[0].severity) if mine else 0,
                 alert_title=mine[0].title if mine else None,
+                procs=gpu_procs(g),
             ))
         host = HostView(frame.host if frame else None, store.last(host_key("cpu_percent"), points))
         proc = frame.process if frame else None
         gpu_mem: dict[int, int] = {}
         gpu_share: dict[int, float] = {}  # GPU index -> % of its time the tree's processes computed (NVML)
+        owners: dict[Owner, None] = {}  # ordered, distinct
         if proc is not None and frame is not None:
             pids = {m.pid for m in proc.members} | {proc.pid}
             for g in frame.gpus:
+                owners.update((gp.owner, None) for gp in g.processes if gp.pid in pids and gp.owner is not None)
                 used = [gp.used_bytes or 0 for gp in g.processes if gp.pid in pids]
                 if used:
                     gpu_mem[g.index] = sum(used)
@@ -195,7 +231,9 @@ def build_view(monitor: Monitor, points: int = SERIES_POINTS) -> View:
                             probe_silent_s=(frame.t - monitor.probe_seen_at) if frame is not None and not ranks
                             and monitor.probe_seen_at is not None else None,
                             live=info.kind in ("live", "simulated"), gpu_share=gpu_share,
-                            capture=monitor.captures[-1] if monitor.captures else None)
+                            capture=monitor.captures[-1] if monitor.captures else None,
+                            owners=_distinct_owners(owners),
+                            gpu_procs=tuple(sorted((p for gv in gpus for p in gv.procs), key=busiest_first)))
         if frame is not None and frame.stale_gpus and not monitor.source_error:
             stale = f"GPU {', '.join(map(str, frame.stale_gpus))}: the driver did not answer in time (data stale)"
         else:

@@ -8,6 +8,7 @@ import time
 
 from rich.text import Text
 
+from traintop.cluster.groups import group_lines
 from traintop.cluster.snapshot import ClusterSnapshot
 from traintop.rules import Severity
 from traintop.text import one_line
@@ -39,11 +40,13 @@ class HostsBody(TextLines):
     snapshot: ClusterSnapshot | None = None
     focus_host: str | None = None
     focus_job: str | None = None
+    grouping: str = "host"  # or "job", "user" (traintop.cluster.groups)
     _text: Text | None = None
     _text_width = -1
 
-    def show(self, snap: ClusterSnapshot | None, focus_host: str | None, focus_job: str | None) -> None:
-        self.snapshot, self.focus_host, self.focus_job = snap, focus_host, focus_job
+    def show(self, snap: ClusterSnapshot | None, focus_host: str | None, focus_job: str | None,
+             grouping: str = "host") -> None:
+        self.snapshot, self.focus_host, self.focus_job, self.grouping = snap, focus_host, focus_job, grouping
         self._text = None
         lines = self._line_count()
         if lines != self.styles.height:
@@ -78,7 +81,9 @@ class HostsBody(TextLines):
         for f in s.findings:
             if f.severity > Severity.INFO:
                 findings[f.host] = findings.get(f.host, 0) + 1
-        if self.focus_host is None and len(s.gpus) > GPU_LINES_UP_TO and s.host_lines:
+        if self.grouping != "host":
+            _group_rows(out, s, self.grouping, set(hosts), width)
+        elif self.focus_host is None and len(s.gpus) > GPU_LINES_UP_TO and s.host_lines:
             self._host_rows(out, s, set(hosts), findings, spark_w)
         else:
             self._gpu_rows(out, s, hosts, findings, spark_w)
@@ -177,6 +182,38 @@ class HostsBody(TextLines):
                 out.append(" GPUs unreadable", style="bold red")
 
 
+NEXT_GROUPING = {"host": "job", "job": "user", "user": "host"}
+UNNAMED = {"job": "(no job)", "user": "(unknown user)"}
+
+
+def _group_rows(out: Text, s: ClusterSnapshot, by: str, hosts: set, width: int) -> None:
+    """One line per job or user: the GPUs its processes hold now, their mean utilization, the memory
+    they hold, and the GPU-hours they held idle over the window shown."""
+    out.append(f"by {by} · GPUs · utilization · memory · GPU-hours held idle ({fmt_duration(s.window_s)}) · "
+               f"u: by {NEXT_GROUPING[by]}", style="dim")
+    if not s.held:
+        out.append("\nNo owner series here: traintop agents export whose processes hold each GPU "
+                   "(dcgm-exporter alone does not).", style="yellow")
+        return
+    util = {(g.host, g.index): g.util for g in s.gpus}
+    rows = group_lines(s.held, util, by, hosts)
+    name_w = max(12, min(32, width - 56, max((len(r.name) for r in rows), default=0)))
+    for r in rows:
+        out.append("\n")
+        name = one_line(r.name, name_w) if r.name else UNNAMED[by]
+        out.append(f"{name:<{name_w}} ", style="bold" if r.name else "dim")
+        out.append(f"{r.gpus:>3} GPU{'s' if r.gpus != 1 else ' '}", style="bold")
+        out.append(f" on {r.hosts:>2} host{'s' if r.hosts != 1 else ' '} ", style="dim")
+        out.append_text(bar(r.util, 8, style="green" if (r.util or 0) >= 0.5 else "yellow").to_text())
+        out.append(f" {_pct(r.util)}% ")
+        out.append(f"{r.mem_held / GiB:6.1f}G held", style="dim")
+        out.append(f"  idle {r.idle_hours:.2f} GPU-h", style="bold yellow" if r.idle_hours >= 0.01 else "dim")
+    held_now = {(h.host, h.gpu) for h in s.held if h.bytes_now}
+    free = [g for g in s.gpus if g.host in hosts and (g.host, g.index) not in held_now]
+    if free:
+        out.append(f"\n{len(free)} GPU{'s' if len(free) != 1 else ''} held by no process", style="dim")
+
+
 def finding_paragraphs(s: ClusterSnapshot | None, focus_host: str | None, compact: bool,
                        hosts: set[str] | None = None) -> list:
     """The cluster's findings as (line, hanging indent) paragraphs, like the local alerts.
@@ -210,7 +247,7 @@ def finding_paragraphs(s: ClusterSnapshot | None, focus_host: str | None, compac
 
 
 def status_line(s: ClusterSnapshot | None, url: str, job: str | None, focus_host: str | None, paused: bool,
-                problem: str | None, stale: float | None = None) -> Text:
+                problem: str | None, stale: float | None = None, grouping: str = "host") -> Text:
     """``stale``: seconds since the last good read, when that is more than two refreshes."""
     out = Text(no_wrap=True, overflow="ellipsis")
     out.append(" CLUSTER ", style="bold black on cyan")
@@ -226,6 +263,8 @@ def status_line(s: ClusterSnapshot | None, url: str, job: str | None, focus_host
         out.append(f"  host {one_line(focus_host, 40)}", style="bold cyan")
     if job:
         out.append(f"  job {one_line(job, 40)}", style="bold cyan")
+    if grouping != "host":
+        out.append(f"  by {grouping}", style="bold cyan")
     if s is not None:
         silent = {h for h, _ in s.silent}
 

@@ -9,10 +9,12 @@ from traintop.widgets.lines import TextLines, fit, join_lines
 from traintop.text import one_line
 from traintop.units import GiB, fmt_rate
 from traintop.view import GpuView
-from traintop.widgets.gpu_table import alert_mark
+from traintop.widgets.gpu_table import alert_mark, owners_brief
+from traintop.widgets.owner_text import proc_text
 from traintop.widgets.render import level_style, spark
 
 LEVEL_WORD = {1: "info", 2: "alert", 3: "critical"}
+OWNER_MIN = 26  # the footer keeps at least this much of "PID 4242 alice · slurm …"
 
 
 def _num(v, fmt: str = "{:.0f}") -> str:
@@ -96,11 +98,20 @@ class GpuPanel(TextLines):
             parts.append((4, f"  PCIe ↑{fmt_rate(s.pcie_tx)} ↓{fmt_rate(s.pcie_rx)}", "dim"))
         if s.nvlink_tx or s.nvlink_rx or (self.view.info.nvlinks and (s.nvlink_tx is not None or s.nvlink_rx is not None)):
             parts.append((4, f"  NVLink ↑{fmt_rate(s.nvlink_tx)} ↓{fmt_rate(s.nvlink_rx)}", "dim"))
+        procs = self.view.procs
+        elastic = None  # the owner's part: cut to what is left rather than dropped
         if n == 0 and self.view.info.mig and s.parent is None:
             parts.append((2, "  procs on its MIG devices", "dim"))
+        elif procs and procs[0].owner is not None:
+            more = f" +{n - 1} more" if n > 1 else ""
+            elastic = (3.5, f"  {proc_text(procs[0])}{more}", "")
+            parts.append(elastic)
         else:
             parts.append((2, f"  {n} proc{'s' if n != 1 else ''}{_busiest(s.processes)}", "dim"))
-        while len(parts) > 1 and sum(len(text) for _, text, _ in parts) > width:
+
+        def need(part) -> int:
+            return min(len(part[1]), OWNER_MIN) if part is elastic else len(part[1])
+        while len(parts) > 1 and sum(need(p) for p in parts) > width:
             parts.remove(min(parts, key=lambda p: p[0]))
         t = Line()
         for _, text, style in parts:
@@ -138,6 +149,9 @@ class GpuPanel(TextLines):
             out.extend(alert_mark(v.alert_level, LEVEL_WORD.get(v.alert_level)))
         if s.parent is None:
             out.append(f"  SM {_num(s.sm_clock)} MHz", "dim")
+        who = owners_brief(v)
+        if who:
+            out.append(f"  {who}")
         lines = [out]
         rows = self._rows()
         half = max(20, width // 2)

@@ -9,6 +9,7 @@ from traintop.units import GiB
 from traintop.view import GpuView
 from traintop.widgets.line import Line
 from traintop.widgets.lines import TextLines, join_lines
+from traintop.widgets.owner_text import proc_text
 from traintop.widgets.render import SEVERITY_ICON, SEVERITY_STYLE, level_style, spark
 from traintop.widgets.wrap import cut_words
 
@@ -32,6 +33,15 @@ def cut_mark(mark: Line, width: int) -> Line:
     return Line(cut_words(Text(text), width).plain, style)
 
 
+def owners_brief(v: GpuView) -> str:
+    """Whose the busiest process is, "PID 4242 alice · slurm 81234.0 (+1)"; "" where nobody looked."""
+    if not v.procs or v.procs[0].owner is None:
+        return ""
+    more = f" (+{len(v.procs) - 1})" if len(v.procs) > 1 else ""
+    return proc_text(v.procs[0], figures=False) + more
+
+
+OWNER_W = 40  # cells of the table's owner that take room from the history
 SPARK_MIN = 3  # narrower than this, the history says nothing: none at all
 
 
@@ -93,7 +103,11 @@ def gpu_row(v: GpuView, sw: int, sm: bool, wide: bool, idx_w: int = 1, width: in
             badges = Line()  # the title first: the badges say it again, the full panel shows them
             mark = cut_mark(mark, room)
         out.extend(mark)
-    return out.extend(badges)
+    out.extend(badges)
+    who = owners_brief(v) if marks and not mark else ""
+    if who:  # the alert's title first: the owner only where none is shown (a cut line keeps what is left)
+        out.append(f"  {who}", "dim")
+    return out
 
 
 def header(sw: int, sm: bool, label_w: int) -> Line:
@@ -128,6 +142,10 @@ class GpuTable(TextLines):
         # warnings and worse make room for their titles; information takes what is left
         mark_w = max((2 + alert_mark(v.alert_level, v.alert_title).cell_len for v in self.rows
                       if v.alert_level >= 2), default=0)
+        # whose the busiest process is takes room too, up to OWNER_W (and the badges beside it)
+        owner_w = max((2 + min(OWNER_W, len(who)) + sum(len(b) + 3 for b in v.badges) for v in self.rows
+                       if (who := owners_brief(v))), default=0)
+        mark_w = max(mark_w, owner_w)
         numbers_w = max((gpu_row(v, 0, sm, self.wide, idx_w, marks=False).cell_len for v in self.rows), default=0)
         sw = spark_width(width, self.wide, numbers_w, mark_w)
         lines = [gpu_row(v, sw, sm, self.wide, idx_w, width) for v in self.rows]

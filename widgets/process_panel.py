@@ -15,6 +15,7 @@ from traintop.evidence import short
 from traintop.samples import LEDGER_BUCKETS
 from traintop.view import LEDGER_WINDOW_S, ProcessView, RankView
 from traintop.widgets.memory_chart import memory_chart
+from traintop.widgets.owner_text import owner_text, proc_text
 
 # plotext costs 15-55 ms a chart, more than all the rest of a frame: the chart spans 240
 # samples (4 minutes at 1 s), so redrawn every 10 s it lags by at most 4 % of its width.
@@ -176,6 +177,8 @@ class ProcessPanel(TextLines):
         if p is None:
             if v is not None and not v.live:
                 return [Line("No process was attached when this was recorded.", "dim")], None
+            if v is not None and any(gp.owner is not None for gp in v.gpu_procs):
+                return self._gpu_processes(v), None
             out = Line("No process attached. ", "dim").append("traintop --pid N", "bold")
             return [out.append(" attaches to a running job.", "dim")], None
         if v.job_end is not None:  # a job of `traintop run`: how it ended, as soon as it did
@@ -201,7 +204,10 @@ class ProcessPanel(TextLines):
             if load is not None and load.count:
                 busy = f"{len(load.busy)} at {load.busy_mean:.0f} %" if load.busy else "none saturated"
                 out.append(f"  workers {load.count} ({busy})", "bold yellow" if load.busy else "dim")
-            return [out.append(f"  {gpu_mem}  RSS {fmt_bytes(p.rss)}")], None
+            out.append(f"  {gpu_mem}  RSS {fmt_bytes(p.rss)}")
+            if v.owners:
+                out.append(f"  {owner_text(v.owners[0])}", "dim")
+            return [out], None
         lines = [Line(one_line(p.cmdline[: max(10, width)]), "dim")]
         if v.cpu and any(c is not None for c in v.cpu):  # the job's CPU over time (100 % = one core)
             top = max([100.0] + [c for c in v.cpu if c is not None])
@@ -210,6 +216,8 @@ class ProcessPanel(TextLines):
         lines.append(Line(keep_units(f"CPU {p.cpu_percent or 0:.0f} %  RSS {fmt_bytes(p.rss)}  threads {p.threads or 0}"
                                      f"  I/O\u00a0↓{fmt_rate(p.read_rate)}\u00a0↑{fmt_rate(p.write_rate)}")))
         lines.append(Line("GPU memory (NVML, an upper bound): ", "dim").append(keep_units(gpu_mem)))
+        if v.owners:
+            lines.append(Line("whose: ", "dim").append("; ".join(owner_text(o) for o in v.owners)))
         if workers:
             line = Line(f"loader workers ({len(workers)}): ", "bold")
             for w in workers[:WORKERS_SHOWN]:
@@ -240,6 +248,21 @@ class ProcessPanel(TextLines):
             step = Line("step  ", "bold").extend(spark(first.step_time, 0, hi, max(4, width - 20), "cyan"))
             lines.append(step.append(f" {times[-1] * 1000:.0f} ms"))
         return lines, (first if first.sample.cuda else None)
+
+    def _gpu_processes(self, v: ProcessView) -> list[Line]:
+        """With no job attached: whose processes hold the GPUs, the busiest first, as many as fit."""
+        procs = v.gpu_procs
+        if self.compact:
+            more = f" (+{len(procs) - 1} more)" if len(procs) > 1 else ""
+            return [Line(proc_text(procs[0], gpu=True) + more)]
+        room = max(1, (self.content_size.height or 6) - 1)
+        shown = procs if len(procs) <= room else procs[: room - 1]
+        lines = [Line(f"GPU processes ({len(procs)}) · ", "dim").append("traintop --pid N", "bold")
+                 .append(" attaches to one", "dim")]
+        lines.extend(Line(proc_text(gp, gpu=True)) for gp in shown)
+        if len(shown) < len(procs):
+            lines.append(Line(f"… +{len(procs) - len(shown)} more", "dim"))
+        return lines
 
     def _cpu_history(self, lines: list[Line], v: ProcessView) -> list[Line]:
         """After the end, what the job did up to it (the full layout has the room)."""

@@ -198,7 +198,7 @@ def _fetch(prom, grid, end, job, slim, part_of, pool) -> ClusterData:
     unreadable_q = ask_now(f"max by ({', '.join(HOST_BY)}) "
                            f"(max_over_time({S.agent('gpus_unreadable')}[{max(span, 60)}s])) == 1")
     loader_q = ask(S.host("loader_cpu"), HOST_BY)
-    owners_q = ask(S.owner("owner_bytes"), OWNER_BY) if not slim else None  # a report's "who holds idle GPUs"
+    owners_q = ask(S.owner("owner_bytes"), OWNER_BY)  # "who holds idle GPUs", the view's grouping by job or user
     # where each job's time went: the ranks' ledgers summed over the range (one instant query)
     ledger_q = ask_now(f"sum by (job, bucket) (increase({S.ledger()}[{span}s]))") if not slim else None
     # a refresh (part_of) reads a few instants: too few sample times to tell a gap from a scrape
@@ -278,7 +278,7 @@ def _fetch(prom, grid, end, job, slim, part_of, pool) -> ClusterData:
             data.findings.append(AgentFinding(h, s.get("rule"), s.get("severity"), s.get("subject"), sorted(s.values)))
     for s in loader_results:
         _merge(data.loader_cpu, named(s), check.values(s.values, "host", "loader_cpu"), keyed=True)
-    for s in owners_q.result() if owners_q is not None else ():
+    for s in owners_q.result():
         if (g := gpu(s)) is None:
             continue
         who = OwnerLabels(*(s.get(*names, default="")[:128] for names in

@@ -283,15 +283,13 @@ IDLE_HELD_MIN_BYTES = 512 * 2**20  # memory in use for an idle GPU to count as h
 IDLE_HELD_MAX_ROWS = 50
 
 
-def idle_held(data: ClusterData, config: Thresholds = DEFAULT) -> list[dict]:
-    """Who holds idle GPUs: for each owner (user, job, pod) the GPU-hours its processes held a GPU
-    that did nothing (utilization at most ``idle_max_util`` with memory in use), shared between the
-    owners on one GPU by the memory each held (integrated by traintop.waste). The report a
-    cluster's admin asks for."""
+def idle_hours_held(data: ClusterData, config: Thresholds = DEFAULT) -> dict[tuple, float]:
+    """(host, gpu, owner) -> the GPU-hours that owner's processes held that GPU while it did nothing
+    (utilization at most ``idle_max_util`` with memory in use), shared between the owners on one GPU
+    by the memory each held (integrated by traintop.waste). Only those above zero."""
     idle = config.idle_max_util / 100
     holds = waste.Holds.grid(data.step)
-    hours: dict = {}
-    where: dict = {}
+    out: dict = {}
     for key, owners in data.owners.items():
         g = data.gpus.get(key)
         if g is None:
@@ -309,8 +307,19 @@ def idle_held(data: ClusterData, config: Thresholds = DEFAULT) -> list[dict]:
         for who, points in shares.items():
             h = waste.Series.of_points(points, holds).hours()
             if h > 0:
-                hours[who] = hours.get(who, 0.0) + h
-                where.setdefault(who, set()).add(key)
+                k = (key[0], key[1], who)
+                out[k] = out.get(k, 0.0) + h
+    return out
+
+
+def idle_held(data: ClusterData, config: Thresholds = DEFAULT) -> list[dict]:
+    """Who holds idle GPUs: for each owner (user, job, pod) the GPU-hours its processes held a GPU
+    that did nothing (``idle_hours_held``), the most first. The report a cluster's admin asks for."""
+    hours: dict = {}
+    where: dict = {}
+    for (host, gpu, who), h in idle_hours_held(data, config).items():
+        hours[who] = hours.get(who, 0.0) + h
+        where.setdefault(who, set()).add((host, gpu))
     rows = sorted(hours.items(), key=lambda kv: -kv[1])[:IDLE_HELD_MAX_ROWS]
     return [{"user": w.user, "job": w.job, "pod": w.pod, "namespace": w.namespace, "container": w.container,
              "gpu_hours": round(h, 4), "gpus": [f"{host} GPU {i}" for host, i in sorted(where[w])]}

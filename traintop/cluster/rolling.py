@@ -119,6 +119,15 @@ def roll(old: ClusterData, part: ClusterData, grid: Grid) -> ClusterData:
     for host, d in part.loader_cpu.items():
         data.loader_cpu.setdefault(host, {}).update(d)
     data.loader_cpu = {h: d for h, d in data.loader_cpu.items() if d}
+    owners: dict[tuple, dict] = {}  # (host, gpu, who) -> {t: bytes}
+    for src, trim in ((old.owners, True), (part.owners, False)):
+        for key, held in src.items():
+            for who, vals in held:
+                d = owners.setdefault((*key, who), {})
+                d.update(_trim(dict(vals), start, again) if trim else vals)
+    for (host, gpu, who), vals in sorted(owners.items(), key=lambda kv: kv[0][:2]):
+        if vals:
+            data.owners.setdefault((host, gpu), []).append((who, dict(sorted(vals.items()))))
     data.notes = part.notes
     data.unreadable = set(part.unreadable)  # as the agents say now
     data.conflicts = claims.roll(old.conflicts, part.conflicts, start)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from traintop.cluster.crosshost import silent_hosts
 from traintop.cluster.fetch import ClusterData
+from traintop.cluster.groups import Held, held_of
 from traintop.cluster.report import findings_of
 from traintop.findings import Finding
 from traintop.rules.config import DEFAULT, Thresholds
@@ -80,6 +81,8 @@ class ClusterSnapshot:
     # are drawn dimmed with "no data for N s", never as current
     silent: tuple[tuple[str, float], ...] = ()
     unreadable: tuple[str, ...] = ()  # hosts whose agent cannot read their GPUs (no GPU lines: not CPU nodes)
+    held: tuple[Held, ...] = ()  # whose processes hold each GPU (the agents' owner series), for grouping by job or user
+    window_s: float = WINDOW_S  # the span of the data shown
 
     def silent_for(self, host: str) -> float | None:
         return dict(self.silent).get(host)
@@ -127,7 +130,8 @@ def snapshot_from(data: ClusterData, findings: list[Finding], refresh_s: float =
     return ClusterSnapshot(data.url, data.end, tuple(hosts), gpus, ranks, active, data.mode,
                            tuple(data.notes), refresh_s, tuple(sorted({r.job for r in data.ranks.values()})),
                            _host_lines(hosts, gpus), tuple(sorted(silent_hosts(data, config).items())),
-                           tuple(sorted(data.unreadable)))
+                           tuple(sorted(data.unreadable)), held_of(data, config),
+                           data.grid[-1] - data.grid[0] if len(data.grid) > 1 else WINDOW_S)
 
 
 class PrometheusSource:
