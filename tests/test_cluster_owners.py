@@ -238,3 +238,17 @@ def _the_view_groups_what_prometheus_holds(url):
     for size in ((80, 24), (160, 48)):
         (by_host, _), (by_job, _), (by_user, _), _ = asyncio.run(_groupings(snap, size))
         assert "node-o" in by_host and "4242" in by_job and "(no job)" in by_job and "alice" in by_user
+
+
+def test_grouped_by_job_each_job_shows_its_ranks_goodput():
+    from traintop.cluster.snapshot import snapshot_from
+
+    d = _held_data()
+    d.ledger = {"4242": {"train": 700.0, "checkpoint": 250.0, "input": 50.0}}  # the agents' ledgers, summed
+    snap = snapshot_from(d, [])
+    assert dict(snap.goodput) == {"4242": pytest.approx(0.70)}
+    views = asyncio.run(_groupings(snap, (160, 48)))
+    by_job = views[1][0]
+    line = next(ln for ln in by_job.splitlines() if ln.startswith("4242"))
+    assert "goodput 70%" in line
+    assert "goodput" not in next(ln for ln in by_job.splitlines() if ln.startswith("ml/trainer-0"))

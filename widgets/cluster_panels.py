@@ -197,6 +197,7 @@ def _group_rows(out: Text, s: ClusterSnapshot, by: str, hosts: set, width: int) 
         return
     util = {(g.host, g.index): g.util for g in s.gpus}
     rows = group_lines(s.held, util, by, hosts)
+    goodput = dict(s.goodput)
     name_w = max(12, min(32, width - 56, max((len(r.name) for r in rows), default=0)))
     for r in rows:
         out.append("\n")
@@ -208,6 +209,9 @@ def _group_rows(out: Text, s: ClusterSnapshot, by: str, hosts: set, width: int) 
         out.append(f" {_pct(r.util)}% ")
         out.append(f"{r.mem_held / GiB:6.1f}G held", style="dim")
         out.append(f"  idle {r.idle_hours:.2f} GPU-h", style="bold yellow" if r.idle_hours >= 0.01 else "dim")
+        if by == "job" and r.name in goodput:  # its ranks' time ledgers (the probe)
+            g = goodput[r.name]
+            out.append(f"  goodput {g * 100:.0f}%", style="bold green" if g >= 0.9 else "bold yellow")
     held_now = {(h.host, h.gpu) for h in s.held if h.bytes_now}
     free = [g for g in s.gpus if g.host in hosts and (g.host, g.index) not in held_now]
     if free:

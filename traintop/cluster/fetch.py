@@ -200,7 +200,7 @@ def _fetch(prom, grid, end, job, slim, part_of, pool) -> ClusterData:
     loader_q = ask(S.host("loader_cpu"), HOST_BY)
     owners_q = ask(S.owner("owner_bytes"), OWNER_BY)  # "who holds idle GPUs", the view's grouping by job or user
     # where each job's time went: the ranks' ledgers summed over the range (one instant query)
-    ledger_q = ask_now(f"sum by (job, bucket) (increase({S.ledger()}[{span}s]))") if not slim else None
+    ledger_q = ask_now(f"sum by (job, bucket) (increase({S.ledger()}[{span}s]))")
     # a refresh (part_of) reads a few instants: too few sample times to tell a gap from a scrape
     times_q = pool.submit(prom.query_grid, SAMPLE_TIMES, grid) if part_of is None else None
 

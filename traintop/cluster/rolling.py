@@ -128,6 +128,11 @@ def roll(old: ClusterData, part: ClusterData, grid: Grid) -> ClusterData:
     for (host, gpu, who), vals in sorted(owners.items(), key=lambda kv: kv[0][:2]):
         if vals:
             data.owners.setdefault((host, gpu), []).append((who, dict(sorted(vals.items()))))
+    # the ledgers' seconds since the view opened: the first read's window, then each refresh's
+    for job, buckets in (*old.ledger.items(), *part.ledger.items()):
+        mine = data.ledger.setdefault(job, {})
+        for b, v in buckets.items():
+            mine[b] = mine.get(b, 0.0) + v
     data.notes = part.notes
     data.unreadable = set(part.unreadable)  # as the agents say now
     data.conflicts = claims.roll(old.conflicts, part.conflicts, start)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from traintop.cluster.crosshost import silent_hosts
 from traintop.cluster.fetch import ClusterData
+from traintop.cluster.report import job_ledgers
 from traintop.cluster.groups import Held, held_of
 from traintop.cluster.report import findings_of
 from traintop.findings import Finding
@@ -83,6 +84,7 @@ class ClusterSnapshot:
     unreadable: tuple[str, ...] = ()  # hosts whose agent cannot read their GPUs (no GPU lines: not CPU nodes)
     held: tuple[Held, ...] = ()  # whose processes hold each GPU (the agents' owner series), for grouping by job or user
     window_s: float = WINDOW_S  # the span of the data shown
+    goodput: tuple[tuple[str, float], ...] = ()  # (job, share of its ranks' time in training steps), the probes' ledgers
 
     def silent_for(self, host: str) -> float | None:
         return dict(self.silent).get(host)
@@ -131,7 +133,8 @@ def snapshot_from(data: ClusterData, findings: list[Finding], refresh_s: float =
                            tuple(data.notes), refresh_s, tuple(sorted({r.job for r in data.ranks.values()})),
                            _host_lines(hosts, gpus), tuple(sorted(silent_hosts(data, config).items())),
                            tuple(sorted(data.unreadable)), held_of(data, config),
-                           data.grid[-1] - data.grid[0] if len(data.grid) > 1 else WINDOW_S)
+                           data.grid[-1] - data.grid[0] if len(data.grid) > 1 else WINDOW_S,
+                           tuple((j, row["goodput"]) for row in job_ledgers(data) for j in (row["job"],)))
 
 
 class PrometheusSource:
