@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import socket
 import stat
 import time
@@ -28,6 +29,7 @@ MAX_STEP_TIMES = 10_000  # what the probe keeps between two messages
 MAX_DEVICES = 64
 
 
+CAPTURE_NAME = re.compile(r"capture-\d{1,10}-\d{8}-\d{6}(-\d{1,4})?-(trace\.json|memory\.pickle)")
 RATE_S = 10.0  # the step rate is taken over this much
 RATE_MIN_S = 2.0
 
@@ -107,9 +109,10 @@ def _job(v) -> str | None:
 
 
 class _Conn:
-    def __init__(self, pid: int, sock: socket.socket, uid: int | None = None) -> None:
+    def __init__(self, pid: int, sock: socket.socket, uid: int | None = None, directory: str = "") -> None:
         self.pid = pid
         self.sock = sock
+        self.directory = directory  # where its socket is: its captures can only be in directory/captures/
         self.uid = uid  # SO_PEERCRED: who runs the process behind the socket
         self.buf = b""
         self.last: dict | None = None
@@ -204,7 +207,7 @@ class ProbeClient:
         except OSError:
             s.close()
             return
-        self._conns[pid] = _Conn(pid, s, uid)
+        self._conns[pid] = _Conn(pid, s, uid, os.path.dirname(path))
 
     def _read(self, c: _Conn) -> bool:
         """Drain what is available; False when the probe is gone."""
@@ -242,7 +245,7 @@ class ProbeClient:
         c.last_seen = self._clock()
         c.fresh = True
         for rec in (msg.get("captures") or [])[:8] if isinstance(msg.get("captures"), list) else ():
-            cap = capture_record(rec, msg, c.pid)
+            cap = capture_record(rec, msg, c.pid, os.path.join(c.directory, "captures"))
             if cap is not None:
                 self._captures.append(cap)
                 del self._captures[:-32]
@@ -396,13 +399,15 @@ def stack_dump(msg: dict, pid: int) -> StackDump | None:
     return _dump(msg, pid, reason, tuple(threads))
 
 
-def capture_record(rec, msg: dict, pid: int) -> Capture | None:
-    """A probe's capture record, checked field by field (None: not one)."""
+def capture_record(rec, msg: dict, pid: int, folder: str) -> Capture | None:
+    """A probe's capture record, checked field by field (None: not one). Its file must be a plain
+    name in the probe's own captures folder: a probe is another process's word, and traintop copies
+    that file beside its recording."""
     if not isinstance(rec, dict) or rec.get("kind") not in ("trace", "memory"):
         return None
     path = rec.get("path")
-    if path is not None and (not isinstance(path, str) or not path.startswith("/") or len(path) > 4096
-                             or "\x00" in path):
+    if path is not None and (not isinstance(path, str) or len(path) > 4096 or "\x00" in path
+                             or os.path.dirname(path) != folder or not CAPTURE_NAME.fullmatch(os.path.basename(path))):
         return None
     def secs(v):
         return float(v) if type(v) in (int, float) and plausible.number(v, (0.0, 1e5)) is not None else None

@@ -2,6 +2,8 @@
 owner labels another host sends through Prometheus, /proc files another local user's process
 fills (its environment). Bounded, one line, nothing forged, nothing shown as control codes."""
 
+import os
+
 import pytest
 
 from traintop import importers
@@ -55,3 +57,41 @@ def test_a_huge_environment_is_read_only_so_far(tmp_path):
     assert o.visible and o.slurm_job is None  # past the bound: not read, so not believed
     (d / "environ").write_bytes(b"SLURM_JOB_ID=55\0X=" + b"a" * (8 * 2**20))
     assert whose.whose(77, proc=str(tmp_path)).slurm_job == "55"
+
+
+def test_a_probe_cannot_make_traintop_copy_a_file_outside_its_captures_folder():
+    """A capture record is the probe's word: its path must be a capture's name in that probe's own
+    captures folder, or the record is dropped (traintop run as root attached to another user's job
+    would otherwise copy /etc/shadow beside its recording)."""
+    from traintop.collectors.probe_client import capture_record
+
+    folder = "/run/user/1000/traintop/captures"
+    good = {"kind": "trace", "path": f"{folder}/capture-42-20261202-101010-trace.json", "steps": 3}
+    assert capture_record(good, {}, 42, folder).path == good["path"]
+    for path in ("/etc/shadow", f"{folder}/../../../etc/shadow", f"{folder}/capture-42-x-trace.json",
+                 f"{folder}/sub/capture-42-20261202-101010-trace.json", f"{folder}/capture-42-20261202-101010-trace.json\x00",
+                 "relative/capture-42-20261202-101010-trace.json", 7, ["x"]):
+        assert capture_record(dict(good, path=path), {}, 42, folder) is None, path
+    assert capture_record(dict(good, kind="core"), {}, 42, folder) is None
+    # numbers out of their ranges are unknown, never believed
+    odd = capture_record(dict(good, bytes=-5, steps=10**9, step_s_before=float("inf"), step_s_after="1"), {}, 42, folder)
+    assert (odd.size, odd.steps, odd.step_s_before, odd.step_s_after) == (None, None, None, None)
+    assert capture_record(dict(good, error="boom\x1b[2J" + "x" * 1000), {}, 42, folder).error.startswith("boom\\x1b[2J")
+
+
+def test_a_fifo_or_a_link_in_place_of_a_capture_is_refused_at_once(tmp_path):
+    """Copying beside the recording never blocks on a FIFO nor follows a symlink; the monitor keeps
+    the record with the reason."""
+    from traintop.evidence import keep_beside
+    from traintop.samples import Capture
+
+    rec = str(tmp_path / "run.ttrec")
+    fifo = tmp_path / "capture-1-20261202-101010-trace.json"
+    os.mkfifo(fifo)
+    with pytest.raises(OSError, match="not a plain file"):
+        keep_beside(rec, Capture(t=0.0, pid=1, kind="trace", path=str(fifo)))
+    link = tmp_path / "capture-2-20261202-101010-trace.json"
+    link.symlink_to("/etc/passwd")
+    with pytest.raises(OSError):
+        keep_beside(rec, Capture(t=0.0, pid=1, kind="trace", path=str(link)))
+    assert os.listdir(tmp_path / "run.ttrec.captures") == []

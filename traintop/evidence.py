@@ -9,6 +9,7 @@ copy of each file beside it (``RUN.ttrec.captures/``) and lists it; ``analyze`` 
 from __future__ import annotations
 
 import os
+import stat
 
 from traintop.samples import Capture
 
@@ -41,9 +42,13 @@ def keep_beside(recording: str, cap: Capture) -> str | None:
             raise OSError(f"{folder} is not a directory of ours") from None
     dst = os.path.join(folder, os.path.basename(cap.path))
     limit = MAX_BYTES.get(cap.kind, 0)
-    src_fd = os.open(cap.path, os.O_RDONLY | os.O_NOFOLLOW)
+    # non-blocking: a FIFO put in its place must not hang the sampler; only a plain file is copied
+    src_fd = os.open(cap.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     try:
-        if os.fstat(src_fd).st_size > limit:
+        st = os.fstat(src_fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(f"{cap.path} is not a plain file")
+        if st.st_size > limit:
             raise OSError(f"{cap.path} is larger than {limit >> 20} MiB")
         dst_fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:

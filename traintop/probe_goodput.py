@@ -306,8 +306,11 @@ class Goodput:
             self._compile_total = total
         input_wait = min(max(input_wait, 0.0), window)
         ckpt = min(max(ckpt, 0.0), window - input_wait)
-        comp = min(comp, window - input_wait - ckpt)
-        rest = window - input_wait - ckpt - comp
+        # a compile reported now ran over the windows still pending too (no step came meanwhile)
+        from_pending = min(comp, self._pending)
+        self._pending -= from_pending
+        comp = from_pending + min(comp - from_pending, window - input_wait - ckpt)
+        rest = window - input_wait - ckpt - (comp - from_pending)
         out["input"], out["checkpoint"], out["compile"] = input_wait, ckpt, comp
         overdue = since_step is not None and since_step > max(OVERDUE_MIN_S, OVERDUE_FACTOR * self.usual_gap())
         stepped = steps > self._steps_seen
