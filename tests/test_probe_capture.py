@@ -124,7 +124,7 @@ def test_a_trace_of_a_cpu_training_loop_is_a_chrome_trace_of_its_steps(tmp_path)
         assert len(records) == 1 and os.environ.get("TEARDOWN_CUPTI") == "1"  # torch.version.cuda is None here
         rec = records[0]
         assert rec["error"] is None and rec["kind"] == "trace" and rec["steps"] == STEPS
-        assert rec["step_s_before"] == pytest.approx(statistics.mean(before[-AROUND:]))
+        assert rec["step_s_before"] == pytest.approx(statistics.mean(probe_capture._usual(before[-AROUND:])))
         assert len(rec["step_s_during"]) == STEPS and all(s > 0 for s in rec["step_s_during"])
         assert rec["step_s_after"] is None and abs(rec["t"] - time.time()) < 60
         path = rec["path"]
@@ -444,3 +444,10 @@ def test_a_bad_request_is_refused_in_one_line(tmp_path):
     cap = Capturer(str(tmp_path / "c"))
     assert cap.request("trace", ["fast", "slow"]).startswith("ValueError: could not convert")
     assert not cap.busy and cap.request("trace") is None
+
+
+def test_the_step_time_before_leaves_out_the_pause_that_started_the_capture():
+    """A capture asked for by a pause starts at the first step after it: the pause is no step."""
+    sync_every_10 = ([0.001] * 9 + [0.25]) * 4  # a job that waits for the GPU every 10 steps
+    assert probe_capture._usual(sync_every_10) == sync_every_10  # its long gaps are its pace
+    assert probe_capture._usual([0.05] * 39 + [4.0]) == [0.05] * 39  # a 4-s checkpoint before the capture

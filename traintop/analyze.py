@@ -10,6 +10,7 @@ and the energy its GPUs drew, from the samples present (``traintop.waste``).
 from __future__ import annotations
 
 import dataclasses
+import os
 import json
 from array import array
 from dataclasses import asdict, dataclass, field
@@ -19,7 +20,7 @@ from traintop.errors import TraintopError
 from traintop.findings import Finding
 from traintop.monitor import Monitor
 from traintop.rules import DEFAULT, Severity, Thresholds, default_engine
-from traintop.evidence import describe
+from traintop.evidence import captures_dir, describe
 from traintop.stacks import why_taken
 from traintop.time_ledger import TimeLedger
 from traintop.time_ledger import render as render_ledger
@@ -173,8 +174,23 @@ def analyze(source, config: Thresholds | None = None, name: str = "", rerun: boo
     return report
 
 
+def _beside(source, cap):
+    """A capture as it is now: beside the recording where it was moved with it, else where it was kept
+    (said missing when neither holds it)."""
+    if cap.path is None or cap.error:
+        return cap
+    here = getattr(source, "path", None)
+    if here:
+        moved = os.path.join(captures_dir(here), os.path.basename(cap.path))
+        if os.path.isfile(moved):
+            return dataclasses.replace(cap, path=moved)
+    if not os.path.isfile(cap.path):
+        return dataclasses.replace(cap, error=f"its file is missing (was {cap.path})")
+    return cap
+
+
 def _captures(source, report: Report) -> list[dict]:
-    caps = source.captures() if hasattr(source, "captures") else []
+    caps = [_beside(source, c) for c in (source.captures() if hasattr(source, "captures") else [])]
     return [{"t_s": report.at(c.t), "kind": c.kind, "pid": c.pid, "rank": c.rank, "path": c.path, "bytes": c.size,
              "reason": c.reason, "step_s_before": c.step_s_before, "step_s_after": c.step_s_after, "error": c.error,
              "line": describe(c)} for c in caps]

@@ -158,7 +158,7 @@ class Monitor:
                     if copied is not None:
                         cap = dataclasses.replace(cap, path=copied)
                 except OSError as e:
-                    cap = dataclasses.replace(cap, error=f"not kept beside the recording: {e}")
+                    cap = dataclasses.replace(cap, error=f"not kept beside the recording ({e}); it is at {cap.path}")
             self.captures = (self.captures + [cap])[-16:]
             kept.append(cap)
         return dataclasses.replace(frame, captures=tuple(kept))

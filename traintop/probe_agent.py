@@ -33,14 +33,13 @@ import sys
 import termios
 import threading
 import time
-import traceback
 
 try:  # copied next to the job by `traintop run`, or imported from the package
     from _traintop_probe_capture import Capturer  # type: ignore[import-not-found]
-    from _traintop_probe_goodput import Goodput  # type: ignore[import-not-found]
+    from _traintop_probe_goodput import Goodput, stack_text  # type: ignore[import-not-found]
 except ImportError:
     from traintop.probe_capture import Capturer
-    from traintop.probe_goodput import Goodput
+    from traintop.probe_goodput import Goodput, stack_text
 
 PROTOCOL = 1
 DEFAULT_INTERVAL = 0.33
@@ -189,6 +188,7 @@ class Probe:
         return True
 
     def stop(self) -> None:
+        self.goodput.closing = True
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=1.0)
@@ -478,7 +478,7 @@ def thread_stacks(limit: int = 40) -> list[dict]:
         t = threads.get(ident)
         if t is not None and t.name == "traintop-probe":
             continue
-        text = "".join(traceback.format_stack(frame, limit=limit))
+        text = stack_text(frame, limit)
         if size + len(text) > MAX_STACK_BYTES:
             room = max(0, MAX_STACK_BYTES - size)
             text = text[len(text) - room:]  # its innermost frames (text[-0:] would be all of it)

@@ -64,6 +64,19 @@ def _mean(xs) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
 
+def _usual(gaps: list[float]) -> list[float]:
+    """The step gaps without the pause that started the capture (a checkpoint, an evaluation: no
+    step): the longest gap when it is over 4x the next longest. A job that syncs every N steps has
+    several long gaps in the window: they are its pace, and stay."""
+    if len(gaps) < 5:
+        return gaps
+    ordered = sorted(gaps)
+    if ordered[-1] > 4 * ordered[-2]:
+        longest = gaps.index(ordered[-1])
+        return gaps[:longest] + gaps[longest + 1:]
+    return gaps
+
+
 class _Refused(Exception):
     """A capture's file not kept: the message says why."""
 
@@ -150,7 +163,7 @@ class Capturer:
                 cuda = sys.modules.get("torch.cuda")
                 if cuda is None or not cuda.is_initialized():
                     return "no CUDA in this process"  # never initialise CUDA ourselves
-            cap = _Capture(kind, [float(x) for x in list(recent_steps)[-AROUND:]])
+            cap = _Capture(kind, _usual([float(x) for x in list(recent_steps)[-AROUND:]]))
         except Exception as e:
             return _one_line(e)
         self._started_at[kind] = self.clock()

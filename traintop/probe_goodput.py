@@ -26,6 +26,7 @@ import os
 import sys
 import threading
 import time
+import traceback
 from typing import Any
 
 BUCKETS = ("train", "input", "checkpoint", "eval", "compile", "startup", "stalled", "other")
@@ -61,6 +62,19 @@ def stack_kind(frame, depth: int = 80) -> str | None:
         frame = frame.f_back
         depth -= 1
     return None
+
+
+def stack_text(frame, limit: int = 40) -> str:
+    """Another thread's stack as traceback text. Its (file, line, function) are read first in one
+    tight loop, the source lines after: formatting as it walks lets that thread run on meanwhile,
+    and its outer frames then show lines it reached later (a torn stack)."""
+    calls = []
+    while frame is not None and len(calls) < limit:
+        code = frame.f_code
+        calls.append((code.co_filename, frame.f_lineno, code.co_name, None))
+        frame = frame.f_back
+    calls.reverse()
+    return "".join(traceback.format_list(traceback.StackSummary.from_list(calls)))
 
 
 def _dtype_name(dt) -> str | None:
@@ -105,7 +119,9 @@ class Goodput:
         self._last_step_at: tuple[float, float] | None = None  # (when, _ckpt_total then)
         self._ckpt_since: float | None = None
         self._window_start = clock()
-        self._compile_total: float | None = None  # dynamo's cumulative compile seconds at the last window
+        # dynamo's cumulative compile seconds at the last window: 0 before torch.compile is imported (a
+        # first compile can finish inside the window that first sees the counter)
+        self._compile_total = 0.0
         self._pending = 0.0  # seconds of windows with no step yet, not overdue: train if a step follows
         self._steps_seen = 0
         self._forward: tuple | None = None  # (t, grad enabled) of the last sampled forward on the training thread
@@ -123,6 +139,7 @@ class Goodput:
         self.flops: dict | None = None
         self.flops_disabled = os.environ.get("TRAINTOP_PROBE_FLOPS") == "0"
         self.busy = lambda: False  # a capture is running: no FLOP counting meanwhile
+        self.closing = False  # the probe is stopping (the job exits): its own join is no pause
         self.errors = 0
         self.pause_stack: str | None = None  # the training thread's stack in the last "other" window
 
@@ -301,8 +318,7 @@ class Goodput:
         total = self._compile_seconds()
         comp = 0.0
         if total is not None:
-            if self._compile_total is not None:
-                comp = max(0.0, total - self._compile_total)
+            comp = max(0.0, total - self._compile_total)
             self._compile_total = total
         input_wait = min(max(input_wait, 0.0), window)
         ckpt = min(max(ckpt, 0.0), window - input_wait)
@@ -344,7 +360,6 @@ class Goodput:
             return "startup"
         if since_step is not None and since_step >= stall_after:
             return "stalled"
-        if frame is not None:
-            import traceback
-            self.pause_stack = "".join(traceback.format_stack(frame, limit=12))[-4096:]
+        if frame is not None and not self.closing:
+            self.pause_stack = stack_text(frame, 12)[-4096:]
         return "other"

@@ -14,6 +14,16 @@ from traintop.units import fmt_duration
 _HELPERS = ("QueueFeederThread", "pin_memory", "Thread-", "_pin_memory_loop")
 
 
+def user_call(thread: ThreadStack) -> str:
+    """The innermost call in the job's own code (not torch's, the standard library's or the
+    probe's), else the innermost call."""
+    calls = innermost(thread, 60)
+    for line in reversed(calls):
+        if not _library(line.split(" — ")[0]):
+            return line
+    return calls[-1] if calls else "?"
+
+
 def innermost(thread: ThreadStack, calls: int = 3) -> list[str]:
     """The last ``calls`` calls of a stack: ``file:line in function`` and its source line."""
     lines = [ln for ln in thread.stack.splitlines() if ln.strip()]
@@ -33,7 +43,7 @@ def innermost(thread: ThreadStack, calls: int = 3) -> list[str]:
     return [one_line(f"{where} — {code}" if code else where, 300) for where, code in shown]
 
 
-_LIBRARY_PATHS = ("site-packages", "dist-packages", "/lib/python3", "<frozen ")
+_LIBRARY_PATHS = ("site-packages", "dist-packages", "/lib/python3", "<frozen ", "_traintop_probe")
 
 
 def _library(where: str) -> bool:

@@ -41,8 +41,10 @@ class TimeLedger:
             total = sum(acc["seconds"].values())
             if total <= 0:
                 continue
-            buckets = {b: {"seconds": round(s, 1), "share": round(s / total, 4), "gpu_hours": round(s / 3600, 5),
-                           "kwh": round(acc["energy_j"][b] / 3.6e6, 5)}
+            on_gpu = acc["gpu"] is not None  # a rank on no GPU (a CPU job) holds no GPU-hours, draws no GPU energy
+            buckets = {b: {"seconds": round(s, 1), "share": round(s / total, 4),
+                           "gpu_hours": round(s / 3600, 5) if on_gpu else None,
+                           "kwh": round(acc["energy_j"][b] / 3.6e6, 5) if on_gpu else None}
                        for b, s in acc["seconds"].items() if s > 0}
             out.append({"rank": label, "gpu": acc["gpu"], "seconds": round(total, 1),
                         "goodput": round(acc["seconds"]["train"] / total, 4), "buckets": buckets})
@@ -54,8 +56,9 @@ def render(ledgers: list[dict]) -> list[str]:
     out = []
     for r in ledgers:
         parts = sorted(r["buckets"].items(), key=lambda kv: -kv[1]["seconds"])
-        text = " · ".join(f"{b} {v['share'] * 100:.0f} % ({v['gpu_hours']:.3f} GPU-h, {v['kwh']:.3f} kWh)"
+        text = " · ".join(f"{b} {v['share'] * 100:.0f} % " + (f"({v['gpu_hours']:.3f} GPU-h, {v['kwh']:.3f} kWh)"
+                                                             if v["gpu_hours"] is not None else f"({v['seconds']:.0f} s)")
                           for b, v in parts if v["share"] >= 0.005)
-        where = f" on GPU {r['gpu']}" if r["gpu"] is not None else ""
+        where = f" on GPU {r['gpu']}" if r["gpu"] is not None else " (on no GPU)"
         out.append(f"  {r['rank']}{where}: goodput {r['goodput'] * 100:.0f} % — {text}")
     return out

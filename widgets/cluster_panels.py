@@ -192,8 +192,8 @@ def _group_rows(out: Text, s: ClusterSnapshot, by: str, hosts: set, width: int) 
     out.append(f"by {by} · GPUs · utilization · memory · GPU-hours held idle ({fmt_duration(s.window_s)}) · "
                f"u: by {NEXT_GROUPING[by]}", style="dim")
     if not s.held:
-        out.append("\nNo owner series here: traintop agents export whose processes hold each GPU "
-                   "(dcgm-exporter alone does not).", style="yellow")
+        out.append("\nNo owner series here: live traintop agents export whose processes hold each GPU "
+                   "(a simulated agent's processes are made up, and dcgm-exporter alone has none).", style="yellow")
         return
     util = {(g.host, g.index): g.util for g in s.gpus}
     rows = group_lines(s.held, util, by, hosts)

@@ -24,6 +24,8 @@ PATTERN_SIGNS = {
     "memory_creep": "used memory rising steadily; time until it is full",
     "pcie": "copies near the link's limit, the GPU waiting for them",
     "gpu_errors": "XID events, uncorrectable or fast-rising ECC errors",
+    "pause": "the probe's time ledger: repeated checkpoints, evaluations or other gaps",
+    "precision": "SMs busy, tensor cores idle; the probe reads fp32 matmuls",
 }
 
 HELP = """\
@@ -54,7 +56,12 @@ and says what is wrong and what to try.
            iowait, RAM, swap, disk and network rates.
   Process  the attached job (--pid N, or traintop run -- CMD): its tree,
            loader workers, NVML's per-process memory (an upper bound) and,
-           with the probe, allocated vs reserved, steps/s and input wait.
+           with the probe, allocated vs reserved, steps/s and input wait,
+           the matmul precision and MFU, and "time ▕…▏": where the last
+           5 min went (green train = goodput, yellow input, magenta
+           checkpoint, cyan eval, blue compile/start-up, red stalled).
+           "captured": the evidence taken when a finding started (a
+           profiler trace or a memory snapshot, kept beside a recording).
   Alerts   evidence in numbers, then remedies (→) to try in order.
 
 [b]Patterns[/b] (every rule; the alert says what it saw and what to try)

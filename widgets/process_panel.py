@@ -126,6 +126,13 @@ def compact_rank_line(rv: RankView, ranks: int, thresholds: Thresholds = DEFAULT
         out.append(f" · {r.steps_per_s or 0:.1f} steps/s")
         if r.step_time:
             out.append(f" ({r.step_time * 1000:.0f} ms)", "dim")
+    if rv.ledger:
+        g = rv.ledger.get("train", 0.0)
+        out.append(f" · goodput {g * 100:.0f} %", "green" if g >= 0.9 else "bold yellow")
+    if r.matmul_mode:
+        out.append(f" · {r.matmul_mode}", "bold yellow" if r.matmul_mode == "fp32" else "dim")
+    if rv.mfu is not None:
+        out.append(f" · MFU {rv.mfu * 100:.0f} %")
     if not r.cuda:
         out.append(" · no CUDA in this process", "yellow")
     else:

@@ -200,7 +200,7 @@ def _fetch(prom, grid, end, job, slim, part_of, pool) -> ClusterData:
     loader_q = ask(S.host("loader_cpu"), HOST_BY)
     owners_q = ask(S.owner("owner_bytes"), OWNER_BY)  # "who holds idle GPUs", the view's grouping by job or user
     # where each job's time went: the ranks' ledgers summed over the range (one instant query)
-    ledger_q = ask_now(f"sum by (job, bucket) (increase({S.ledger()}[{span}s]))")
+    ledger_q = ask_now(f"sum by (job, exported_job, bucket) (increase({S.ledger()}[{span}s]))")
     # a refresh (part_of) reads a few instants: too few sample times to tell a gap from a scrape
     times_q = pool.submit(prom.query_grid, SAMPLE_TIMES, grid) if part_of is None else None
 
@@ -288,10 +288,13 @@ def _fetch(prom, grid, end, job, slim, part_of, pool) -> ClusterData:
         if held:
             data.owners.setdefault((g.host, g.index), []).append((who, held))
     for s in ledger_q.result() if ledger_q is not None else ():
-        bucket, job = s.get("bucket"), s.get("job", default="")[:128]
+        bucket, lj = s.get("bucket"), job_of(s)[:128]
         v = s.last
+        if job is not None and lj != job:
+            continue
         if bucket in LEDGER_BUCKETS and v is not None and 0 <= v <= span * MAX_RANKS_PER_JOB:
-            data.ledger.setdefault(job, {})[bucket] = v
+            mine = data.ledger.setdefault(lj, {})
+            mine[bucket] = mine.get(bucket, 0.0) + v
     data.notes.extend(check.notes())
     for s in unreadable_q.result():
         h = host_of(s)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from traintop.metrics import gpu_subject
 from traintop.rules.declaration import HostRule
 from traintop.rules.engine import Verdict, RuleContext, Severity
-from traintop.stacks import innermost
+from traintop.stacks import user_call
 from traintop.units import fmt_duration
 
 PAUSED = ("checkpoint", "eval", "other")
@@ -22,6 +22,7 @@ WHAT = {"checkpoint": "checkpoints (torch.save / torch.distributed.checkpoint)",
         "other": "pauses outside the input pipeline (its step overdue: no checkpoint, evaluation or input wait)"}
 IN_PAUSE = 0.5  # a sample with at least this share of pause is part of a gap
 MIN_DATA_S = 30.0  # judged once this much of the ledger is there (then over up to pause_window_s)
+STALE_S = 10.0  # a rank whose probe is silent this long is not judged
 EVERY_S = 5.0  # the window is long and pauses come and go over minutes: judged this often
 
 
@@ -53,7 +54,12 @@ class Pause(HostRule):
     def _judge(self, ctx: RuleContext):
         c = ctx.config
         w = c.pause_window_s
+        proc = ctx.process
+        if proc is not None and not proc.alive:
+            return  # the job has ended: its pauses with it
         for subject, r in ctx.ranks():
+            if r.age is not None and r.age > STALE_S:
+                continue  # its probe stopped reporting
             shares = {b: ctx.rank_pairs(subject, "time_" + b, w, min_n=10) for b in PAUSED}
             span = max((p[-1][0] - p[0][0] for p in shares.values() if p), default=0.0)
             if span < MIN_DATA_S:
@@ -81,7 +87,7 @@ class Pause(HostRule):
                     f"{WHAT[main]} ({', '.join(parts)}); no input wait in them")
             dump = ctx.pause_stacks.get(r.pid)
             if dump is not None and dump.threads and ctx.now - dump.t <= c.pause_window_s:
-                text += f"; in one, its training thread was at: {innermost(dump.threads[0], 1)[-1]}"
+                text += f"; in one, its training thread was at: {user_call(dump.threads[0])}"
             gpu = self._gpu_of(ctx, r)
             idle = self._util_in_gaps(ctx, gpu, per_t) if gpu is not None else None
             if idle is not None:
