@@ -68,7 +68,7 @@ def stack_text(frame, limit: int = 40) -> str:
     """Another thread's stack as traceback text. Its (file, line, function) are read first in one
     tight loop, the source lines after: formatting as it walks lets that thread run on meanwhile,
     and its outer frames then show lines it reached later (a torn stack)."""
-    calls = []
+    calls: list[tuple] = []
     while frame is not None and len(calls) < limit:
         code = frame.f_code
         calls.append((code.co_filename, frame.f_lineno, code.co_name, None))
