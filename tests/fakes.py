@@ -1,6 +1,7 @@
 """A fake pynvml, to test the NVML collector's logic without a GPU (tests via conftest's
 fixtures; the benchmark's quick run too)."""
 
+import os
 import types
 
 
@@ -120,12 +121,14 @@ def add_hopper_extras(nv, calls, *, gpm=True, events=()):
     return nv
 
 
-def fake_proc(root, pid, *, uid=1000, nspid=None, cgroup="0::/\n", env=None):
-    """``root``/PID as /proc shows a process: its status (uid, NSpid), cgroup and environ."""
+def fake_proc(root, pid, *, uid=1000, nspid=None, cgroup="0::/\n", env=None, fds=()):
+    """``root``/PID as /proc shows a process: its status (uid, NSpid), cgroup, environ and open files."""
     d = root / str(pid)
     (d / "fd").mkdir(parents=True)
     (d / "status").write_text(f"Name:\tpython\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n"
                               f"NSpid:\t{' '.join(map(str, nspid or (pid,)))}\n")
     (d / "cgroup").write_text(cgroup)
     (d / "environ").write_bytes(b"\0".join(f"{k}={v}".encode() for k, v in (env or {}).items()))
+    for k, target in enumerate(fds):
+        os.symlink(target, d / "fd" / str(k))
     return d

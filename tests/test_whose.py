@@ -7,6 +7,7 @@ import sys
 import uuid
 
 import pytest
+from fakes import fake_proc
 from waiting import until
 
 from traintop.collectors import whose
@@ -40,30 +41,18 @@ def test_cgroup_layouts(text, runtime, container, pod_uid, job, step):
         (runtime, container, pod_uid, job, step)
 
 
-def _fake_proc(root: pathlib.Path, pid: int, *, uid=1000, nspid=None, cgroup="0::/\n", env=None, fds=()):
-    d = root / str(pid)
-    (d / "fd").mkdir(parents=True)
-    (d / "status").write_text(f"Name:\tpython\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n"
-                              f"NSpid:\t{' '.join(map(str, nspid or (pid,)))}\n")
-    (d / "cgroup").write_text(cgroup)
-    (d / "environ").write_bytes(b"\0".join(f"{k}={v}".encode() for k, v in (env or {}).items()))
-    for k, target in enumerate(fds):
-        os.symlink(target, d / "fd" / str(k))
-    return d
-
-
 def test_slurm_from_the_cgroup_beats_the_environment(tmp_path):
-    _fake_proc(tmp_path, 10, cgroup="8:pids:/slurm/uid_1000/job_4242/step_3\n",
+    fake_proc(tmp_path, 10, cgroup="8:pids:/slurm/uid_1000/job_4242/step_3\n",
                env={"SLURM_JOB_ID": "9999", "SLURM_ARRAY_JOB_ID": "4240", "SLURM_ARRAY_TASK_ID": "2"})
     o = whose.whose(10, proc=str(tmp_path))
     assert (o.slurm_job, o.slurm_step, o.job_from, o.job) == ("4240_2", "3", "cgroup", "4240_2")
 
 
 def test_the_environment_alone_is_the_processs_word_and_checked(tmp_path):
-    _fake_proc(tmp_path, 11, env={"SLURM_JOB_ID": "77", "SLURM_STEP_ID": "0", "TORCHELASTIC_RUN_ID": "run-1"})
+    fake_proc(tmp_path, 11, env={"SLURM_JOB_ID": "77", "SLURM_STEP_ID": "0", "TORCHELASTIC_RUN_ID": "run-1"})
     o = whose.whose(11, proc=str(tmp_path))
     assert (o.slurm_job, o.slurm_step, o.run_id, o.job_from) == ("77", "0", "run-1", "environment")
-    _fake_proc(tmp_path, 12, env={"SLURM_JOB_ID": "77; rm -rf /", "TORCHELASTIC_RUN_ID": "\x1b]52;c;AAAA\x07",
+    fake_proc(tmp_path, 12, env={"SLURM_JOB_ID": "77; rm -rf /", "TORCHELASTIC_RUN_ID": "\x1b]52;c;AAAA\x07",
                                   "KUBERNETES_SERVICE_HOST": "10.0.0.1", "HOSTNAME": "Pod[bold]",
                                   "POD_NAMESPACE": "x" * 300})
     o = whose.whose(12, proc=str(tmp_path))
@@ -71,7 +60,7 @@ def test_the_environment_alone_is_the_processs_word_and_checked(tmp_path):
 
 
 def test_a_kubernetes_pod(tmp_path):
-    _fake_proc(tmp_path, 13, cgroup=f"4:memory:/kubepods/burstable/pod{POD}/{CID}\n",
+    fake_proc(tmp_path, 13, cgroup=f"4:memory:/kubepods/burstable/pod{POD}/{CID}\n",
                env={"KUBERNETES_SERVICE_HOST": "10.0.0.1", "HOSTNAME": "trainer-0", "POD_NAMESPACE": "ml"})
     o = whose.whose(13, proc=str(tmp_path))
     assert (o.runtime, o.container, o.pod_uid, o.pod, o.namespace, o.job) == \
@@ -79,8 +68,8 @@ def test_a_kubernetes_pod(tmp_path):
 
 
 def test_inside_a_pid_namespace_a_gpu_pid_held_by_another_process_is_not_visible(tmp_path):
-    _fake_proc(tmp_path, 14, fds=("/dev/null", "pipe:[1]"))
-    _fake_proc(tmp_path, 15, fds=("/dev/nvidiactl", "/dev/nvidia0"))
+    fake_proc(tmp_path, 14, fds=("/dev/null", "pipe:[1]"))
+    fake_proc(tmp_path, 15, fds=("/dev/nvidiactl", "/dev/nvidia0"))
     assert not whose.whose(14, gpu_process=True, proc=str(tmp_path), nested=True).visible
     assert whose.whose(15, gpu_process=True, proc=str(tmp_path), nested=True).visible
     assert whose.whose(14, gpu_process=True, proc=str(tmp_path), nested=False).visible  # on the host: it is

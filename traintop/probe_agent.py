@@ -27,7 +27,6 @@ import json
 import os
 import select
 import socket
-import stat
 import struct
 import sys
 import termios
@@ -35,10 +34,10 @@ import threading
 import time
 
 try:  # copied next to the job by `traintop run`, or imported from the package
-    from _traintop_probe_capture import Capturer  # type: ignore[import-not-found]
+    from _traintop_probe_capture import Capturer, dir_problem  # type: ignore[import-not-found]
     from _traintop_probe_goodput import Goodput, stack_text  # type: ignore[import-not-found]
 except ImportError:
-    from traintop.probe_capture import Capturer
+    from traintop.probe_capture import Capturer, dir_problem
     from traintop.probe_goodput import Goodput, stack_text
 
 PROTOCOL = 1
@@ -62,24 +61,8 @@ def probe_dir() -> str:
 
 
 def private_dir_problem(path: str, owner: int | None = None) -> str | None:
-    """Why ``path`` is not a private directory of ours (None when it is). A symlink does not
-    count, whatever it points to: lstat, never stat. ``owner``: whose it must be instead (a
-    node's agent run as root reads every user's own directory)."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return f"{path} does not exist"
-    except OSError as e:
-        return f"{path} cannot be checked ({e.strerror})"
-    if stat.S_ISLNK(st.st_mode):
-        return f"{path} is a symbolic link"
-    if not stat.S_ISDIR(st.st_mode):
-        return f"{path} is not a directory"
-    if st.st_uid != (os.getuid() if owner is None else owner):
-        return f"{path} belongs to another user"
-    if st.st_mode & 0o077:
-        return f"{path} is open to others (mode {oct(st.st_mode & 0o777)})"
-    return None
+    """Why ``path`` is not a private directory of ours (None when it is): probe_capture.dir_problem."""
+    return dir_problem(path, owner)
 
 
 def ensure_private_dir(path: str) -> str:

@@ -41,17 +41,21 @@ MAX_BYTES = {"trace": 256 << 20, "memory": 1 << 30}  # a bigger file is deleted 
 _SUFFIX = {"trace": "trace.json", "memory": "memory.pickle"}
 
 
-def dir_problem(path: str) -> str | None:
-    """Why ``path`` is not a private directory of ours (None when it is); lstat: a symlink never is."""
+def dir_problem(path: str, owner: int | None = None) -> str | None:
+    """Why ``path`` is not a private directory of ours (None when it is). A symlink does not count,
+    whatever it points to: lstat, never stat. ``owner``: whose it must be instead (a node's agent
+    run as root reads every user's own directory)."""
     try:
         st = os.lstat(path)
+    except FileNotFoundError:
+        return f"{path} does not exist"
     except OSError as e:
         return f"{path} cannot be checked ({e.strerror})"
     if stat.S_ISLNK(st.st_mode):
         return f"{path} is a symbolic link"
     if not stat.S_ISDIR(st.st_mode):
         return f"{path} is not a directory"
-    if st.st_uid != os.getuid():
+    if st.st_uid != (os.getuid() if owner is None else owner):
         return f"{path} belongs to another user"
     if st.st_mode & 0o077:
         return f"{path} is open to others (mode {oct(st.st_mode & 0o777)})"
