@@ -533,3 +533,14 @@ def test_the_quit_box_goes_when_the_job_ends_under_it(env, tmp_path):
         term.wait_for(lambda s: "is still running" not in s and "exited with 3" in s, "the box gone, the end said")
         term.press("q")
         assert term.wait_exit() == 3
+
+
+def test_run_refuses_an_existing_recording_before_starting_the_job(tmp_path, env):
+    """The file name is checked first: the job is never started only to be killed."""
+    rec = tmp_path / "taken.ttrec"
+    rec.write_bytes(b"mine")
+    marker = tmp_path / "started"
+    r = subprocess.run([sys.executable, "-m", "traintop", "run", "--no-ui", "--record", str(rec), "--",
+                        "sh", "-c", f"touch {marker}"], capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 2 and "already exists" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not marker.exists() and rec.read_bytes() == b"mine"

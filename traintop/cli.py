@@ -199,6 +199,8 @@ def cmd_run(args) -> int:
 
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     ui = not args.no_ui and has_terminal()
+    if args.record is not None and os.path.lexists(args.record):  # before the job starts, not after
+        raise TraintopError(f"{args.record} already exists; choose another name (recordings are never overwritten)")
     base, note = private_base()
     if note:
         echo(one_line(note))
