@@ -95,3 +95,21 @@ def test_a_fifo_or_a_link_in_place_of_a_capture_is_refused_at_once(tmp_path):
     with pytest.raises(OSError):
         keep_beside(rec, Capture(t=0.0, pid=1, kind="trace", path=str(link)))
     assert os.listdir(tmp_path / "run.ttrec.captures") == []
+
+
+def test_a_forged_ledger_precision_or_flop_count_from_a_probe_is_not_believed():
+    """The probe's time ledger, precision and FLOPs are another process's word: a bucket that is not
+    one, seconds out of range or not numbers drop the message; an unknown precision or FLOP count is
+    read as unknown, never shown."""
+    import json
+
+    from traintop.collectors.probe_client import parse_message
+
+    base = {"v": 1, "pid": 42, "t": 1.8e9, "window": 0.33, "steps": 3, "input_wait": 0.0}
+    assert parse_message(json.dumps(dict(base, ledger={"train": 0.3})).encode()) is not None
+    for ledger in ({"rm -rf": 0.1}, {"train": -1}, {"train": 1e12}, {"train": "0.3"}, {"train": True},
+                   ["train"], {f"b{k}": 0.0 for k in range(100)}):
+        assert parse_message(json.dumps(dict(base, ledger=ledger)).encode()) is None, ledger
+    msg = parse_message(json.dumps(dict(base, precision={"matmul": "[bold]fp64\x1b"}, flops={"flops": 1e30},
+                                        pause_stack=7)).encode())
+    assert msg is not None and msg["precision"] is None and msg["flops"] is None and msg["pause_stack"] is None
