@@ -26,6 +26,15 @@ POD = "0d2a6b1e-5c7f-4e9a-9b3d-2f1e0c4d5a6b"
     (f"0::/kubepods.slice/kubepods-pod{POD.replace('-', '_')}.slice/crio-{CID}.scope\n", "cri-o", CID, POD, None, None),
     (f"0::/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{CID}.scope/container\n",
      "podman", CID, None, None, None),
+    # podman as root with cgroupfs on cgroup v1 (copied from a real container: tests/test_real_container.py),
+    # with the systemd manager, and its conmon, which is in no container's cgroup
+    ("".join(f"{n}:{c}:/libpod_parent/libpod-{CID}\n" for n, c in enumerate(
+        ["cpu", "cpuacct", "cpuset", "memory", "devices", "freezer", "blkio", "pids", "name=systemd"], 1))
+     + f"0::/libpod_parent/libpod-{CID}\n", "podman", CID, None, None, None),
+    (f"1:name=systemd:/machine.slice/libpod-{CID}.scope\n4:memory:/machine.slice/libpod-{CID}.scope\n",
+     "podman", CID, None, None, None),
+    ("9:name=systemd:/\n8:pids:/libpod_parent/conmon\n4:memory:/libpod_parent/conmon\n0::/\n",
+     None, None, None, None, None),
     ("8:pids:/slurm/uid_1000/job_4242/step_0\n", None, None, None, "4242", "0"),
     ("0::/system.slice/slurmstepd.scope/job_4242/step_batch/user/task_0\n", None, None, None, "4242", "batch"),
     ("0::/\n", None, None, None, None, None),
