@@ -160,6 +160,83 @@ def test_imports_are_not_compile_time():
     assert stack_kind(_frame("/torch/serialization.py", "save", user)) == "checkpoint"
     # dynamo's eval_frame wrappers sit on every optimizer step: not compile
     assert stack_kind(_frame("/torch/_dynamo/eval_frame.py", "_fn", user)) is None
+    barrier = _frame("/torch/distributed/distributed_c10d.py", "barrier", user)
+    assert stack_kind(barrier) == "collective"
+    # a checkpoint's own collectives are the checkpoint's
+    assert stack_kind(_frame("/torch/distributed/distributed_c10d.py", "all_gather_object",
+                             _frame("/torch/distributed/checkpoint/state_dict_saver.py", "save", user))) == "checkpoint"
+
+
+# Two gloo ranks on the CPU: every 10 steps rank 1 works alone (a save on rank 1 only) and both
+# meet at a barrier, and every step both all-reduce the loss for logging. Rank 0's wait at the
+# barrier is the collective bucket; rank 1's own work is not.
+COLLECTIVE_JOB = textwrap.dedent("""
+    import json, os, sys, time
+    import torch, torch.distributed as dist
+    from traintop.probe_agent import Probe
+    rank = int(sys.argv[1])
+    dist.init_process_group("gloo", init_method="file://" + sys.argv[2], rank=rank, world_size=2)
+    t_start = time.perf_counter()
+    p = Probe(interval=0.1); assert p.start()
+    m = torch.nn.Linear(64, 64)
+    opt = torch.optim.SGD(m.parameters(), lr=0.01)
+    x = torch.randn(32, 64)
+    waited = alone = 0.0
+    for i in range(1, 121):
+        loss = m(x).pow(2).mean(); opt.zero_grad(); loss.backward(); opt.step()
+        t1 = time.perf_counter()
+        dist.all_reduce(loss.detach())
+        waited += time.perf_counter() - t1
+        time.sleep(0.01)
+        if i % 10 == 0:
+            t0 = time.perf_counter()
+            if rank == 1:
+                time.sleep(0.4)
+                alone += time.perf_counter() - t0
+            t1 = time.perf_counter()
+            dist.barrier()
+            waited += time.perf_counter() - t1
+    time.sleep(0.3)
+    p.message()
+    wall = time.perf_counter() - t_start  # the probe's life: its ledger covers all of it
+    print(json.dumps({"totals": p.goodput.totals, "waited": waited, "alone": alone, "wall": wall,
+                      "errors": p.goodput.errors}))
+    p.stop()
+    dist.destroy_process_group()
+""")
+
+
+@pytest.mark.system
+def test_a_wait_at_a_barrier_is_the_collective_bucket_on_two_real_gloo_ranks(tmp_path):
+    pytest.importorskip("torch")
+    script = tmp_path / "job.py"
+    script.write_text(COLLECTIVE_JOB)
+    rdv = tmp_path / "rendezvous"
+    env = dict(os.environ, TRAINTOP_PROBE_DIR=str(tmp_path / "probes"),
+               PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(probe_goodput.__file__))))
+    procs = [subprocess.Popen([sys.executable, str(script), str(rank), str(rdv)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env) for rank in (0, 1)]
+    outs = []
+    try:
+        for proc in procs:
+            out, err = proc.communicate(timeout=240)
+            assert proc.returncode == 0, err
+            outs.append(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        for proc in procs:
+            proc.kill()
+    r0, r1 = outs
+    assert r0["errors"] == 0 and r1["errors"] == 0
+    # rank 0 waited ~12 x 0.4 s at the barrier, and in its all-reduces: that is its collective time
+    assert r0["waited"] > 3.0
+    assert r0["totals"]["collective"] == pytest.approx(r0["waited"], abs=0.25), r0
+    # rank 1 worked alone meanwhile: its barrier returned at once, its sleep is no collective wait
+    assert r1["totals"]["collective"] == pytest.approx(r1["waited"], abs=0.25), r1
+    assert r1["totals"]["collective"] < 0.5 * r0["totals"]["collective"], r1
+    # the barrier's gaps are no "other" pause of rank 0: only the job's last 0.3 s sleep is
+    assert r0["totals"]["other"] < 0.3 + 0.2, r0
+    for r in outs:
+        assert sum(r["totals"].values()) == pytest.approx(r["wall"], rel=0.02), r
 
 
 CAPTURE_JOB = textwrap.dedent("""

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import math
 
+from traintop.samples import LEDGER_BUCKETS
+
 TiB = 1 << 40
 MAX_GPUS = 64  # GPU indices 0..63 (NVML reports far fewer on any host today)
 MAX_RANKS = 1024  # probes of one job on one host
@@ -52,8 +54,7 @@ RANK = {
     "allocated": _BYTES, "reserved": _BYTES, "peak": _BYTES, "active": _BYTES, "inactive_split": _BYTES,
     "alloc_retries": (0, MAX_COUNT), "ooms": (0, MAX_COUNT), "steps": (0, MAX_COUNT),
     "step_time": (0.0, 1e6), "steps_per_s": (0.0, 1e6), "input_wait": (0.0, 1.0), "age": (0.0, 1e9),
-    **{"time_" + b: (0.0, 1.0) for b in ("train", "input", "checkpoint", "eval", "compile", "startup", "stalled",
-                                         "other")},
+    **{"time_" + b: (0.0, 1.0) for b in LEDGER_BUCKETS},
     "matmul": (0, 3), "step_flops": (0.0, 1e21),
 }
 PID = (1, 2 ** 31 - 1)

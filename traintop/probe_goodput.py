@@ -7,6 +7,11 @@ the training thread only passes through the tiny hooks installed here.
 The ledger splits each message window's wall time into buckets that add up to it:
 
 - ``input``: inside ``DataLoader.__next__`` (measured by the probe itself);
+- ``collective``: inside a blocking ``torch.distributed`` call on the training thread (a barrier,
+  an object collective, any collective on gloo): the wait for the other ranks and the transfer
+  (measured), or its stack in c10d while the step is overdue (sampled). NCCL collectives on
+  tensors return at once and wait on the GPU: those waits are not here (the straggler finding
+  measures them from the GPUs);
 - ``checkpoint``: inside ``torch.save``/``torch.load`` or ``torch.distributed.checkpoint``'s
   save/load on the training thread (measured), or the training thread's stack in
   serialization code while its step is overdue (sampled);
@@ -29,7 +34,7 @@ import time
 import traceback
 from typing import Any
 
-BUCKETS = ("train", "input", "checkpoint", "eval", "compile", "startup", "stalled", "other")
+BUCKETS = ("train", "input", "collective", "checkpoint", "eval", "compile", "startup", "stalled", "other")
 PRECISION_EVERY_S = 10.0  # one forward hook this often reads the training thread's precision
 FLOPS_FIRST_STEP = 20  # count one step's FLOPs after the warm-up ...
 FLOPS_EVERY_S = 600.0  # ... and again this often
@@ -41,15 +46,25 @@ _CHECKPOINT_FILES = ("/torch/serialization.py", "/torch/distributed/checkpoint/"
                      "/pickle.py", "/torch/storage.py")
 # Where torch.compile compiles (every frame dynamo takes passes through convert_frame); not all of
 # torch/_dynamo: its eval_frame wrappers sit on every optimizer step's stack.
+# The blocking calls of torch.distributed a training loop makes itself (DDP's gradient all-reduce
+# runs inside backward, in C++: not these).
+_COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "reduce_scatter",
+                "reduce_scatter_tensor", "broadcast", "broadcast_object_list", "barrier", "monitored_barrier",
+                "reduce", "gather", "gather_object", "scatter", "scatter_object_list", "all_to_all",
+                "all_to_all_single")
+_COLLECTIVE_FILES = ("/torch/distributed/distributed_c10d.py", "/torch/distributed/c10d_logger.py")
 _COMPILE_FILES = ("/torch/_dynamo/convert_frame.py", "/torch/_inductor/compile_fx.py",
                   "/torch/_inductor/async_compile.py", "/torch/_functorch/_aot_autograd/", "/triton/compiler/")
 
 
 def stack_kind(frame, depth: int = 80) -> str | None:
-    """'checkpoint' or 'compile' where a function on the stack is in such code, else None.
+    """'checkpoint' or 'compile' where a function on the stack is in such code, else 'collective'
+    where one is in torch.distributed's collectives (a checkpoint's own collectives are the
+    checkpoint's), else None.
 
     Module-level code does not count: importing torch's compiler or serializer is neither
     (``torch.compile()`` itself, which imports the compiler, is compile time)."""
+    collective = False
     while frame is not None and depth > 0:
         code = frame.f_code
         name = code.co_filename
@@ -59,9 +74,11 @@ def stack_kind(frame, depth: int = 80) -> str | None:
                 return "compile"
             if any(p in name for p in _CHECKPOINT_FILES):
                 return "checkpoint"
+            if any(p in name for p in _COLLECTIVE_FILES):
+                collective = True
         frame = frame.f_back
         depth -= 1
-    return None
+    return "collective" if collective else None
 
 
 def stack_text(frame, limit: int = 40) -> str:
@@ -106,6 +123,13 @@ def tf32_allowed(torch) -> bool:
     return torch.get_float32_matmul_precision() in ("high", "medium")
 
 
+def _compiling_check():
+    """torch.compiler.is_compiling where this torch has it (dynamo answers it while tracing)."""
+    compiler = getattr(sys.modules.get("torch"), "compiler", None)
+    check = getattr(compiler, "is_compiling", None)
+    return check if callable(check) else (lambda: False)
+
+
 class Goodput:
     """The ledger, precision and FLOPs of one process (see the module's docstring)."""
 
@@ -113,11 +137,12 @@ class Goodput:
         self.clock = clock
         self.train_thread: int | None = None  # ident of the thread that steps the optimizer
         self._tls = threading.local()
-        self._ckpt = 0.0  # checkpoint seconds inside the current window
-        self._ckpt_total = 0.0  # all checkpoint seconds so far (for step gaps net of them)
-        self._gaps: list[float] = []  # the last step gaps, less the checkpoint time inside them
-        self._last_step_at: tuple[float, float] | None = None  # (when, _ckpt_total then)
-        self._ckpt_since: float | None = None
+        # seconds inside timed calls (checkpoint, collective) in the current window
+        self._held = {"checkpoint": 0.0, "collective": 0.0}
+        self._held_total = 0.0  # all timed seconds so far (for step gaps net of them)
+        self._gaps: list[float] = []  # the last step gaps, less the timed calls inside them
+        self._last_step_at: tuple[float, float] | None = None  # (when, _held_total then)
+        self._held_since: tuple[str, float] | None = None  # (bucket, start) of the timed call in progress
         self._window_start = clock()
         # dynamo's cumulative compile seconds at the last window: 0 before torch.compile is imported (a
         # first compile can finish inside the window that first sees the counter)
@@ -150,10 +175,10 @@ class Goodput:
         now = self.clock()
         last = self._last_step_at
         if last is not None:
-            self._gaps.append(max(0.0, now - last[0] - (self._ckpt_total - last[1])))
+            self._gaps.append(max(0.0, now - last[0] - (self._held_total - last[1])))
             if len(self._gaps) > GAPS_KEPT:
                 del self._gaps[0]
-        self._last_step_at = (now, self._ckpt_total)
+        self._last_step_at = (now, self._held_total)
         if self.flops_disabled:
             return
         try:
@@ -193,26 +218,30 @@ class Goodput:
         except Exception:
             return False
 
-    def wrap_timed(self, fn):
-        """``fn`` timed as checkpoint time when the training thread calls it (outermost call only)."""
+    def wrap_timed(self, fn, bucket: str = "checkpoint"):
+        """``fn`` timed into ``bucket`` when the training thread calls it (outermost timed call only:
+        a checkpoint's own collectives are the checkpoint's)."""
         goodput = self
+        compiling = _compiling_check()
 
         @functools.wraps(fn)
         def timed(*args, **kwargs):
+            if compiling():  # inside torch.compile's tracing: leave the call as it is
+                return fn(*args, **kwargs)
             tls = goodput._tls
             if getattr(tls, "depth", 0) or not goodput._on_training_thread():
                 return fn(*args, **kwargs)
             tls.depth = 1
             t = goodput.clock()
-            goodput._ckpt_since = t
+            goodput._held_since = (bucket, t)
             try:
                 return fn(*args, **kwargs)
             finally:
                 tls.depth = 0
-                goodput._ckpt_since = None
+                goodput._held_since = None
                 end = goodput.clock()
-                goodput._ckpt += end - max(t, goodput._window_start)
-                goodput._ckpt_total += end - t
+                goodput._held[bucket] += end - max(t, goodput._window_start)
+                goodput._held_total += end - t
 
         timed.__traintop_probe__ = True
         return timed
@@ -224,10 +253,11 @@ class Goodput:
     def install(self) -> None:
         """Wrap the checkpoint calls of the torch modules imported so far (called each tick)."""
         # fsync on the training thread is a checkpoint's too (torch.save returns before the data is on disk)
-        targets = (("os", ("fsync",)), ("torch", ("save", "load")),
+        targets = (("os", ("fsync",), "checkpoint"), ("torch", ("save", "load"), "checkpoint"),
                    ("torch.distributed.checkpoint", ("save", "load", "async_save", "save_state_dict",
-                                                     "load_state_dict")))
-        for modname, names in targets:
+                                                     "load_state_dict"), "checkpoint"),
+                   ("torch.distributed", _COLLECTIVES, "collective"))
+        for modname, names, bucket in targets:
             if modname in self._patched:
                 continue
             mod = sys.modules.get(modname)
@@ -237,7 +267,9 @@ class Goodput:
                 original = getattr(mod, name, None)
                 if original is None or getattr(original, "__traintop_probe__", False):
                     continue
-                setattr(mod, name, self.wrap_timed(original))
+                if not callable(original):
+                    continue
+                setattr(mod, name, self.wrap_timed(original, bucket))
                 self._undo.append(functools.partial(setattr, mod, name, original))
             self._patched.add(modname)
 
@@ -311,9 +343,9 @@ class Goodput:
                stall_after: float) -> dict:
         """Split the window that ends now into the buckets (seconds, adding up to ``window``)."""
         out = dict.fromkeys(BUCKETS, 0.0)
-        ckpt, self._ckpt = self._ckpt, 0.0
-        if self._ckpt_since is not None:
-            ckpt += now - max(self._ckpt_since, self._window_start)
+        held, self._held = self._held, {"checkpoint": 0.0, "collective": 0.0}
+        if self._held_since is not None:
+            held[self._held_since[0]] += now - max(self._held_since[1], self._window_start)
         self._window_start = now
         total = self._compile_seconds()
         comp = 0.0
@@ -321,13 +353,15 @@ class Goodput:
             comp = max(0.0, total - self._compile_total)
             self._compile_total = total
         input_wait = min(max(input_wait, 0.0), window)
-        ckpt = min(max(ckpt, 0.0), window - input_wait)
+        ckpt = min(max(held["checkpoint"], 0.0), window - input_wait)
+        coll = min(max(held["collective"], 0.0), window - input_wait - ckpt)
+        timed = ckpt + coll
         # a compile reported now ran over the windows still pending too (no step came meanwhile)
         from_pending = min(comp, self._pending)
         self._pending -= from_pending
-        comp = from_pending + min(comp - from_pending, window - input_wait - ckpt)
-        rest = window - input_wait - ckpt - (comp - from_pending)
-        out["input"], out["checkpoint"], out["compile"] = input_wait, ckpt, comp
+        comp = from_pending + min(comp - from_pending, window - input_wait - timed)
+        rest = window - input_wait - timed - (comp - from_pending)
+        out["input"], out["checkpoint"], out["collective"], out["compile"] = input_wait, ckpt, coll, comp
         overdue = since_step is not None and since_step > max(OVERDUE_MIN_S, OVERDUE_FACTOR * self.usual_gap())
         stepped = steps > self._steps_seen
         self._steps_seen = steps

@@ -314,6 +314,7 @@ class RankSample:
     # (traintop.probe_goodput.BUCKETS; together about 1).
     time_train: float | None = None
     time_input: float | None = None
+    time_collective: float | None = None
     time_checkpoint: float | None = None
     time_eval: float | None = None
     time_compile: float | None = None
@@ -342,7 +343,7 @@ class RankSample:
         return out
 
 
-LEDGER_BUCKETS = ("train", "input", "checkpoint", "eval", "compile", "startup", "stalled", "other")
+LEDGER_BUCKETS = ("train", "input", "collective", "checkpoint", "eval", "compile", "startup", "stalled", "other")
 MATMUL_MODES = ("fp32", "tf32", "bf16", "fp16")
 
 

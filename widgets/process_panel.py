@@ -75,7 +75,8 @@ def rank_line(rv: RankView, thresholds: Thresholds = DEFAULT) -> Line:
 
 NBSP = "\u00a0"
 # The ledger's buckets as the panel names and draws them (train first: the goodput).
-LEDGER_STYLE = {"train": ("train", "green"), "input": ("input", "yellow"), "checkpoint": ("checkpoint", "magenta"),
+LEDGER_STYLE = {"train": ("train", "green"), "input": ("input", "yellow"), "collective": ("collective", "bright_red"),
+                "checkpoint": ("checkpoint", "magenta"),
                 "eval": ("eval", "cyan"), "compile": ("compile", "blue"), "startup": ("startup", "blue"),
                 "stalled": ("stalled", "red"), "other": ("other", "white")}
 

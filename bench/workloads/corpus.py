@@ -552,6 +552,38 @@ def _straggler(L, a, how: str):
     dist.destroy_process_group()
 
 
+def gloo_rank0_saves(L, a):
+    """Two ranks; every 8 s rank 0 alone writes a full, fsynced checkpoint while rank 1 waits for it
+    at a barrier (the common `if rank == 0: torch.save(...)`, then `dist.barrier()`)."""
+    dist, model, opt = _ddp(a, size(4096, 64), 4, timeout_s=a.scale * 120)
+    rank = dist.get_rank()
+    x = torch.randn(size(8192, 64), size(4096, 64), device=dev())
+    target = os.path.join(os.environ.get("CORPUS_SCRATCH", "/tmp"), f"corpus-ckpt-{os.getpid()}.pt")
+    end = time.time() + a.scale * 45
+    try:
+        while True:
+            L("train")
+            n = _ddp_loop(dist, min(8.0 * a.scale, max(0.0, end - time.time())), model, opt, x)
+            if n == 0 or time.time() >= end:
+                break
+            if rank == 0:
+                L("checkpoint")
+                state = {"model": model.module.state_dict(), "opt": opt.state_dict()}
+                with open(target, "wb") as f:
+                    torch.save(state, f)
+                    f.flush()
+                    os.fsync(f.fileno())
+            else:
+                L("barrier_wait")
+            dist.barrier()
+    finally:
+        try:
+            os.unlink(target)
+        except OSError:
+            pass
+    dist.destroy_process_group()
+
+
 def straggler_input(L, a):
     _straggler(L, a, "input")
 
@@ -567,7 +599,7 @@ def straggler_sleep(L, a):
 SCENARIOS = {f.__name__: f for f in (
     healthy_bf16, compile_warmup, healthy_crash, starved_then_fed, underused, leak, oom_retries, reserved_gap, fragmented,
     copies_and_kernels, tiny_kernels, fp32_no_tf32, eval_phases, checkpoints, loader_hang, idle_alive, cpu_training,
-    other_process, torchrun_healthy, gloo_hang, straggler_input, straggler_cpu, straggler_sleep)}
+    other_process, torchrun_healthy, gloo_hang, gloo_rank0_saves, straggler_input, straggler_cpu, straggler_sleep)}
 
 
 def main() -> int:

@@ -121,7 +121,7 @@ def rank_series(samples, default_job: str | None) -> tuple[list, tuple]:
     return [(labels, r) for labels, r in labelled if count[(labels.job, labels.rank)] == 1], claims
 
 
-MAX_LEDGER_SERIES = len(LEDGER_BUCKETS) * 4096  # eight buckets of 4096 ranks: a node's history of jobs, bounded
+MAX_LEDGER_SERIES = len(LEDGER_BUCKETS) * 4096  # every bucket of 4096 ranks: a node's history of jobs, bounded
 
 
 class HostAgent:

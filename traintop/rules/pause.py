@@ -2,7 +2,8 @@
 
 The probe's time ledger (traintop/probe_goodput.py) says where each rank's wall time went: a
 checkpoint (inside torch.save or torch.distributed.checkpoint), an evaluation (forward passes
-with grad off and no optimizer step), a compile, or "other" (a step overdue with none of those:
+with grad off and no optimizer step), a wait in a blocking collective (a barrier while another
+rank saves alone), a compile, or "other" (a step overdue with none of those:
 logging, a host sync, garbage collection; the probe sends the training thread's stack from such a
 gap). Repeated pauses that take a real share of the time leave the GPU idle meanwhile; they are
 never data starvation (no input wait) nor a small batch (the GPU works between them).
@@ -16,8 +17,9 @@ from traintop.rules.engine import Verdict, RuleContext, Severity
 from traintop.stacks import user_call
 from traintop.units import fmt_duration
 
-PAUSED = ("checkpoint", "eval", "other")
+PAUSED = ("checkpoint", "eval", "collective", "other")
 WHAT = {"checkpoint": "checkpoints (torch.save / torch.distributed.checkpoint)",
+        "collective": "waits for the other ranks in blocking collectives (a barrier, an object collective)",
         "eval": "evaluation (forward passes with grad off, no optimizer step)",
         "other": "pauses outside the input pipeline (its step overdue: no checkpoint, evaluation or input wait)"}
 IN_PAUSE = 0.5  # a sample with at least this share of pause is part of a gap
@@ -38,6 +40,9 @@ class Pause(HostRule):
         "Checkpoints: save asynchronously (torch.distributed.checkpoint.async_save), less often, or only what "
         "resuming needs; write to local disk and copy off in the background.",
         "Evaluation: evaluate less often or on a subset; run it on a separate GPU or job.",
+        "Collective waits: a barrier while one rank saves, evaluates or logs alone holds every other rank: "
+        "let every rank write its share (torch.distributed.checkpoint) or save asynchronously; gather metrics "
+        "as tensors, not with all_gather_object (it pickles on the CPU and synchronises).",
         "Other pauses: the stacks say where (press s; `traintop analyze` lists them): a .item() or print "
         "of a GPU tensor each step, logging that synchronises, or gc.collect() in the loop.",
     )
