@@ -54,11 +54,17 @@ LABELS: dict[str, Label] = {
     "startup": Label(ignore=True),
     # between a job's pauses its pause finding stays up (it judges minutes): true, not a false finding
     "train": Label(allow=_HEALTHY_ALLOW | {"pause"}, wrong=_NOT_RUNNING | {"precision"}),
+    # training over gloo with large gradients: each step copies them GPU -> host -> GPU, and the GPU
+    # waits for those copies (on an H200, 3.8 GiB/s at 21 % utilization): the PCIe finding is true
+    "train_gloo": Label(allow=_HEALTHY_ALLOW | {"pause", "pcie"}, wrong=_NOT_RUNNING | {"precision"}),
     # SMs busy, tensor cores idle: GPM tells it; the probe's reading makes it certain
     "train_fp32": Label(("precision",), allow=_HEALTHY_ALLOW, wrong=_NOT_RUNNING, needs=_n("gpm")),
     "eval": Label(allow=_HEALTHY_ALLOW | {"pause"}, wrong=_NOT_RUNNING),
     "checkpoint": Label(("pause",), allow=frozenset({"power_cap", "idle_gpu"}),
                         wrong=frozenset({"starvation", "underuse", "stall", "cpu_training"}), needs=_n("probe")),
+    # another rank checkpoints alone and this one waits for it at a barrier: a pause, no idle batch
+    "barrier_wait": Label(("pause",), allow=frozenset({"power_cap", "idle_gpu"}),
+                          wrong=frozenset({"starvation", "underuse", "stall", "cpu_training"}), needs=_n("probe")),
     # torch.compile's warm-up: the GPU waits for the compiler; nothing is wrong yet
     "compile": Label(allow=frozenset({"power_cap", "pause", "idle_gpu"}),
                      wrong=frozenset({"stall", "starvation", "underuse", "cpu_training"})),

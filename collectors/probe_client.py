@@ -18,7 +18,7 @@ import time
 
 from traintop import plausible
 from traintop.probe_agent import peer_uid, private_dir_problem, probe_dir
-from traintop.samples import LEDGER_BUCKETS, MATMUL_MODES, Capture, RankSample, StackDump, ThreadStack
+from traintop.samples import LEDGER_BUCKETS, MATMUL_MODES, backend_index, Capture, RankSample, StackDump, ThreadStack
 from traintop.stats import median
 from traintop.text import one_line
 
@@ -352,7 +352,7 @@ class ProbeClient:
             age=now - c.last_seen, local_rank=i(m.get("local_rank")), job=_job(m.get("job")), uid=c.uid,
             torch=_flag(m.get("torch")), loader=_flag(m.get("loader")),
             matmul=MATMUL_MODES.index(precision["matmul"]) if precision else None,
-            step_flops=float(flops["flops"]) if flops else None,
+            step_flops=float(flops["flops"]) if flops else None, backend=backend_index(m.get("backend")),
             **self._shares(c, m),
         )
 

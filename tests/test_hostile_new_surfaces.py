@@ -113,3 +113,7 @@ def test_a_forged_ledger_precision_or_flop_count_from_a_probe_is_not_believed():
     msg = parse_message(json.dumps(dict(base, precision={"matmul": "[bold]fp64\x1b"}, flops={"flops": 1e30},
                                         pause_stack=7)).encode())
     assert msg is not None and msg["precision"] is None and msg["flops"] is None and msg["pause_stack"] is None
+    # the process group's backend: a name traintop knows, or "other"; never the text itself
+    from traintop.samples import DIST_BACKENDS, backend_index
+    assert [backend_index(b) for b in ("gloo", "NCCL", "cpu:gloo,cuda:nccl", "[bold]x\x1b", 7, "", None)] == \
+        [1, 0, 0, DIST_BACKENDS.index("other"), None, None, None]

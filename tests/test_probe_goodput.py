@@ -199,8 +199,9 @@ COLLECTIVE_JOB = textwrap.dedent("""
     time.sleep(0.3)
     p.message()
     wall = time.perf_counter() - t_start  # the probe's life: its ledger covers all of it
+    from traintop.probe_agent import _dist_backend
     print(json.dumps({"totals": p.goodput.totals, "waited": waited, "alone": alone, "wall": wall,
-                      "errors": p.goodput.errors}))
+                      "errors": p.goodput.errors, "backend": _dist_backend()}))
     p.stop()
     dist.destroy_process_group()
 """)
@@ -227,6 +228,7 @@ def test_a_wait_at_a_barrier_is_the_collective_bucket_on_two_real_gloo_ranks(tmp
             proc.kill()
     r0, r1 = outs
     assert r0["errors"] == 0 and r1["errors"] == 0
+    assert r0["backend"] == "gloo"  # sent with every message: the PCIe finding names gloo's copies
     # rank 0 waited ~12 x 0.4 s at the barrier, and in its all-reduces: that is its collective time
     assert r0["waited"] > 3.0
     assert r0["totals"]["collective"] == pytest.approx(r0["waited"], abs=0.25), r0

@@ -328,6 +328,32 @@ def test_repeated_checkpoints_are_a_pause_never_starvation_or_underuse():
     assert up["pause"].subject == "gpu0"  # costed on its GPU
 
 
+def test_a_rank_waiting_at_a_barrier_names_the_rank_that_checkpoints_alone():
+    """Rank 0 (GPU 0) saves alone while rank 1 (GPU 1) waits for it at a barrier: GPU 1's pause is
+    a wait in a collective, and its finding says for whom."""
+    import dataclasses
+
+    from traintop.monitor import Monitor
+    from traintop.samples import GpuProcess, SessionInfo
+
+    m = Monitor(SessionInfo(kind="live", interval=1.0))
+    for f in _ledger_frames():
+        r0 = f.ranks[0]
+        paused = r0.time_checkpoint == 1.0
+        r1 = dataclasses.replace(r0, pid=4243, rank=1, device=1, time_checkpoint=0.0,
+                                 time_collective=1.0 if paused else 0.0)
+        g1 = dataclasses.replace(f.gpus[0], index=1, processes=(GpuProcess(4243, 40 << 30),))
+        m.ingest(dataclasses.replace(f, gpus=(f.gpus[0], g1), ranks=(dataclasses.replace(r0, world_size=2),
+                                                                      dataclasses.replace(r1, world_size=2))))
+    pauses = {a.subject: a for a in m.engine.alerts if a.rule == "pause"}
+    assert set(pauses) == {"gpu0", "gpu1"}
+    assert "mostly checkpoints" in pauses["gpu0"].evidence
+    waiting = pauses["gpu1"].evidence
+    assert "mostly waits for the other ranks in blocking collectives" in waiting
+    assert "meanwhile rank 0 paused for checkpoints" in waiting
+    assert not [a for a in m.engine.alerts if a.rule in ("starvation", "underuse", "stall")]
+
+
 def test_a_single_long_evaluation_is_no_pause_and_no_stall():
     from traintop.monitor import Monitor
     from traintop.samples import SessionInfo

@@ -160,6 +160,34 @@ def test_pcie_bottleneck_needs_a_full_link_and_a_waiting_gpu():
     assert "Gen3 x8 of Gen5 x16" in a.evidence
 
 
+def test_copies_of_a_gloo_job_are_named_as_its_gradients_with_the_advice_that_fits():
+    """Gloo on GPUs: each step's gradients go to host memory and back (on an H200, 3.8 GiB/s at 21 %
+    utilization). The finding says so and advises NCCL, not pinned DataLoader memory."""
+    import dataclasses
+
+    from traintop.samples import GpuProcess, RankSample
+
+    link = dict(pcie_gen_max=5, pcie_width_max=16, pcie_gen=5, pcie_width=16, power_limit_w=700.0)
+    spiky = lambda k: 100.0 if k % 3 == 0 else 0.0  # noqa: E731
+    frames = _frames(80, util=spiky, pcie_rx=5e9, **link)
+
+    def with_ranks(backend):
+        out = []
+        for f in frames:
+            g = dataclasses.replace(f.gpus[0], processes=(GpuProcess(10, 1 << 30), GpuProcess(11, 1 << 30)))
+            ranks = tuple(RankSample(pid=10 + k, rank=k, world_size=2, device=0, cuda=True, backend=backend)
+                          for k in (0, 1))
+            out.append(dataclasses.replace(f, gpus=(g,), ranks=ranks))
+        return out
+
+    gloo = next(a for a in _alerts(with_ranks(1)) if a.rule == "pcie")
+    assert "all-reduce over gloo" in gloo.evidence and "rank 0, rank 1" in gloo.evidence
+    assert "pageable" not in gloo.evidence
+    assert "nccl" in gloo.remedies[0] and not any("pin_memory" in r for r in gloo.remedies)
+    nccl = next(a for a in _alerts(with_ranks(0)) if a.rule == "pcie")
+    assert "gloo" not in nccl.evidence and "pageable" in nccl.evidence
+
+
 def test_thermal_violation_counter_alone_raises_thermal():
     hits = _alerts(_frames(60, util=100.0, temp_c=70.0, temp_slowdown_c=87.0, throttle_thermal=60.0))
     a = next(a for a in hits if a.rule == "thermal")

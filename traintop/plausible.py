@@ -55,7 +55,7 @@ RANK = {
     "alloc_retries": (0, MAX_COUNT), "ooms": (0, MAX_COUNT), "steps": (0, MAX_COUNT),
     "step_time": (0.0, 1e6), "steps_per_s": (0.0, 1e6), "input_wait": (0.0, 1.0), "age": (0.0, 1e9),
     **{"time_" + b: (0.0, 1.0) for b in LEDGER_BUCKETS},
-    "matmul": (0, 3), "step_flops": (0.0, 1e21),
+    "matmul": (0, 3), "step_flops": (0.0, 1e21), "backend": (0, 5),
 }
 PID = (1, 2 ** 31 - 1)
 

@@ -89,6 +89,17 @@ def socket_path(pid: int | None = None, directory: str | None = None) -> str:
     return os.path.join(directory or probe_dir(), f"probe-{pid or os.getpid()}.sock")
 
 
+def _dist_backend() -> str | None:
+    """The default process group's backend ("nccl", "gloo", ...) once the job has made one."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is None or not dist.is_available() or not dist.is_initialized():
+            return None
+        return str(dist.get_backend())[:32]
+    except Exception:
+        return None
+
+
 def _env_int(name: str) -> int | None:
     try:
         return int(os.environ[name])
@@ -315,7 +326,7 @@ class Probe:
         msg = {
             "v": PROTOCOL, "pid": self.pid, "t": time.time(), "window": window,
             "rank": _env_int("RANK"), "local_rank": _env_int("LOCAL_RANK"), "world_size": _env_int("WORLD_SIZE"),
-            "job": _job_id(),
+            "job": _job_id(), "backend": _dist_backend(),
             "cuda": bool(cuda is not None and cuda.is_initialized()),
             "memory": self._memory(), "steps": steps, "step_times": step_times,
             "input_wait": wait, "hooks": self._hooks_installed, "drops": self.drops,

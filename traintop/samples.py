@@ -322,11 +322,17 @@ class RankSample:
     time_stalled: float | None = None
     time_other: float | None = None
     matmul: int | None = None  # the precision its matmuls run in: an index of MATMUL_MODES
+    backend: int | None = None  # its default process group's backend: an index of DIST_BACKENDS
     step_flops: float | None = None  # FLOPs of one whole optimizer step, as the probe last counted them
 
     @property
     def label(self) -> str:
         return f"rank {self.rank}" if self.rank is not None else f"PID {self.pid}"
+
+    @property
+    def backend_name(self) -> str | None:
+        b = self.backend
+        return DIST_BACKENDS[b] if b is not None and 0 <= b < len(DIST_BACKENDS) else None
 
     @property
     def matmul_mode(self) -> str | None:
@@ -345,6 +351,18 @@ class RankSample:
 
 LEDGER_BUCKETS = ("train", "input", "collective", "checkpoint", "eval", "compile", "startup", "stalled", "other")
 MATMUL_MODES = ("fp32", "tf32", "bf16", "fp16")
+# a backend not named here is "other"; a combined one ("cpu:gloo,cuda:nccl") by what its GPU tensors use
+DIST_BACKENDS = ("nccl", "gloo", "mpi", "ucc", "xccl", "other")
+
+
+def backend_index(name: object) -> int | None:
+    if not isinstance(name, str) or not name:
+        return None
+    name = name.lower()
+    if ":" in name:  # "cpu:gloo,cuda:nccl": GPU tensors go through the cuda one
+        parts = dict(p.split(":", 1) for p in name.split(",") if ":" in p)
+        name = parts.get("cuda", next(iter(parts.values()), ""))
+    return DIST_BACKENDS.index(name) if name in DIST_BACKENDS else DIST_BACKENDS.index("other")
 
 
 @dataclass(frozen=True, slots=True)

@@ -62,6 +62,7 @@ class Pause(HostRule):
         proc = ctx.process
         if proc is not None and not proc.alive:
             return  # the job has ended: its pauses with it
+        found: list[tuple] = []  # (subject, rank label, main bucket, pause share, text)
         for subject, r in ctx.ranks():
             if r.age is not None and r.age > STALE_S:
                 continue  # its probe stopped reporting
@@ -98,7 +99,26 @@ class Pause(HostRule):
             if idle is not None:
                 text += f"; GPU {gpu} averaged {idle:.0f} % utilization in them"
             # on its GPU where known: the GPU's idle time is what the pauses cost (GPU-hours)
-            yield Verdict(gpu_subject(gpu) if gpu is not None else subject, text, Severity.WARNING)
+            found.append((gpu_subject(gpu) if gpu is not None else subject, r.label, main, pause, text))
+        yield from self._verdicts_of(found)
+
+    @staticmethod
+    def _verdicts_of(found: list[tuple]):
+        """One verdict per subject. A rank that waits in collectives waits for another rank's pause:
+        that rank is named as the cause (and preferred where both share a GPU)."""
+        causes = [(label, main, pause) for _, label, main, pause, _ in found if main != "collective"]
+        best: dict[str, tuple] = {}
+        for subject, label, main, pause, text in found:
+            if main == "collective" and causes:
+                who = "; ".join(f"{lb} paused for {WHAT[m].split(' (')[0]} ({p * 100:.0f} %)"
+                                for lb, m, p in causes if lb != label)
+                if who:
+                    text += f"; meanwhile {who}: the wait is for it"
+            rank_key = (main != "collective", pause)
+            if subject not in best or rank_key > best[subject][0]:
+                best[subject] = (rank_key, text)
+        for subject, (_, text) in best.items():
+            yield Verdict(subject, text, Severity.WARNING)
 
     @staticmethod
     def _gpu_of(ctx: RuleContext, r) -> int | None:

@@ -33,6 +33,27 @@ class PcieBottleneck(HostRule):
         "(nvidia-smi -q -d PCIE).",
     )
 
+    GLOO_REMEDIES = (
+        "Use the nccl backend for GPU tensors (dist.init_process_group(\"nccl\"), or "
+        "\"cpu:gloo,cuda:nccl\" where CPU tensors need gloo): gloo copies each step's gradients to host "
+        "memory and back; NCCL keeps them on the GPUs.",
+        "Until then: fewer, larger all-reduces (DDP bucket_cap_mb) or gradient accumulation "
+        "(no_sync()) send the same gradients less often.",
+    )
+
+    @classmethod
+    def _over_gloo(cls, ctx: RuleContext, verdict: Verdict, gpu: int) -> Verdict:
+        """The copies are the job's own gradients through gloo: said, with the advice that fits."""
+        ranks = [r for _, r in ctx.feed(gpu).ranks if r.backend_name == "gloo" and (r.world_size or 0) > 1]
+        if not ranks:
+            return verdict
+        who = ", ".join(r.label for r in ranks[:4])
+        text = (verdict.evidence.split("; copies this slow come from")[0]
+                + f"; the job's ranks on it ({who}) all-reduce over gloo, which moves every gradient GPU → host → GPU "
+                  "in each step: these copies are its own")
+        return Verdict(verdict.subject, text, verdict.severity, verdict.state,
+                       cls.GLOO_REMEDIES + cls.remedies[1:2])
+
     def evaluate(self, ctx: RuleContext):
         c = ctx.config
         w = c.pcie_window_s
@@ -49,7 +70,7 @@ class PcieBottleneck(HostRule):
             sm_mean = ctx.gpu_mean(i, "sm_active", w)
             pageable = self._pageable(ctx, g, rx, u_mean, sm_mean, link)
             if pageable is not None:
-                yield pageable
+                yield self._over_gloo(ctx, pageable, i)
                 continue
             if not link:
                 continue
@@ -70,7 +91,7 @@ class PcieBottleneck(HostRule):
             if g.pcie_gen and g.pcie_gen_max and g.pcie_width and g.pcie_width_max \
                     and (g.pcie_gen < g.pcie_gen_max or g.pcie_width < g.pcie_width_max):
                 text += f"; the link runs at Gen{g.pcie_gen} x{g.pcie_width} of Gen{g.pcie_gen_max} x{g.pcie_width_max}"
-            yield Verdict(subject, text)
+            yield self._over_gloo(ctx, Verdict(subject, text), i)
 
     @staticmethod
     def _pageable(ctx: RuleContext, g, rx, u_mean, sm_mean, link) -> Verdict | None:
