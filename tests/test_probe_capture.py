@@ -241,6 +241,27 @@ def test_the_after_median_known_before_the_file_is_written_goes_in_the_one_recor
     assert cap.poll() == [] and not cap.busy
 
 
+def test_the_step_time_after_leaves_out_checkpoints_and_collective_waits(tmp_path, fake_profile):
+    """A job that saves every few seconds (or waits for the rank that saves): the gaps that hold a
+    timed checkpoint or barrier are the job's pause, not its pace; an untimed pause (an evaluation)
+    is the longest gap and left out as before. Seen on an H200: +26 % read without this."""
+    clock = Clock()
+    held = [0.0]
+    cap = Capturer(str(tmp_path / "c"), clock=clock)
+    cap.held = lambda: held[0]
+    assert cap.request("trace", [0.1] * AROUND) is None
+    for k in range(STEPS + 1 + SETTLE + AROUND):
+        clock.t += 0.1
+        if k in (STEPS + SETTLE + 5, STEPS + SETTLE + 25):
+            clock.t += 1.4  # a checkpoint (or a barrier) inside this gap, timed by the ledger
+            held[0] += 1.4
+        if k == STEPS + SETTLE + 15:
+            clock.t += 3.0  # an evaluation: not timed
+        cap.on_step()
+    rec, = cap.poll()
+    assert rec["step_s_after"] == pytest.approx(0.1) and rec["step_s_before"] == pytest.approx(0.1)
+
+
 class FakeMemory:
     def __init__(self, calls, snapshot_raises=False):
         self.calls, self.snapshot_raises = calls, snapshot_raises

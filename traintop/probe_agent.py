@@ -412,7 +412,10 @@ class Probe:
             kind = self._capture_asked.pop(0)
             if self.capture is None:
                 self.capture = Capturer(os.path.join(os.path.dirname(self.path or socket_path()), "captures"))
-            why = self.capture.request(kind, recent_steps=list(self._recent_steps))
+                self.capture.held = self.goodput.held_seconds
+            # the step gaps net of checkpoints and collective waits, where the ledger has them
+            recent = self.goodput.recent_gaps() or self._recent_steps
+            why = self.capture.request(kind, recent_steps=list(recent))
             if why is not None:
                 self._capture_refused.append({"kind": kind, "why": why})
 

@@ -114,6 +114,7 @@ class _Capture:
         self.after: list[float] = []
         self.settling = 0  # steps after the capture not measured yet
         self.last = 0.0  # the clock at the last step end (after our own start/stop work)
+        self.held_at = 0.0  # held() then
         self.t = time.time()  # epoch seconds when it started
         self.handle: Any = None  # the profiler, then (memory) the snapshot
         self.record: dict | None = None
@@ -125,6 +126,9 @@ class Capturer:
     def __init__(self, directory: str, clock=time.perf_counter) -> None:
         self.directory = directory
         self.clock = clock
+        # seconds the training thread has spent in timed calls so far (checkpoints, collectives: the
+        # probe's ledger): a step gap that holds one is the job's pause, not its pace
+        self.held = lambda: 0.0
         self.pid = os.getpid()
         self.error: str | None = None  # why no capture can be written (the directory)
         self._active: _Capture | None = None  # the one capture in progress (set by the probe thread only)
@@ -225,13 +229,14 @@ class Capturer:
             self._fail(cap, e)
 
     def _step(self, cap: _Capture) -> None:
-        now = self.clock()
+        now, held = self.clock(), self.held()
         if cap.phase == "asked":
             self._start(cap)
             cap.phase = "running"
-            cap.last = self.clock()
+            cap.last, cap.held_at = self.clock(), held
             return
-        took = now - cap.last
+        took = max(0.0, now - cap.last - (held - cap.held_at))
+        cap.held_at = held
         if cap.phase == "running":
             cap.during.append(took)
             if len(cap.during) >= STEPS:
@@ -311,7 +316,7 @@ class Capturer:
                 error: str | None = None) -> dict:
         return {"kind": cap.kind, "path": path, "t": cap.t, "steps": len(cap.during),
                 "step_s_before": _mean(cap.before), "step_s_during": list(cap.during),
-                "step_s_after": _mean(cap.after) if len(cap.after) >= AROUND and not error else None,
+                "step_s_after": _mean(_usual(cap.after)) if len(cap.after) >= AROUND and not error else None,
                 "bytes": size, "error": error}
 
     def _write(self, cap: _Capture) -> dict:

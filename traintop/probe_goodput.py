@@ -334,6 +334,16 @@ class Goodput:
             return None
         return sum(v for k, v in list(spent.items()) if k in ("entire_frame_compile", "entire_backward_compile")) / 1e9
 
+    def held_seconds(self) -> float:
+        """Seconds the training thread has spent in timed calls (checkpoints, collectives) so far."""
+        held = self._held_total
+        since = self._held_since
+        return held + (self.clock() - since[1]) if since is not None else held
+
+    def recent_gaps(self) -> list[float]:
+        """The last step gaps, less the timed calls inside them."""
+        return list(self._gaps)
+
     def usual_gap(self) -> float:
         """The longest recent gap between steps (less checkpoints): a job that synchronises with the GPU
         every N steps queues N-1 steps in milliseconds, then waits for them all in one long gap."""

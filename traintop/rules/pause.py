@@ -22,6 +22,8 @@ WHAT = {"checkpoint": "checkpoints (torch.save / torch.distributed.checkpoint)",
         "collective": "waits for the other ranks in blocking collectives (a barrier, an object collective)",
         "eval": "evaluation (forward passes with grad off, no optimizer step)",
         "other": "pauses outside the input pipeline (its step overdue: no checkpoint, evaluation or input wait)"}
+REMEDY_OF = {"checkpoint": "Checkpoints:", "eval": "Evaluation:", "collective": "Collective waits:",
+             "other": "Other pauses:"}
 IN_PAUSE = 0.5  # a sample with at least this share of pause is part of a gap
 MIN_DATA_S = 30.0  # judged once this much of the ledger is there (then over up to pause_window_s)
 STALE_S = 10.0  # a rank whose probe is silent this long is not judged
@@ -99,16 +101,17 @@ class Pause(HostRule):
             if idle is not None:
                 text += f"; GPU {gpu} averaged {idle:.0f} % utilization in them"
             # on its GPU where known: the GPU's idle time is what the pauses cost (GPU-hours)
-            found.append((gpu_subject(gpu) if gpu is not None else subject, r.label, main, pause, text))
+            kinds = tuple(b for b, v in total.items() if v >= 0.005)
+            found.append((gpu_subject(gpu) if gpu is not None else subject, r.label, main, pause, text, kinds))
         yield from self._verdicts_of(found)
 
     @staticmethod
     def _verdicts_of(found: list[tuple]):
         """One verdict per subject. A rank that waits in collectives waits for another rank's pause:
         that rank is named as the cause (and preferred where both share a GPU)."""
-        causes = [(label, main, pause) for _, label, main, pause, _ in found if main != "collective"]
+        causes = [(label, main, pause) for _, label, main, pause, _, _ in found if main != "collective"]
         best: dict[str, tuple] = {}
-        for subject, label, main, pause, text in found:
+        for subject, label, main, pause, text, kinds in found:
             if main == "collective" and causes:
                 who = "; ".join(f"{lb} paused for {WHAT[m].split(' (')[0]} ({p * 100:.0f} %)"
                                 for lb, m, p in causes if lb != label)
@@ -116,9 +119,12 @@ class Pause(HostRule):
                     text += f"; meanwhile {who}: the wait is for it"
             rank_key = (main != "collective", pause)
             if subject not in best or rank_key > best[subject][0]:
-                best[subject] = (rank_key, text)
-        for subject, (_, text) in best.items():
-            yield Verdict(subject, text, Severity.WARNING)
+                best[subject] = (rank_key, text, kinds)
+        for subject, (_, text, kinds) in best.items():
+            # the advice for the kinds of pause it has (the stacks' hint always: they say where)
+            fits = tuple(r for r in Pause.remedies if any(r.startswith(REMEDY_OF[k]) for k in kinds)
+                         or r.startswith(REMEDY_OF["other"]))
+            yield Verdict(subject, text, Severity.WARNING, remedies=fits)
 
     @staticmethod
     def _gpu_of(ctx: RuleContext, r) -> int | None:
