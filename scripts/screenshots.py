@@ -89,6 +89,14 @@ async def default_set(out_dir: str) -> None:
         feed.playing = False
         feed.seek(feed.t_start + offset)
         await _shot(monitor, feed, "replay", size, os.path.join(out_dir, name))
+    # Goodput: two gloo ranks on an H200, rank 0 saving alone while rank 1 waits at a barrier
+    # (the corpus run): each rank's time ledger, the pause named, gloo's own copies named.
+    corpus = os.path.join(os.path.dirname(HERE), "tests", "fixtures", "corpus")
+    for name, size in (("goodput-rank0-saves-160x48.svg", (160, 48)), ("goodput-rank0-saves-80x24.svg", (80, 24))):
+        monitor, feed = sessions.replay_session(os.path.join(corpus, "gloo_rank0_saves-probe.ttrec"))
+        feed.playing = False
+        feed.seek(feed.t_start + 52)
+        await _shot(monitor, feed, "replay", size, os.path.join(out_dir, name))
 
 
 async def live_set(seconds: float, pid: int | None, out_dir: str, interval: float) -> None:

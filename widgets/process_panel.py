@@ -110,6 +110,18 @@ def ledger_line(rv: RankView, width: int) -> Line | None:
                       "dim")
 
 
+LEDGER_RANKS_SHOWN = 4  # a ledger line per rank up to this many ranks; beyond, the lowest goodput's
+
+
+def ledger_ranks(ranks: list[RankView]) -> list[RankView]:
+    """The ranks whose time ledger the panel shows: every one of a small job (one rank's checkpoint
+    is another's wait at the barrier), else the one with the lowest goodput."""
+    with_ledger = [rv for rv in ranks if rv.ledger]
+    if len(with_ledger) <= LEDGER_RANKS_SHOWN:
+        return with_ledger
+    return [min(with_ledger, key=lambda rv: rv.ledger.get("train", 0.0))]
+
+
 def compact_rank_line(rv: RankView, ranks: int, thresholds: Thresholds = DEFAULT) -> Line:
     """One line for a narrow pane, most telling first: a narrow pane cuts from the right."""
     r = rv.sample
@@ -245,9 +257,8 @@ class ProcessPanel(TextLines):
             return lines, None
         lines.extend(rank_line(rv, v.thresholds) for rv in v.ranks[:8])
         first = v.ranks[0]
-        ledger = ledger_line(first, width)
-        if ledger is not None:
-            lines.append(ledger)
+        for rv in ledger_ranks(v.ranks):
+            lines.append(ledger_line(rv, width))
         if v.capture is not None:  # the file's path is the job's word (its probe's directory): text, one line
             lines.append(Line("captured ", "bold").append(one_line(short(v.capture), 400), "dim"))
         if first.step_time and any(x is not None for x in first.step_time):
