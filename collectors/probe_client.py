@@ -29,7 +29,8 @@ MAX_STEP_TIMES = 10_000  # what the probe keeps between two messages
 MAX_DEVICES = 64
 
 
-CAPTURE_NAME = re.compile(r"capture-\d{1,10}-\d{8}-\d{6}(-\d{1,4})?-(trace\.json|memory\.pickle)")
+# (an older probe named its traces "...-trace.json")
+CAPTURE_NAME = re.compile(r"capture-\d{1,10}-\d{8}-\d{6}(-\d{1,4})?(\.pt\.trace\.json|-trace\.json|-memory\.pickle)")
 RATE_S = 10.0  # the step rate is taken over this much
 RATE_MIN_S = 2.0
 

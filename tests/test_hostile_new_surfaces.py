@@ -66,11 +66,14 @@ def test_a_probe_cannot_make_traintop_copy_a_file_outside_its_captures_folder():
     from traintop.collectors.probe_client import capture_record
 
     folder = "/run/user/1000/traintop/captures"
-    good = {"kind": "trace", "path": f"{folder}/capture-42-20261202-101010-trace.json", "steps": 3}
+    good = {"kind": "trace", "path": f"{folder}/capture-42-20261202-101010.pt.trace.json", "steps": 3}
     assert capture_record(good, {}, 42, folder).path == good["path"]
+    old_name = f"{folder}/capture-42-20261202-101010-trace.json"  # an older probe's name
+    assert capture_record(dict(good, path=old_name), {}, 42, folder).path == old_name
     for path in ("/etc/shadow", f"{folder}/../../../etc/shadow", f"{folder}/capture-42-x-trace.json",
                  f"{folder}/sub/capture-42-20261202-101010-trace.json", f"{folder}/capture-42-20261202-101010-trace.json\x00",
-                 "relative/capture-42-20261202-101010-trace.json", 7, ["x"]):
+                 "relative/capture-42-20261202-101010-trace.json", f"{folder}/capture-42-20261202-101010.pt.trace.json.x",
+                 f"{folder}/capture-42-20261202-101010..pt.trace.json", 7, ["x"]):
         assert capture_record(dict(good, path=path), {}, 42, folder) is None, path
     assert capture_record(dict(good, kind="core"), {}, 42, folder) is None
     # numbers out of their ranges are unknown, never believed

@@ -129,7 +129,7 @@ def test_a_trace_of_a_cpu_training_loop_is_a_chrome_trace_of_its_steps(tmp_path)
         assert rec["step_s_after"] is None and abs(rec["t"] - time.time()) < 60
         path = rec["path"]
         assert os.path.dirname(path) == d
-        assert os.path.basename(path).startswith(f"capture-{os.getpid()}-") and path.endswith("-trace.json")
+        assert os.path.basename(path).startswith(f"capture-{os.getpid()}-") and path.endswith(".pt.trace.json")
         st = os.lstat(path)
         assert stat.S_IMODE(st.st_mode) == 0o600 and st.st_size == rec["bytes"] > 0
         with open(path) as f:
@@ -401,16 +401,16 @@ def test_an_existing_file_is_never_overwritten(tmp_path, fake_profile, monkeypat
     d = tmp_path / "c"
     cap = Capturer(str(d))
     base = f"capture-{os.getpid()}-20260101-000000"
-    (d / f"{base}-trace.json").write_text("keep")
+    (d / f"{base}.pt.trace.json").write_text("keep")
     outside = tmp_path / "outside"
-    (d / f"{base}-2-trace.json").symlink_to(outside)
+    (d / f"{base}-2.pt.trace.json").symlink_to(outside)
     assert cap.request("trace") is None
     for _ in range(STEPS + 1):
         cap.on_step()
     rec, = cap.poll()
-    assert rec["error"] is None and rec["path"] == str(d / f"{base}-3-trace.json")
-    assert (d / f"{base}-trace.json").read_text() == "keep" and not outside.exists()
-    assert sorted(os.listdir(d)) == sorted([f"{base}-trace.json", f"{base}-2-trace.json", f"{base}-3-trace.json"])
+    assert rec["error"] is None and rec["path"] == str(d / f"{base}-3.pt.trace.json")
+    assert (d / f"{base}.pt.trace.json").read_text() == "keep" and not outside.exists()
+    assert sorted(os.listdir(d)) == sorted([f"{base}.pt.trace.json", f"{base}-2.pt.trace.json", f"{base}-3.pt.trace.json"])
 
 
 def test_a_trace_over_the_bound_is_deleted_and_reported(tmp_path, fake_profile, monkeypatch):

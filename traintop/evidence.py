@@ -19,7 +19,8 @@ CAPTURE_ON = {  # rule -> what to capture when its finding starts
     "oom": "memory", "memory_creep": "memory", "fragmentation": "memory",
 }
 VIEWER = {
-    "trace": "open in https://ui.perfetto.dev (or chrome://tracing)",
+    "trace": "open in https://ui.perfetto.dev (or chrome://tracing; or `tensorboard --logdir` on its folder, "
+             "with the torch-tb-profiler plugin)",
     "memory": "drop on https://pytorch.org/memory_viz",
 }
 MAX_BYTES = {"trace": 256 << 20, "memory": 1 << 30}

@@ -38,7 +38,8 @@ AROUND = 40  # step durations before (mean) and after (mean) a capture
 SETTLE = 10  # steps right after a capture not measured: the GPU's queue refills
 MEMORY_ENTRIES = 100_000
 MAX_BYTES = {"trace": 256 << 20, "memory": 1 << 30}  # a bigger file is deleted and reported as an error
-_SUFFIX = {"trace": "trace.json", "memory": "memory.pickle"}
+# a trace ends in ".pt.trace.json": TensorBoard's PyTorch profiler plugin reads only such files
+_SUFFIX = {"trace": ".pt.trace.json", "memory": "-memory.pickle"}
 
 
 def dir_problem(path: str, owner: int | None = None) -> str | None:
@@ -347,8 +348,8 @@ class Capturer:
                               f"{MAX_BYTES[cap.kind] >> 20} MiB bound: deleted")
             base = f"capture-{self.pid}-{_stamp(cap.t)}"
             for n in range(1, 100):
-                path = os.path.join(self.directory, f"{base}-{_SUFFIX[cap.kind]}" if n == 1
-                                    else f"{base}-{n}-{_SUFFIX[cap.kind]}")
+                path = os.path.join(self.directory, f"{base}{_SUFFIX[cap.kind]}" if n == 1
+                                    else f"{base}-{n}{_SUFFIX[cap.kind]}")
                 try:
                     os.link(tmp, path)  # fails on any existing name, a symlink included
                     return path, size
