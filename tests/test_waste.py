@@ -65,6 +65,25 @@ def test_a_finding_about_all_gpus_costs_each_of_them():
     assert lost == pytest.approx(10 * (0.1 + 0.6) / 3600)
 
 
+def test_a_straggler_costs_the_time_every_other_gpu_waits_for_it():
+    """Two ranks on two GPUs, rank 1 slow: GPU 0 spins in NCCL at 100 % "utilization" while GPU 1
+    computes 10 % of the time (the 2 x H200 ddp-straggler recording). GPU 0 waits 90 % of the time;
+    GPU 1's own idle time is its own finding's (starvation, where its input is the cause)."""
+    accs = {i: _Acc(i, "GPU") for i in (0, 1)}
+    for t in range(11):
+        accs[0].add(float(t), GpuSample(index=0, util=100.0))
+        accs[1].add(float(t), GpuSample(index=1, util=10.0))
+    gpus = {i: a.series(1.0) for i, a in accs.items()}
+    lost, _ = waste.finding_cost("straggler", "gpu1", None, 0.0, 10.0, gpus)
+    assert lost == pytest.approx(10 * 0.9 / 3600)
+    samples = {0: GpuSample(index=0, util=100.0), 1: GpuSample(index=1, util=10.0)}
+    assert waste.sample_cost("straggler", "gpu1", None, samples) == pytest.approx(0.9)  # the agent's, per tick
+    # four GPUs: three wait
+    samples.update({2: GpuSample(index=2, util=100.0), 3: GpuSample(index=3, util=100.0)})
+    assert waste.sample_cost("straggler", "gpu1", None, samples) == pytest.approx(3 * 0.9)
+    assert waste.sample_cost("straggler", "gpu1", "stall gpus", samples) == 0.0  # explained: counted there
+
+
 def _util(t: int) -> float:
     return [0.9, 0.2, 0.0, 0.5, 1.0][t % 5]
 

@@ -1,8 +1,12 @@
 """What a finding costs: the GPU time it left unused and the energy its GPUs drew, in one place.
 
 A finding wastes GPU time by its rule: the GPU's idle share while it lasts (starvation,
-underuse, imbalance, an idle GPU), its SM clock's shortfall from the maximum (thermal), or
-the GPU's whole time (a stall: nothing trains, and a spinning collective reads 100 %).
+underuse, imbalance, an idle GPU), its SM clock's shortfall from the maximum (thermal),
+the GPU's whole time (a stall: nothing trains, and a spinning collective reads 100 %), or
+the others' wait (a straggler: every other GPU steps at the slow one's pace, so each waits
+for the share of the time the slow one idles; their spinning NCCL kernels read ~100 %, so
+their own utilization cannot say it. The slow GPU's own idle time is its own finding's,
+starvation's for instance; like imbalance, every other GPU of the source counts).
 Other findings (creeping memory, fragmentation, information) cost nothing by themselves;
 one that a stronger finding explains costs nothing either: its time is counted there.
 
@@ -25,10 +29,11 @@ from traintop.metrics import gpu_index
 
 WASTE_FROM_UTIL = frozenset({"starvation", "underuse", "imbalance", "idle_gpu", "pause"})
 WASTE_FROM_CLOCK = frozenset({"thermal"})
-WASTE_ALL = frozenset({"stall", "stalled_job"})  # stalled_job: the cluster's, over every GPU of the job's hosts
+WASTE_ALL = frozenset({"stall", "stalled_job"})
+WASTE_OF_OTHERS = frozenset({"straggler"})  # stalled_job: the cluster's, over every GPU of the job's hosts
 
 # which share of a GPU a rule's finding leaves unused, by the series it is read from
-IDLE, CLOCK, WHOLE = "idle", "clock", "whole"
+IDLE, CLOCK, WHOLE, OTHERS = "idle", "clock", "whole", "others"
 
 GAP_INTERVALS = 5  # a recording's sample holds at most this many intervals (a suspended machine, a stalled sampler)
 LAST_POINT_S = 30.0  # what a Prometheus grid point with no neighbour stands for (a few scrapes)
@@ -36,9 +41,11 @@ NAN = float("nan")
 
 
 def wasted_share(rule: str) -> str | None:
-    """What a finding of ``rule`` leaves unused (IDLE, CLOCK or WHOLE), None: nothing by itself."""
+    """What a finding of ``rule`` leaves unused (IDLE, CLOCK, WHOLE or OTHERS), None: nothing by itself."""
     if rule in WASTE_ALL:
         return WHOLE
+    if rule in WASTE_OF_OTHERS:
+        return OTHERS
     if rule in WASTE_FROM_UTIL:
         return IDLE
     if rule in WASTE_FROM_CLOCK:
@@ -79,7 +86,7 @@ def unused_at(share: str, gpu) -> float:
     """The share of one GPU sample (``samples.GpuSample``) left unused; NaN when unknown."""
     if share == WHOLE:
         return 1.0
-    if share == IDLE:
+    if share in (IDLE, OTHERS):  # OTHERS: this GPU's idle share, which each other GPU waits
         return idle_share(None if gpu.util is None else gpu.util / 100)
     return clock_share(clock_ratio(gpu.sm_clock, gpu.sm_clock_max))
 
@@ -93,7 +100,12 @@ def sample_cost(rule: str, subject: str, explained_by: str | None, gpus: dict) -
     share = costs(rule, explained_by)
     if share is None:
         return 0.0
-    return sum(x for x in (unused_at(share, gpus[i]) for i in indices) if x == x)
+    return sum(x for x in (unused_at(share, gpus[i]) for i in indices) if x == x) * others(share, gpus)
+
+
+def others(share: str, gpus) -> int:
+    """How many GPUs a finding's unused share stands for: the other GPUs for OTHERS, else 1."""
+    return max(0, len(gpus) - 1) if share == OTHERS else 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,7 +225,7 @@ class GpuSeries:
 
     def lost_hours(self, share: str, t0: float, t1: float) -> float:
         """GPU-hours left unused over [t0, t1] by a finding that leaves ``share`` unused."""
-        series = {IDLE: self.idle, CLOCK: self.clock, WHOLE: self.whole}[share]
+        series = {IDLE: self.idle, OTHERS: self.idle, CLOCK: self.clock, WHOLE: self.whole}[share]
         return series.hours(t0, t1)
 
     def present_hours(self) -> float:
@@ -236,6 +248,6 @@ def finding_cost(rule: str, subject: str, explained_by: str | None, start: float
     for i in gpus_of(subject, gpus):
         g = gpus[i]
         if share is not None:
-            lost += g.lost_hours(share, start, end)
+            lost += g.lost_hours(share, start, end) * others(share, gpus)
         energy += g.energy_kwh(start, end)
     return lost, energy
