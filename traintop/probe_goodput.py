@@ -44,8 +44,6 @@ OVERDUE_MIN_S = 0.3
 
 _CHECKPOINT_FILES = ("/torch/serialization.py", "/torch/distributed/checkpoint/", "/safetensors/",
                      "/pickle.py", "/torch/storage.py")
-# Where torch.compile compiles (every frame dynamo takes passes through convert_frame); not all of
-# torch/_dynamo: its eval_frame wrappers sit on every optimizer step's stack.
 # The blocking calls of torch.distributed a training loop makes itself (DDP's gradient all-reduce
 # runs inside backward, in C++: not these).
 _COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "reduce_scatter",
@@ -53,6 +51,8 @@ _COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gathe
                 "reduce", "gather", "gather_object", "scatter", "scatter_object_list", "all_to_all",
                 "all_to_all_single")
 _COLLECTIVE_FILES = ("/torch/distributed/distributed_c10d.py", "/torch/distributed/c10d_logger.py")
+# Where torch.compile compiles (every frame dynamo takes passes through convert_frame); not all of
+# torch/_dynamo: its eval_frame wrappers sit on every optimizer step's stack.
 _COMPILE_FILES = ("/torch/_dynamo/convert_frame.py", "/torch/_inductor/compile_fx.py",
                   "/torch/_inductor/async_compile.py", "/torch/_functorch/_aot_autograd/", "/triton/compiler/")
 
@@ -251,7 +251,7 @@ class Goodput:
         return me == self.train_thread if self.train_thread is not None else me == threading.main_thread().ident
 
     def install(self) -> None:
-        """Wrap the checkpoint calls of the torch modules imported so far (called each tick)."""
+        """Wrap the checkpoint and collective calls of the torch modules imported so far (called each tick)."""
         # fsync on the training thread is a checkpoint's too (torch.save returns before the data is on disk)
         targets = (("os", ("fsync",), "checkpoint"), ("torch", ("save", "load"), "checkpoint"),
                    ("torch.distributed.checkpoint", ("save", "load", "async_save", "save_state_dict",

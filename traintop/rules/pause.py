@@ -64,7 +64,7 @@ class Pause(HostRule):
         proc = ctx.process
         if proc is not None and not proc.alive:
             return  # the job has ended: its pauses with it
-        found: list[tuple] = []  # (subject, rank label, main bucket, pause share, text)
+        found: list[tuple] = []  # (subject, rank label, main bucket, pause share, text, its kinds of pause)
         for subject, r in ctx.ranks():
             if r.age is not None and r.age > STALE_S:
                 continue  # its probe stopped reporting
