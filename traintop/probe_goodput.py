@@ -243,7 +243,7 @@ class Goodput:
                 goodput._held[bucket] += end - max(t, goodput._window_start)
                 goodput._held_total += end - t
 
-        timed.__traintop_probe__ = True
+        timed.__traintop_probe__ = True  # type: ignore[attr-defined]
         return timed
 
     def _on_training_thread(self) -> bool:
