@@ -354,6 +354,32 @@ def test_a_rank_waiting_at_a_barrier_names_the_rank_that_checkpoints_alone():
     assert not [a for a in m.engine.alerts if a.rule in ("starvation", "underuse", "stall")]
 
 
+def test_a_per_step_wait_is_no_pause_and_a_pause_ends_with_its_job():
+    """A per-step all-reduce that waits a little every step (20 % of each sample) beside checkpoint
+    gaps: the pauses are the checkpoints, and the finding says so; when the job exits it ends at
+    once, not 30 s later (seen on a real 2-rank job)."""
+    import dataclasses
+
+    from traintop.monitor import Monitor
+    from traintop.samples import SessionInfo
+
+    m = Monitor(SessionInfo(kind="live", interval=1.0))
+    frames = _ledger_frames(n=150)
+    for k, f in enumerate(frames):
+        r = f.ranks[0]
+        if r.time_train == 1.0:
+            r = dataclasses.replace(r, time_train=0.8, time_collective=0.2)
+        alive = k < 120
+        proc = dataclasses.replace(job(f.t), pid=4242, alive=alive)
+        m.ingest(dataclasses.replace(f, ranks=(r,) if alive else (), process=proc))
+        if k == 119:
+            (up,) = [a for a in m.engine.alerts if a.rule == "pause" and a.end is None]
+            assert "mostly checkpoints" in up.evidence and "collective" not in up.evidence
+            assert [x.split(":")[0] for x in up.remedies] == ["Checkpoints"]  # only the advice that fits
+    (pause,) = [a for a in m.engine.alerts if a.rule == "pause"]
+    assert pause.end is not None and pause.end <= frames[120].t + 1.0
+
+
 def test_a_single_long_evaluation_is_no_pause_and_no_stall():
     from traintop.monitor import Monitor
     from traintop.samples import SessionInfo

@@ -544,3 +544,16 @@ def test_run_refuses_an_existing_recording_before_starting_the_job(tmp_path, env
                         "sh", "-c", f"touch {marker}"], capture_output=True, text=True, timeout=60, env=env)
     assert r.returncode == 2 and "already exists" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert not marker.exists() and rec.read_bytes() == b"mine"
+
+
+def test_the_injected_probe_lives_in_a_folder_named_by_its_own_contents(tmp_path):
+    """A checkout and an installed traintop of one version, started side by side, each inject
+    their own probe: the folder is named by what it holds, and its files are the package's."""
+    d = launch.injection_dir(str(tmp_path))
+    assert launch.injection_dir(str(tmp_path)) == d
+    name = os.path.basename(d)
+    assert name.startswith(f"inject-{launch.__version__}-") and len(name.rsplit("-", 1)[1]) == 12
+    src = pathlib.Path(launch.__file__).parent
+    assert (pathlib.Path(d) / "_traintop_probe_goodput.py").read_bytes() == (src / "probe_goodput.py").read_bytes()
+    assert sorted(os.listdir(d)) == sorted(dst for _, dst in launch.INJECTED)  # no temp file left
+    assert oct(os.stat(d).st_mode & 0o777) == "0o700"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -37,13 +38,21 @@ def private_base() -> tuple[str, str | None]:
                           f"(to fix: remove {path}, or set XDG_RUNTIME_DIR)")
 
 
+INJECTED = (("probe_capture.py", "_traintop_probe_capture.py"), ("probe_goodput.py", "_traintop_probe_goodput.py"),
+            ("probe_agent.py", "_traintop_probe_agent.py"), ("inject/sitecustomize.py", "sitecustomize.py"))
+
+
 def injection_dir(base: str) -> str:
-    """A private directory holding sitecustomize.py and the standalone probe agent."""
-    d = os.path.join(base, f"inject-{__version__}")
-    os.makedirs(d, mode=0o700, exist_ok=True)
+    """A private directory holding sitecustomize.py and the standalone probe agent. Named by what
+    it holds: two copies of traintop (a checkout and an installed one, same version) started side
+    by side each inject their own probe."""
     pkg = resources.files("traintop")
-    for src, dst in (("probe_capture.py", "_traintop_probe_capture.py"), ("probe_goodput.py", "_traintop_probe_goodput.py"), ("probe_agent.py", "_traintop_probe_agent.py"),
-                     ("inject/sitecustomize.py", "sitecustomize.py")):
+    digest = hashlib.sha256()
+    for src, _ in INJECTED:
+        digest.update(pkg.joinpath(src).read_bytes())
+    d = os.path.join(base, f"inject-{__version__}-{digest.hexdigest()[:12]}")
+    os.makedirs(d, mode=0o700, exist_ok=True)
+    for src, dst in INJECTED:
         with resources.as_file(pkg.joinpath(src)) as path:
             fd, tmp = tempfile.mkstemp(dir=d, prefix=dst, suffix=".tmp")  # two runs at once: one name each
             os.close(fd)

@@ -58,8 +58,9 @@ and says what is wrong and what to try.
            loader workers, NVML's per-process memory (an upper bound) and,
            with the probe, allocated vs reserved, steps/s and input wait,
            the matmul precision and MFU, and "time ▕…▏": where the last
-           5 min went (green train = goodput, yellow input, magenta
-           checkpoint, cyan eval, blue compile/start-up, red stalled).
+           5 min went (green train = goodput, yellow input, orange
+           collective waits, magenta checkpoint, cyan eval, blue compile
+           and start-up, red stalled, grey other pauses).
            "captured": the evidence taken when a finding started (a
            profiler trace or a memory snapshot, kept beside a recording).
   Alerts   evidence in numbers, then remedies (→) to try in order.

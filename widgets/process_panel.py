@@ -75,10 +75,10 @@ def rank_line(rv: RankView, thresholds: Thresholds = DEFAULT) -> Line:
 
 NBSP = "\u00a0"
 # The ledger's buckets as the panel names and draws them (train first: the goodput).
-LEDGER_STYLE = {"train": ("train", "green"), "input": ("input", "yellow"), "collective": ("collective", "bright_red"),
-                "checkpoint": ("checkpoint", "magenta"),
-                "eval": ("eval", "cyan"), "compile": ("compile", "blue"), "startup": ("startup", "blue"),
-                "stalled": ("stalled", "red"), "other": ("other", "white")}
+# Explicit colours: a theme maps the named ones (yellow, blue) to other hues than their names.
+LEDGER_STYLE = {"train": ("train", "#5fd700"), "input": ("input", "#ffd700"), "collective": ("collective", "#ff8700"),
+                "checkpoint": ("checkpoint", "#d700d7"), "eval": ("eval", "#00d7d7"), "compile": ("compile", "#5f87ff"),
+                "startup": ("startup", "#5f87ff"), "stalled": ("stalled", "#d70000"), "other": ("other", "#a8a8a8")}
 
 
 def ledger_line(rv: RankView, width: int) -> Line | None:

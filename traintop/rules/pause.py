@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from traintop.metrics import gpu_subject
 from traintop.rules.declaration import HostRule
-from traintop.rules.engine import Verdict, RuleContext, Severity
+from traintop.rules.engine import REVERSED, Verdict, RuleContext, Severity
 from traintop.stacks import user_call
 from traintop.units import fmt_duration
 
@@ -51,20 +51,24 @@ class Pause(HostRule):
 
     _at: float | None = None
     _verdicts: tuple = ()
+    _raised: frozenset = frozenset()  # subjects it has judged paused (to end them with the job)
 
     def evaluate(self, ctx: RuleContext):
+        proc = ctx.process
+        if proc is not None and not proc.alive:  # the job has ended: its pauses end now, not 30 s later
+            self._at, self._verdicts = None, ()
+            return tuple(Verdict(s, "the job has ended", state=REVERSED) for s in self._raised
+                         if ctx.is_active(self.id, s))
         if self._at is not None and 0.0 <= ctx.now - self._at < EVERY_S:
             return self._verdicts
         self._at, self._verdicts = ctx.now, tuple(self._judge(ctx))
+        self._raised = self._raised | {v.subject for v in self._verdicts}
         return self._verdicts
 
     def _judge(self, ctx: RuleContext):
         c = ctx.config
         w = c.pause_window_s
-        proc = ctx.process
-        if proc is not None and not proc.alive:
-            return  # the job has ended: its pauses with it
-        found: list[tuple] = []  # (subject, rank label, main bucket, pause share, text, its kinds of pause)
+        found: list[tuple] = []  # (subject, rank label, main bucket, its share, text, its kinds of pause)
         for subject, r in ctx.ranks():
             if r.age is not None and r.age > STALE_S:
                 continue  # its probe stopped reporting
@@ -73,16 +77,19 @@ class Pause(HostRule):
             if span < MIN_DATA_S:
                 continue
             n = max(len(p) for p in shares.values())
-            total = {b: sum(v for _, v in p) / n for b, p in shares.items() if p}
-            pause = sum(total.values())
-            if pause < c.pause_min_share:
-                continue
-            gaps, in_gap = 0, False
             times = sorted({t for p in shares.values() for t, _ in p})
             per_t = {t: 0.0 for t in times}
             for p in shares.values():
                 for t, v in p:
                     per_t[t] += v
+            # only the samples inside a gap: a share spread over every step (a per-step all-reduce
+            # waiting a little, a .item() per step) slows each step, it is no pause
+            total = {b: sum(v for t, v in p if per_t[t] >= IN_PAUSE) / n for b, p in shares.items() if p}
+            total = {b: v for b, v in total.items() if v > 0}
+            pause = sum(total.values())
+            if pause < c.pause_min_share:
+                continue
+            gaps, in_gap = 0, False
             for t in times:
                 now_in = per_t[t] >= IN_PAUSE
                 gaps += now_in and not in_gap
@@ -102,28 +109,27 @@ class Pause(HostRule):
                 text += f"; GPU {gpu} averaged {idle:.0f} % utilization in them"
             # on its GPU where known: the GPU's idle time is what the pauses cost (GPU-hours)
             kinds = tuple(b for b, v in total.items() if v >= 0.005)
-            found.append((gpu_subject(gpu) if gpu is not None else subject, r.label, main, pause, text, kinds))
+            found.append((gpu_subject(gpu) if gpu is not None else subject, r.label, main, total[main], text, kinds))
         yield from self._verdicts_of(found)
 
     @staticmethod
     def _verdicts_of(found: list[tuple]):
         """One verdict per subject. A rank that waits in collectives waits for another rank's pause:
         that rank is named as the cause (and preferred where both share a GPU)."""
-        causes = [(label, main, pause) for _, label, main, pause, _, _ in found if main != "collective"]
+        causes = [(label, main, share) for _, label, main, share, _, _ in found if main != "collective"]
         best: dict[str, tuple] = {}
-        for subject, label, main, pause, text, kinds in found:
+        for subject, label, main, share, text, kinds in found:
             if main == "collective" and causes:
                 who = "; ".join(f"{lb} paused for {WHAT[m].split(' (')[0]} ({p * 100:.0f} %)"
                                 for lb, m, p in causes if lb != label)
                 if who:
                     text += f"; meanwhile {who}: the wait is for it"
-            rank_key = (main != "collective", pause)
+            rank_key = (main != "collective", share)
             if subject not in best or rank_key > best[subject][0]:
                 best[subject] = (rank_key, text, kinds)
         for subject, (_, text, kinds) in best.items():
-            # the advice for the kinds of pause it has (the stacks' hint always: they say where)
-            fits = tuple(r for r in Pause.remedies if any(r.startswith(REMEDY_OF[k]) for k in kinds)
-                         or r.startswith(REMEDY_OF["other"]))
+            # the advice for the kinds of pause it has
+            fits = tuple(r for r in Pause.remedies if any(r.startswith(REMEDY_OF[k]) for k in kinds))
             yield Verdict(subject, text, Severity.WARNING, remedies=fits)
 
     @staticmethod
