@@ -47,3 +47,27 @@ def test_a_job_that_had_the_probe_is_not_said_to_have_none_when_its_data_stops()
     for f in plain.frames(10):
         mon2.ingest(f)
     assert build_view(mon2).process.probe_silent_s is None
+
+
+def test_once_the_job_has_ended_its_ranks_and_time_ledger_stay_as_last_seen():
+    """The job exits: its probes stop, and the panel keeps each rank as last reported with where
+    its time went (before, the rank and time lines vanished with the job)."""
+    import dataclasses
+
+    from traintop.collectors.simulated import Simulator
+    from widgets.process_panel import ledger_ranks
+
+    sim = Simulator("healthy", seed=2, interval=0.5)
+    mon = Monitor(sim.info())
+    frames = sim.frames(40)
+    for f in frames:
+        mon.ingest(dataclasses.replace(f, ranks=tuple(dataclasses.replace(r, time_train=0.8, time_checkpoint=0.2)
+                                                      for r in f.ranks)))
+    last = frames[-1]
+    ended = dataclasses.replace(last.process, alive=False)
+    for k in range(1, 5):
+        mon.ingest(dataclasses.replace(last, t=last.t + k * 0.5, ranks=(), process=ended))
+    view = build_view(mon).process
+    assert view.ranks and view.ranks_last_seen
+    (rv,) = ledger_ranks(view.ranks)
+    assert abs(rv.ledger["checkpoint"] - 0.2) < 0.02

@@ -41,6 +41,7 @@ class Monitor:
         self.collector_errors: dict[str, str] = {}  # collector -> why it fails now (live sampling)
         self.ended_at: float | None = None
         self.probe_seen_at: float | None = None  # the latest sample with the job's probe data (ranks)
+        self.last_ranks: tuple = ()  # that sample's ranks (the panel keeps them once the job has ended)
         self.launched = False  # the attached process was started by `traintop run` (with the probe)
         self.job_end = None  # traintop.job.JobEnd of a launched job, as soon as it is reaped
         self.stacks: dict[int, StackDump] = {}  # the latest thread stacks of each probed process
@@ -107,7 +108,7 @@ class Monitor:
                 self.ended_at = frame.t  # the history stays; the panel says when it ended
             self.store.add(frame)
             if frame.ranks:
-                self.probe_seen_at = frame.t
+                self.probe_seen_at, self.last_ranks = frame.t, frame.ranks
             for dump in frame.stacks:
                 self.stacks[dump.pid] = dump
                 if dump.reason == "pause":
@@ -172,7 +173,7 @@ class Monitor:
                 if p is not None and not p.alive and self.ended_at is None:
                     self.ended_at = f.t
                 if f.ranks:
-                    self.probe_seen_at = f.t
+                    self.probe_seen_at, self.last_ranks = f.t, f.ranks
                 for dump in f.stacks:
                     self.stacks[dump.pid] = dump
             self.store.extend(frames)
@@ -221,6 +222,7 @@ class Monitor:
             self.engine.reset()
             self.ended_at = None
             self.probe_seen_at = None
+            self.last_ranks = ()
             self.stacks = {}
 
     def close(self) -> None:

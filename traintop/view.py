@@ -105,6 +105,7 @@ class ProcessView:
     capture: object | None = None  # the latest evidence captured (traintop.samples.Capture)
     owners: tuple[Owner, ...] = ()  # whose the tree's GPU processes are (distinct; none where not looked up)
     gpu_procs: tuple[GpuProcView, ...] = ()  # every GPU's processes, the busiest first (shown with none attached)
+    ranks_last_seen: bool = False  # the job has ended: ``ranks`` are as its probes last reported them
 
 
 @dataclass(frozen=True)
@@ -202,7 +203,10 @@ def build_view(monitor: Monitor, points: int = SERIES_POINTS) -> View:
                 if shares:
                     gpu_share[g.index] = min(100.0, sum(shares))
         ranks = []
-        probed = [(rank_id(r, k), r) for k, r in enumerate(frame.ranks if frame else ())]
+        seen = frame.ranks if frame else ()
+        # the job has ended: its ranks as last seen, with the history the store keeps (the time ledger)
+        last_seen = not seen and monitor.ended_at is not None and bool(monitor.last_ranks)
+        probed = [(rank_id(r, k), r) for k, r in enumerate(monitor.last_ranks if last_seen else seen)]
         if any(r.cuda for _, r in probed):  # launchers (torchrun) carry a probe too: show the ranks
             probed = [(subject, r) for subject, r in probed if r.cuda or r.steps]
         for subject, r in probed:
@@ -228,8 +232,8 @@ def build_view(monitor: Monitor, points: int = SERIES_POINTS) -> View:
         pview = ProcessView(proc, store.last(proc_key("cpu_percent"), points), monitor.ended_at, gpu_mem, ranks,
                             config, launched=monitor.launched, job_end=monitor.job_end,
                             workers=WorkerLoad(proc.loader_workers, config.starvation_busy_worker_cpu) if proc else None,
-                            probe_silent_s=(frame.t - monitor.probe_seen_at) if frame is not None and not ranks
-                            and monitor.probe_seen_at is not None else None,
+                            probe_silent_s=(frame.t - monitor.probe_seen_at) if frame is not None and not seen
+                            and monitor.probe_seen_at is not None else None, ranks_last_seen=last_seen,
                             live=info.kind in ("live", "simulated"), gpu_share=gpu_share,
                             capture=monitor.captures[-1] if monitor.captures else None,
                             owners=_distinct_owners(owners),

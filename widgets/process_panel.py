@@ -286,13 +286,19 @@ class ProcessPanel(TextLines):
     def _cpu_history(self, lines: list[Line], v: ProcessView) -> list[Line]:
         """After the end, what the job did up to it (the full layout has the room)."""
         seen = [c for c in v.cpu if c is not None] if v.cpu else []
-        if self.compact or not seen:
+        if self.compact:
             return lines
-        cpu = Line("CPU  ", "bold")
-        peak = f" peak {max(seen):.0f}\u00a0%"  # the sparkline leaves it room: never "peak 102" / "%"
-        cpu.extend(spark(v.cpu, 0, max([100.0] + seen), max(4, (self.content_size.width or 60) - 6 - len(peak)),
-                         "green"))
-        return lines + [cpu.append(peak)]
+        width = self.content_size.width or 60
+        if seen:
+            cpu = Line("CPU  ", "bold")
+            peak = f" peak {max(seen):.0f}\u00a0%"  # the sparkline leaves it room: never "peak 102" / "%"
+            cpu.extend(spark(v.cpu, 0, max([100.0] + seen), max(4, width - 6 - len(peak)), "green"))
+            lines = lines + [cpu.append(peak)]
+        if v.ranks:  # its ranks as last seen, and where their time went
+            lines = lines + [Line("its ranks as their probes last reported:", "dim")]
+            lines += [rank_line(rv, v.thresholds) for rv in v.ranks[:8]]
+            lines += [ledger_line(rv, width) for rv in ledger_ranks(v.ranks)]
+        return lines
 
     _chart_cache: tuple | None = None
 
