@@ -1,6 +1,7 @@
 """Thread stacks from the probes: read by the client, carried on frames, stored in the recording,
 rendered as text. Uses what the probes of a real stalled DDP job on two H200s sent."""
 
+import dataclasses
 import gzip
 import json
 import pathlib
@@ -235,6 +236,13 @@ def test_the_stacks_screen_says_when_the_probes_did_not_answer(sim_app):
             now[0] += ANSWER_WAIT_S + 0.1
             screen._refresh()
             assert "no answer from the job's probes" in str(screen.query_one("#stacks-text").render())
+            # stacks that did answer the ask are not called older once the wait is over
+            fresh = dataclasses.replace(_dumps()[0], t=time.time())
+            with monitor.lock:
+                monitor.stacks[fresh.pid] = fresh
+            screen._refresh()
+            shown = str(screen.query_one("#stacks-text").render())
+            assert "older" not in shown and "Thread stacks, innermost calls last" in shown
     asyncio.run(go())
 
 

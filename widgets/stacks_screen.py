@@ -68,9 +68,11 @@ class StacksScreen(ModalScreen):
         self.situation = situation
         self._clock = clock
         self._asked_at = clock()
+        self._asked_wall = time.time()  # the dumps' own clock: an answer is one taken after the ask
 
-    def _situation(self) -> str:
-        if self.situation == "asked" and self._clock() - self._asked_at > ANSWER_WAIT_S:
+    def _situation(self, dumps=()) -> str:
+        if self.situation == "asked" and self._clock() - self._asked_at > ANSWER_WAIT_S \
+                and not any(d.t >= self._asked_wall - 1.0 for d in dumps):
             return "no answer"
         return self.situation
 
@@ -81,13 +83,15 @@ class StacksScreen(ModalScreen):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help-box", classes="-wide"):
-            yield Static(stacks_text(self._dumps(), self._situation()), id="stacks-text")
+            dumps = self._dumps()
+            yield Static(stacks_text(dumps, self._situation(dumps)), id="stacks-text")
 
     def on_mount(self) -> None:
         self.set_interval(0.5, self._refresh)
 
     def _refresh(self) -> None:
-        self.query_one("#stacks-text", Static).update(stacks_text(self._dumps(), self._situation()))
+        dumps = self._dumps()
+        self.query_one("#stacks-text", Static).update(stacks_text(dumps, self._situation(dumps)))
 
     def action_close(self) -> None:
         # Keys typed fast can reach this screen after it was dismissed: close it once.
