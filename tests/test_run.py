@@ -109,11 +109,18 @@ def test_a_command_that_does_not_exist_is_one_line(env):
 JOB = "echo $$; sleep 300 & sleep 300"  # a shell with two children; background ones ignore SIGINT
 
 
-def start_job(env, tmp_path, script=JOB, grace="2"):
+def _default_signals():
+    # as from a terminal: a test run started under nohup would hand its ignored SIGHUP down
+    for s in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, signal.SIG_DFL)
+
+
+def start_job(env, tmp_path, script=JOB, grace="2", preexec=_default_signals):
     rec = tmp_path / "sig.ttrec"
     p = subprocess.Popen([PY, "-m", "traintop", "run", "--no-ui", "--grace", grace, "--interval", "0.2",
                           "--record", str(rec), "--", "bash", "-c", script],
-                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                         preexec_fn=preexec)
     ready, _, _ = select.select([p.stdout], [], [], 30)
     assert ready, "the job did not start"
     pgid = int(p.stdout.readline())
@@ -146,6 +153,30 @@ def test_a_signal_to_traintop_stops_the_whole_job_and_closes_the_recording(sig, 
     assert rc == 128 + sig, err
     assert group_gone(pgid)
     assert "Traceback" not in err
+    closed_cleanly(rec)
+
+
+def test_under_nohup_a_hangup_leaves_traintop_and_the_job_running(env, tmp_path):
+    """`nohup traintop run -- CMD`: SIGHUP stays ignored by traintop and by the job (it used to be
+    caught, forwarded to a job that ignores it, and the job SIGKILLed after the grace period)."""
+    def nohup():
+        _default_signals()
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    p, pgid, rec = start_job(env, tmp_path, grace="1", preexec=nohup)
+    try:
+        p.send_signal(signal.SIGHUP)
+        time.sleep(3)  # past the grace period: nothing may have been killed
+        assert p.poll() is None and not group_gone(pgid)
+        p.send_signal(signal.SIGTERM)  # still forwarded
+        rc = p.wait(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+        if not group_gone(pgid):
+            os.killpg(pgid, signal.SIGKILL)
+            pytest.fail("the job's group outlived traintop")
+    assert rc == 128 + signal.SIGTERM
     closed_cleanly(rec)
 
 

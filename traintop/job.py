@@ -150,14 +150,18 @@ FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 
 def forward_signals(job: Job, grace: float, then: Callable[[int], None] | None = None) -> Callable[[], None]:
     """Pass SIGTERM, SIGHUP and SIGINT sent to traintop on to the job's group; returns a function
-    that restores the previous handlers. ``then`` runs after forwarding (e.g. to close the UI)."""
+    that restores the previous handlers. ``then`` runs after forwarding (e.g. to close the UI).
+
+    A signal traintop was started ignoring stays ignored (``nohup traintop run -- CMD``: the job
+    inherits the same, and a closed terminal must leave both running, not kill the job after the
+    grace period)."""
 
     def handler(signum, _frame):
         job.forward(signum, grace)
         if then is not None:
             then(signum)
 
-    old = {s: signal.signal(s, handler) for s in FORWARDED}
+    old = {s: signal.signal(s, handler) for s in FORWARDED if signal.getsignal(s) != signal.SIG_IGN}
 
     def restore() -> None:
         for s, h in old.items():
