@@ -300,3 +300,28 @@ def test_a_jobs_own_arguments_are_never_rewritten():
         ["run", "python", "t.py", "--since", "-5m"]
     assert cli._join_dashed_values(["run", "--grace", "-1", "--", "x", "--since", "-1"]) == \
         ["run", "--grace=-1", "--", "x", "--since", "-1"]
+
+
+def test_headless_the_end_says_what_was_found_and_where_the_evidence_is():
+    """traintop run without a terminal (a batch job's log): the findings and captures of the run
+    are said at its end, one line each, their text escaped."""
+    from traintop.cli import MAX_SUMMARY_FINDINGS, findings_summary
+    from traintop.findings import Finding, Severity
+    from traintop.samples import Capture
+
+    pause = Finding("pause", "Training pauses", "gpu0", Severity.WARNING, 1000.0, 1074.0, "…", ())
+    info = Finding("power_cap", "Power-capped (normal)", "gpu0", Severity.INFO, 1000.0, None, "…", ())
+    explained = Finding("underuse", "GPU underused", "gpu0", Severity.WARNING, 1000.0, None, "…", (),
+                        explained_by="pause gpu0")
+    odd = Finding("stall", "Stalled\x1b[2J", "rank 1\n", Severity.CRITICAL, 1100.0, None, "…", ())
+    cap = Capture(t=1042.0, pid=7, kind="trace", path="/run/x/capture-7-20261202-184505.pt.trace.json",
+                  reason="Training pauses")
+    lines = findings_summary([pause, info, explained, odd], [cap])
+    assert lines[0].startswith("found: [warning] Training pauses (gpu0, from ") and lines[0].endswith("for 1 min 14 s)")
+    assert lines[1].startswith("found: [critical] Stalled") and "\x1b" not in lines[1] and "\n" not in lines[1]
+    assert lines[1].endswith("until the end)")
+    assert lines[2] == "evidence: trace on Training pauses: /run/x/capture-7-20261202-184505.pt.trace.json"
+    assert len(lines) == 4 and "traintop analyze" in lines[3]
+    many = findings_summary([pause] * (MAX_SUMMARY_FINDINGS + 3))
+    assert many[MAX_SUMMARY_FINDINGS] == "found: 3 more"
+    assert findings_summary([info, explained]) == []

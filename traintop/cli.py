@@ -231,6 +231,32 @@ def cmd_run(args) -> int:
         restore()
 
 
+MAX_SUMMARY_FINDINGS = 8
+
+
+def findings_summary(alerts, captures=()) -> list[str]:
+    """Headless, at the job's end: what was found while it ran (warnings and worse, not the ones a
+    stronger finding explains), and where the evidence taken for them is; one line each."""
+    from traintop.findings import Severity
+    from traintop.text import one_line
+    from traintop.units import fmt_duration
+
+    shown = [a for a in alerts if a.severity >= Severity.WARNING and not a.explained_by]
+    out = []
+    for a in shown[:MAX_SUMMARY_FINDINGS]:
+        took = f"for {fmt_duration(a.end - a.start)}" if a.end is not None else "until the end"
+        out.append(f"found: [{a.severity.label}] {one_line(a.title, 100)} ({one_line(a.subject, 40)}, from "
+                   f"{time.strftime('%H:%M:%S', time.localtime(a.start))} {took})")
+    if len(shown) > MAX_SUMMARY_FINDINGS:
+        out.append(f"found: {len(shown) - MAX_SUMMARY_FINDINGS} more")
+    for c in list(captures)[-4:]:
+        where = one_line(c.error or c.path or "", 300)
+        out.append(f"evidence: {c.kind} on {one_line(c.reason or 'a finding', 100)}: {where}")
+    if shown:
+        out.append("`traintop analyze` on a recording gives the evidence and what to try")
+    return out
+
+
 def _run_job_headless(args, job, session) -> int:
     monitor = session.monitor
     try:
@@ -241,6 +267,8 @@ def _run_job_headless(args, job, session) -> int:
     finally:
         session.close()
     _hook_summary(session)
+    for line in findings_summary(monitor.engine.alerts, monitor.captures):
+        echo(line)
     end = job.end
     saved = f"; recorded to {args.record}" if args.record and not monitor.recording_error else ""
     echo(f"{end.describe()}{saved}")
