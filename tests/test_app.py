@@ -1042,10 +1042,11 @@ def test_a_job_whose_probe_went_quiet_is_not_said_to_have_no_probe(demo_app):
             app.refresh_view()
             await pilot.pause()
             pv = app.last_view.process
-            assert pv.probe_silent_s is not None and not pv.ranks
+            # ended: its ranks as last reported stay on screen
+            assert pv.probe_silent_s is not None and pv.ranks and pv.ranks_last_seen
             panel = app.query_one(ProcessPanel)
             alive = dataclasses.replace(pv.sample, alive=True)
-            panel.show(dataclasses.replace(pv, ended_at=None, sample=alive), False)
+            panel.show(dataclasses.replace(pv, ended_at=None, sample=alive, ranks=[], ranks_last_seen=False), False)
             await pilot.pause()
             text = str(panel.render())
             assert "Probe: no message for" in text and "No probe in this job" not in text
@@ -1251,8 +1252,8 @@ def test_a_finished_jobs_cpu_peak_keeps_its_unit_on_its_line(sim_app):
             return str(app.query_one(ProcessPanel).render())
 
     text = run(go())
-    (peak,) = [line for line in text.splitlines() if "peak" in line]
-    assert peak.rstrip().endswith("%"), text
+    (peak,) = [line for line in text.splitlines() if "peak" in line and line.lstrip("│ ").startswith("CPU")]
+    assert peak.rstrip().rstrip("│").rstrip().endswith("%"), text
 
 
 def test_the_same_finding_on_several_gpus_is_one_entry(sim_app):
