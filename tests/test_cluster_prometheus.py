@@ -277,6 +277,13 @@ def test_the_h200_case_names_the_straggler_rank_and_nothing_on_the_node_that_wai
     waiting = [f for f in report["explained"] if f["host"] == "h200-node0"]
     assert [f["rule"] for f in waiting] == ["starvation"]
     assert "waits in its collectives for job h200-ddp rank 1 on h200-node1" in waiting[0]["explained_by"]
+    # the straggler costs what the verdicts it explains cost (rank 0's GPU waiting, rank 1's starving),
+    # each counted once; the total never exceeds the GPU time there is
+    explained_cost = sum(f["gpu_hours_lost"] for f in report["explained"])
+    assert warnings[0]["gpu_hours_lost"] == pytest.approx(explained_cost, abs=3e-4)
+    assert 0 < warnings[0]["gpu_hours_lost"] <= report["gpu_hours"]
+    assert report["gpu_hours_lost"] == pytest.approx(sum(f["gpu_hours_lost"] for f in report["findings"]), abs=1e-3)
+    assert report["gpu_hours_lost"] <= report["gpu_hours"]
     text = analyze(cluster["h200_url"], "--since", f"{cluster['since']:.0f}s", "--job", "h200-ddp").stdout
     assert "[WARNING] Straggler rank — h200-node1 (job h200-ddp rank 1)" in text
     assert text.count("[WARNING]") == 1 and "Explained by the findings above" in text

@@ -33,7 +33,10 @@ JOB = textwrap.dedent("""
     step()
     t0 = time.perf_counter()
     for _ in range(80): step()
-    precision_fp32 = None
+    # the first reading comes at a window's end: a loaded machine may need more steps (bounded)
+    end = time.perf_counter() + 30
+    while p.goodput.precision is None and time.perf_counter() < end:
+        step()
     mark("train", t0)
     t0 = time.perf_counter()
     with torch.no_grad():
@@ -143,6 +146,58 @@ def test_window_buckets_add_up_to_the_wall_time(monkeypatch):
     assert g.totals["startup"] == pytest.approx(3 * 0.25)
     assert g.totals["input"] == pytest.approx(len(plan) * 0.05)
     assert g.totals["other"] > 0  # the 0.8 s gap without a step
+
+
+def test_a_job_that_waits_in_a_collective_every_step_is_not_overdue(monkeypatch):
+    """Step gaps are kept net of timed calls; the time since the last step is judged net of them too,
+    or a rank that waits 0.9 s at an all-reduce every step would read as a pause ("other")."""
+    clock = [100.0]
+    g = Goodput(clock=lambda: clock[0])
+    g.flops_disabled = True  # its counter would stay entered in this process: no step ends it here
+    monkeypatch.setattr(g, "arm", lambda why: None)
+    monkeypatch.setattr(probe_goodput, "stack_kind", lambda frame, depth=80: None)
+    steps = [0]
+    last_step = [None]
+    last_tick = [clock[0]]
+
+    def advance(dt):  # time passes on the training thread; the probe's window ends every 0.25 s
+        for _ in range(round(dt / 0.05)):
+            clock[0] += 0.05
+            if clock[0] - last_tick[0] >= 0.25 - 1e-9:
+                since = None if last_step[0] is None else clock[0] - last_step[0]
+                g.window(clock[0], clock[0] - last_tick[0], 0.0, steps[0], since, 30.0)
+                last_tick[0] = clock[0]
+
+    all_reduce = g.wrap_timed(lambda: advance(0.9), "collective")
+    for _ in range(20):
+        advance(0.3)  # the step's own work (longer than a window), then the wait
+        steps[0] += 1
+        g.on_step(steps[0])
+        last_step[0] = clock[0]
+        all_reduce()
+    totals = g.totals
+    assert totals["other"] < 0.01 and totals["stalled"] == 0
+    assert totals["collective"] == pytest.approx(20 * 0.9, rel=0.05)
+    assert totals["train"] == pytest.approx(20 * 0.3, abs=0.5)
+
+
+def test_a_module_seen_while_it_is_still_being_imported_is_wrapped_once_it_is_whole(monkeypatch):
+    """The probe's tick can find torch.distributed in sys.modules before its names are defined; it
+    must look again at the next tick rather than mark it done with nothing wrapped."""
+    half = types.ModuleType("torch.distributed")
+    monkeypatch.setitem(sys.modules, "torch.distributed", half)
+    g = Goodput()
+    try:
+        g.install()
+        assert "torch.distributed" not in g._patched
+        half.all_reduce = lambda *a, **k: "reduced"
+        half.barrier = lambda *a, **k: "met"
+        g.install()
+        assert "torch.distributed" in g._patched
+        assert getattr(half.barrier, "__traintop_probe__", False) and half.barrier() == "met"
+    finally:
+        g.uninstall()
+    assert not getattr(half.barrier, "__traintop_probe__", False)
 
 
 def _frame(path, function, outer=None):

@@ -336,15 +336,19 @@ def test_a_rank_waiting_at_a_barrier_names_the_rank_that_checkpoints_alone():
     from traintop.monitor import Monitor
     from traintop.samples import GpuProcess, SessionInfo
 
-    m = Monitor(SessionInfo(kind="live", interval=1.0))
-    for f in _ledger_frames():
-        r0 = f.ranks[0]
-        paused = r0.time_checkpoint == 1.0
-        r1 = dataclasses.replace(r0, pid=4243, rank=1, device=1, time_checkpoint=0.0,
-                                 time_collective=1.0 if paused else 0.0)
-        g1 = dataclasses.replace(f.gpus[0], index=1, processes=(GpuProcess(4243, 40 << 30),))
-        m.ingest(dataclasses.replace(f, gpus=(f.gpus[0], g1), ranks=(dataclasses.replace(r0, world_size=2),
-                                                                      dataclasses.replace(r1, world_size=2))))
+    def run(job0, job1):
+        m = Monitor(SessionInfo(kind="live", interval=1.0))
+        for f in _ledger_frames():
+            r0 = f.ranks[0]
+            paused = r0.time_checkpoint == 1.0
+            r1 = dataclasses.replace(r0, pid=4243, rank=1, device=1, time_checkpoint=0.0,
+                                     time_collective=1.0 if paused else 0.0)
+            g1 = dataclasses.replace(f.gpus[0], index=1, processes=(GpuProcess(4243, 40 << 30),))
+            m.ingest(dataclasses.replace(f, gpus=(f.gpus[0], g1), ranks=(
+                dataclasses.replace(r0, world_size=2, job=job0), dataclasses.replace(r1, world_size=2, job=job1))))
+        return m
+
+    m = run("77", "77")
     pauses = {a.subject: a for a in m.engine.alerts if a.rule == "pause"}
     assert set(pauses) == {"gpu0", "gpu1"}
     assert "mostly checkpoints" in pauses["gpu0"].evidence
@@ -352,6 +356,10 @@ def test_a_rank_waiting_at_a_barrier_names_the_rank_that_checkpoints_alone():
     assert "mostly waits for the other ranks in blocking collectives" in waiting
     assert "meanwhile rank 0 paused for checkpoints" in waiting
     assert not [a for a in m.engine.alerts if a.rule in ("starvation", "underuse", "stall")]
+    # two jobs sharing the host: one job's checkpoint is not what the other job's rank waits for
+    pauses = {a.subject: a for a in run("77", "78").engine.alerts if a.rule == "pause"}
+    assert "mostly waits for the other ranks" in pauses["gpu1"].evidence
+    assert "meanwhile" not in pauses["gpu1"].evidence
 
 
 def test_a_per_step_wait_is_no_pause_and_a_pause_ends_with_its_job():

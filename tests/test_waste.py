@@ -81,6 +81,14 @@ def test_a_straggler_costs_the_time_every_other_gpu_waits_for_it():
     # four GPUs: three wait
     samples.update({2: GpuSample(index=2, util=100.0), 3: GpuSample(index=3, util=100.0)})
     assert waste.sample_cost("straggler", "gpu1", None, samples) == pytest.approx(3 * 0.9)
+    # a shared node: GPU 3 idle (no job, or another job's between its steps) waits for nobody
+    samples[3] = GpuSample(index=3, util=0.0)
+    assert waste.sample_cost("straggler", "gpu1", None, samples) == pytest.approx(2 * 0.9)
+    accs[2] = _Acc(2, "GPU")
+    for t in range(11):
+        accs[2].add(float(t), GpuSample(index=2, util=0.0))
+    gpus = {i: a.series(1.0) for i, a in accs.items()}
+    assert waste.finding_cost("straggler", "gpu1", None, 0.0, 10.0, gpus)[0] == pytest.approx(lost)
     assert waste.sample_cost("straggler", "gpu1", "stall gpus", samples) == 0.0  # explained: counted there
 
 

@@ -198,7 +198,7 @@ class Capturer:
             cap.phase = "written"
         if cap.phase == "written" and len(cap.after) >= AROUND:
             if cap.record["step_s_after"] is None:
-                out.append({"kind": cap.kind, "path": cap.record["path"], "step_s_after": _mean(cap.after)})
+                out.append({"kind": cap.kind, "path": cap.record["path"], "step_s_after": _mean(_usual(cap.after))})
             self._active = None
         return out
 

@@ -261,7 +261,8 @@ class Goodput:
             if modname in self._patched:
                 continue
             mod = sys.modules.get(modname)
-            if mod is None or (modname == "torch" and not hasattr(mod, "save")):
+            # a module still being imported (in sys.modules, its names not yet defined): the next tick
+            if mod is None or getattr(mod, names[0], None) is None:
                 continue
             for name in names:
                 original = getattr(mod, name, None)
@@ -354,8 +355,9 @@ class Goodput:
         """Split the window that ends now into the buckets (seconds, adding up to ``window``)."""
         out = dict.fromkeys(BUCKETS, 0.0)
         held, self._held = self._held, {"checkpoint": 0.0, "collective": 0.0}
-        if self._held_since is not None:
-            held[self._held_since[0]] += now - max(self._held_since[1], self._window_start)
+        in_call = self._held_since  # read once: the training thread may end the call meanwhile
+        if in_call is not None:
+            held[in_call[0]] += now - max(in_call[1], self._window_start)
         self._window_start = now
         total = self._compile_seconds()
         comp = 0.0
@@ -366,13 +368,25 @@ class Goodput:
         ckpt = min(max(held["checkpoint"], 0.0), window - input_wait)
         coll = min(max(held["collective"], 0.0), window - input_wait - ckpt)
         timed = ckpt + coll
+        if not steps:  # a barrier before the first step waits for the other ranks to start
+            coll = 0.0
         # a compile reported now ran over the windows still pending too (no step came meanwhile)
         from_pending = min(comp, self._pending)
         self._pending -= from_pending
         comp = from_pending + min(comp - from_pending, window - input_wait - timed)
         rest = window - input_wait - timed - (comp - from_pending)
         out["input"], out["checkpoint"], out["collective"], out["compile"] = input_wait, ckpt, coll, comp
-        overdue = since_step is not None and since_step > max(OVERDUE_MIN_S, OVERDUE_FACTOR * self.usual_gap())
+        out["startup"] = timed - ckpt - coll
+        # the usual gap is net of timed calls, so the time since the last step is too: a job that waits in
+        # a collective every step is not overdue for it
+        since_net = since_step
+        last = self._last_step_at
+        if since_step is not None and last is not None:
+            held_since_step = self._held_total - last[1]
+            if in_call is not None:
+                held_since_step += now - max(in_call[1], last[0])
+            since_net = max(0.0, since_step - held_since_step)
+        overdue = since_net is not None and since_net > max(OVERDUE_MIN_S, OVERDUE_FACTOR * self.usual_gap())
         stepped = steps > self._steps_seen
         self._steps_seen = steps
         if steps and not overdue and not stepped:
@@ -396,7 +410,7 @@ class Goodput:
         frame = sys._current_frames().get(self.train_thread or threading.main_thread().ident)
         kind = stack_kind(frame)
         if kind is not None:
-            return kind
+            return "startup" if kind == "collective" and not steps else kind
         fwd = self._forward
         if fwd is not None and now - fwd[0] <= window + 0.05:
             return "eval" if not fwd[1] else "train"

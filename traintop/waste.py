@@ -29,8 +29,8 @@ from traintop.metrics import gpu_index
 
 WASTE_FROM_UTIL = frozenset({"starvation", "underuse", "imbalance", "idle_gpu", "pause"})
 WASTE_FROM_CLOCK = frozenset({"thermal"})
-WASTE_ALL = frozenset({"stall", "stalled_job"})
-WASTE_OF_OTHERS = frozenset({"straggler"})  # stalled_job: the cluster's, over every GPU of the job's hosts
+WASTE_ALL = frozenset({"stall", "stalled_job"})  # stalled_job: the cluster's, over every GPU of the job's hosts
+WASTE_OF_OTHERS = frozenset({"straggler"})  # a cross-host straggler is costed by the verdicts it explains
 
 # which share of a GPU a rule's finding leaves unused, by the series it is read from
 IDLE, CLOCK, WHOLE, OTHERS = "idle", "clock", "whole", "others"
@@ -100,12 +100,19 @@ def sample_cost(rule: str, subject: str, explained_by: str | None, gpus: dict) -
     share = costs(rule, explained_by)
     if share is None:
         return 0.0
-    return sum(x for x in (unused_at(share, gpus[i]) for i in indices) if x == x) * others(share, gpus)
+    waiting = others(share, gpus, indices, lambda s: s.util is None or s.util > 0)
+    return sum(x for x in (unused_at(share, gpus[i]) for i in indices) if x == x) * waiting
 
 
-def others(share: str, gpus) -> int:
-    """How many GPUs a finding's unused share stands for: the other GPUs for OTHERS, else 1."""
-    return max(0, len(gpus) - 1) if share == OTHERS else 1
+def others(share: str, gpus: dict, mine: Iterable[int], in_use) -> int:
+    """How many GPUs a finding's unused share stands for: for OTHERS, the other GPUs that are in use
+    (``in_use(gpu)``; one that reads idle waits for nobody: on a shared node it may be another job's,
+    or no job's), else 1. A busy GPU of another job on the same node still counts: a node's GPUs are
+    not told apart by job here."""
+    if share != OTHERS:
+        return 1
+    mine = set(mine)
+    return sum(1 for i, g in gpus.items() if i not in mine and in_use(g))
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,6 +235,10 @@ class GpuSeries:
         series = {IDLE: self.idle, OTHERS: self.idle, CLOCK: self.clock, WHOLE: self.whole}[share]
         return series.hours(t0, t1)
 
+    def present_hours_in(self, t0: float, t1: float) -> float:
+        """The GPU-hours its samples over [t0, t1] stand for."""
+        return self.whole.hours(t0, t1)
+
     def present_hours(self) -> float:
         """The GPU-hours its samples stand for (the data present, not the range asked)."""
         return self.whole.hours()
@@ -248,6 +259,7 @@ def finding_cost(rule: str, subject: str, explained_by: str | None, start: float
     for i in gpus_of(subject, gpus):
         g = gpus[i]
         if share is not None:
-            lost += g.lost_hours(share, start, end) * others(share, gpus)
+            waiting = others(share, gpus, (i,), lambda o: o.lost_hours(IDLE, start, end) < o.present_hours_in(start, end))
+            lost += g.lost_hours(share, start, end) * waiting
         energy += g.energy_kwh(start, end)
     return lost, energy

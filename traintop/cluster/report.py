@@ -173,7 +173,10 @@ def cross_finding(data: ClusterData, c, series: dict | None = None) -> Finding:
     end = min(c.end + data.step, data.end)
     lost = 0.0
     share = waste.wasted_share(c.rule.id)
-    if share is not None and c.job is not None:  # a stalled job: every GPU of its hosts
+    # a stalled job: every GPU of its hosts. A cross-host straggler's cost is the waiting ranks' time:
+    # their agents' verdicts it explains are added to it (findings_of), its own OTHERS share would
+    # count that wait twice
+    if share == waste.WHOLE and c.job is not None:
         series = _gpu_series(data) if series is None else series
         hosts = {r.host for r in data.jobs().get(c.job, ())}
         lost = sum(g.lost_hours(share, c.start, c.end + data.step) for (h, _), g in series.items() if h in hosts)

@@ -68,7 +68,7 @@ class Pause(HostRule):
     def _judge(self, ctx: RuleContext):
         c = ctx.config
         w = c.pause_window_s
-        found: list[tuple] = []  # (subject, rank label, main bucket, its share, text, its kinds of pause)
+        found: list[tuple] = []  # (subject, rank label, main bucket, its share, text, its kinds, its job)
         for subject, r in ctx.ranks():
             if r.age is not None and r.age > STALE_S:
                 continue  # its probe stopped reporting
@@ -109,19 +109,21 @@ class Pause(HostRule):
                 text += f"; GPU {gpu} averaged {idle:.0f} % utilization in them"
             # on its GPU where known: the GPU's idle time is what the pauses cost (GPU-hours)
             kinds = tuple(b for b, v in total.items() if v >= 0.005)
-            found.append((gpu_subject(gpu) if gpu is not None else subject, r.label, main, total[main], text, kinds))
+            found.append((gpu_subject(gpu) if gpu is not None else subject, r.label, main, total[main], text, kinds,
+                          r.job))
         yield from self._verdicts_of(found)
 
     @staticmethod
     def _verdicts_of(found: list[tuple]):
         """One verdict per subject. A rank that waits in collectives waits for another rank's pause:
-        that rank is named as the cause (and preferred where both share a GPU)."""
-        causes = [(label, main, share) for _, label, main, share, _, _ in found if main != "collective"]
+        that rank is named as the cause (and preferred where both share a GPU). Only a rank of the same
+        job can be the cause: several jobs may share the host."""
+        causes = [(label, main, share, job) for _, label, main, share, _, _, job in found if main != "collective"]
         best: dict[str, tuple] = {}
-        for subject, label, main, share, text, kinds in found:
+        for subject, label, main, share, text, kinds, job in found:
             if main == "collective" and causes:
                 who = "; ".join(f"{lb} paused for {WHAT[m].split(' (')[0]} ({p * 100:.0f} %)"
-                                for lb, m, p in causes if lb != label)
+                                for lb, m, p, j in causes if lb != label and j == job)
                 if who:
                     text += f"; meanwhile {who}: the wait is for it"
             rank_key = (main != "collective", share)
