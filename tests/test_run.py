@@ -526,7 +526,9 @@ def test_two_runs_in_the_same_second_get_their_own_log(tmp_path, monkeypatch):
             j.signal_group(signal.SIGKILL)
 
 
-def test_a_chatty_jobs_log_stays_under_its_cap_and_keeps_its_start(tmp_path, monkeypatch):
+def test_a_chatty_jobs_log_stays_under_its_cap_and_keeps_its_start_and_its_end(tmp_path, monkeypatch):
+    """The cut keeps the newest output too: a job that prints its traceback and exits just after
+    a cut must not lose it (the cut used to go back to the head alone: 'END' was lost under load)."""
     monkeypatch.setenv("TRAINTOP_PROBE_DIR", str(tmp_path / "probes"))
     monkeypatch.setattr(launch, "LOG_MAX_BYTES", 4 << 20)
     monkeypatch.setattr(launch, "LOG_HEAD_BYTES", 512 << 10)
@@ -547,6 +549,26 @@ def test_a_chatty_jobs_log_stays_under_its_cap_and_keeps_its_start(tmp_path, mon
         assert text.rstrip().endswith("END of the job")
     finally:
         job.signal_group(signal.SIGKILL)
+
+
+def test_a_cut_keeps_the_head_the_line_and_the_last_whole_lines(tmp_path, monkeypatch):
+    monkeypatch.setattr(launch, "LOG_MAX_BYTES", 1000)
+    monkeypatch.setattr(launch, "LOG_HEAD_BYTES", 100)
+    path = tmp_path / "log"
+    lines = [f"line {i:04d} ".ljust(39, ".") + "\n" for i in range(60)]  # 40 bytes each, 2400 in all
+    path.write_text("".join(lines))
+    fd = os.open(path, os.O_RDWR | os.O_APPEND)
+    try:
+        launch._cut_log(fd, os.fstat(fd).st_size)
+    finally:
+        os.close(fd)
+    text = path.read_text()
+    head, rest = text[:100], text[100:]
+    assert head == "".join(lines)[:100]
+    marker, tail = rest.split("]\n", 1)
+    assert "output dropped here" in marker
+    assert tail == "".join(lines[-11:])  # up to 450 bytes from a line's start: the last 11 whole lines
+    assert len(text) <= 1000
 
 
 def test_the_quit_box_goes_when_the_job_ends_under_it(env, tmp_path):

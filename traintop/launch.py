@@ -73,7 +73,8 @@ def new_log(directory: str) -> tuple[int, str]:
     """A log file of its own (O_EXCL): two runs started in the same second get two files."""
     os.makedirs(directory, mode=0o700, exist_ok=True)
     stem = time.strftime("run-%Y%m%d-%H%M%S")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC
+    # read too: a cut keeps the log's last bytes (_cut_log)
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC
     for n in range(1, 1000):
         path = os.path.join(directory, f"{stem}{'' if n == 1 else f'-{n}'}.log")
         try:
@@ -84,8 +85,12 @@ def new_log(directory: str) -> tuple[int, str]:
 
 
 def _open_log(path: str) -> int:
+    flags = os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
     try:
-        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        try:
+            return os.open(path, os.O_RDWR | flags, 0o600)
+        except PermissionError:  # a file we may only write: a cut then keeps its head alone
+            return os.open(path, os.O_WRONLY | flags, 0o600)
     except OSError as e:
         raise TraintopError(f"cannot write the job's log {path}: {e.strerror}") from None
 
@@ -97,24 +102,42 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 LOG_MAX_BYTES = 64 << 20  # the job's log, while traintop watches the job
-LOG_HEAD_BYTES = 4 << 20  # its start, kept when the rest is cut
+LOG_HEAD_BYTES = 4 << 20  # its start, kept when the middle is cut
+LOG_TAIL_BYTES = 4 << 20  # its newest output, kept too (at most half of what the head leaves)
+
+
+def _cut_log(fd: int, size: int) -> None:
+    """Cut the log's middle: its first LOG_HEAD_BYTES, a line saying how much was dropped, and its
+    last bytes (from a line's start where one begins in them)."""
+    tail_len = min(LOG_TAIL_BYTES, max(0, LOG_MAX_BYTES - LOG_HEAD_BYTES) // 2)
+    try:
+        tail = os.pread(fd, tail_len, size - tail_len) if tail_len else b""
+    except OSError:  # not readable (a write-only --log file)
+        tail = b""
+    newline = tail.find(b"\n")
+    if 0 <= newline < len(tail) - 1:
+        tail = tail[newline + 1:]
+    # what the job appends between the read and the cut is lost (microseconds of output)
+    os.ftruncate(fd, LOG_HEAD_BYTES)
+    dropped = size - LOG_HEAD_BYTES - len(tail)
+    _write_all(fd, f"\n[traintop: {dropped >> 20} MiB of output dropped here, to keep this log under "
+                   f"{LOG_MAX_BYTES >> 20} MiB]\n".encode() + tail)
 
 
 def _cap_log(fd: int, pid: int) -> None:
     """Keep the job's log under LOG_MAX_BYTES while traintop runs (a chatty job wrote 442 MB in
-    20 s, and the private directory may be a small tmpfs): past it the log is cut back to its
-    first LOG_HEAD_BYTES (the job's start: its configuration, its first errors) and a line says
-    how much was dropped there. The job writes with O_APPEND, so it goes on at the new end; it
-    never waits for this, and never writes through a pipe that would break if traintop left."""
+    20 s, and the private directory may be a small tmpfs): past it the log's middle is cut, its
+    start (the job's configuration, its first errors) and its newest output (what it printed last,
+    a traceback as it exits) kept, with a line that says how much was dropped there. The job
+    writes with O_APPEND, so it goes on at the new end; it never waits for this, and never
+    writes through a pipe that would break if traintop left."""
     try:
         while True:
             ended = not os.path.exists(f"/proc/{pid}")  # reaped (never by this thread: Job watches it)
             try:
                 size = os.fstat(fd).st_size
                 if size > LOG_MAX_BYTES:
-                    os.ftruncate(fd, LOG_HEAD_BYTES)
-                    _write_all(fd, f"\n[traintop: {(size - LOG_HEAD_BYTES) >> 20} MiB of output dropped here, to keep "
-                                   f"this log under {LOG_MAX_BYTES >> 20} MiB]\n".encode())
+                    _cut_log(fd, size)
             except OSError:
                 return
             if ended:
