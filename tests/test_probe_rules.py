@@ -405,3 +405,52 @@ def test_a_single_long_evaluation_is_no_pause_and_no_stall():
         m.ingest(f)
     rules = {a.rule for a in m.engine.alerts}
     assert "stall" not in rules and "pause" not in rules
+
+
+def _long_save_frames(rank1_bucket: str, n: int = 110):
+    """Two ranks on two GPUs train for 30 s; then for 60 s rank 0's ledger says ``checkpoint`` and
+    rank 1's ``rank1_bucket``, no step, both GPUs idle; then they train again."""
+    import dataclasses
+
+    from traintop.samples import GpuProcess
+
+    frames = []
+    for k, f in enumerate(_ledger_frames(n=n, every=10_000, pause=0)):
+        saving = 30 <= k < 90
+        steps = min(k, 30) * 3 + max(0, k - 90) * 3
+        zero = {f"time_{b}": 0.0 for b in ("train", "checkpoint", "collective", "eval", "other")}
+        r0 = dataclasses.replace(f.ranks[0], steps=steps, world_size=2, job="7",
+                                 **(zero | ({"time_checkpoint": 1.0} if saving else {"time_train": 1.0})))
+        r1 = dataclasses.replace(r0, pid=4243, rank=1, device=1,
+                                 **(zero | ({"time_" + rank1_bucket: 1.0} if saving else {"time_train": 1.0})))
+        g0 = dataclasses.replace(f.gpus[0], util=0.0 if saving else 97.0, power_w=90.0 if saving else 650.0)
+        g1 = dataclasses.replace(g0, index=1, processes=(GpuProcess(4243, 40 << 30),))
+        frames.append(dataclasses.replace(f, gpus=(g0, g1), ranks=(r0, r1)))
+    return frames
+
+
+def test_a_rank_waiting_at_a_barrier_for_a_long_checkpoint_is_no_stall():
+    """`if rank == 0: torch.save(...)` then `dist.barrier()`, the save taking a minute: rank 0 is in
+    its checkpoint, rank 1 waits for it in a collective. Nothing is stuck; if both wait in
+    collectives with nobody working, that is a hang."""
+    from traintop.monitor import Monitor
+    from traintop.samples import SessionInfo
+
+    m = Monitor(SessionInfo(kind="live", interval=1.0))
+    for f in _long_save_frames("collective", n=88):
+        m.ingest(f)
+    assert "stall" not in {a.rule for a in m.engine.alerts}
+    # the GPUs did sit idle for a minute: said, with what the ledger says each rank was doing
+    idle = {a.subject: a.evidence for a in m.engine.alerts if a.rule == "idle_gpu"}
+    assert "rank 0: in checkpoints 100 %" in idle["gpu0"]
+    assert "rank 1: waiting for other ranks in collectives 100 %" in idle["gpu1"]
+    import dataclasses
+
+    hung = Monitor(SessionInfo(kind="live", interval=1.0))
+    for f in _long_save_frames("collective", n=88):  # rank 0 in a collective too: nobody works
+        r0 = f.ranks[0]
+        if r0.time_checkpoint:
+            f = dataclasses.replace(f, ranks=(dataclasses.replace(r0, time_checkpoint=0.0, time_collective=1.0),
+                                              f.ranks[1]))
+        hung.ingest(f)
+    assert "stall" in {a.rule for a in hung.engine.alerts}

@@ -5,7 +5,13 @@ from __future__ import annotations
 from traintop.metrics import gpu_subject
 from traintop.rules.declaration import HostRule
 from traintop.rules.engine import Verdict, RuleContext, Severity
+from traintop.samples import LEDGER_BUCKETS
 from traintop.units import MiB, fmt_bytes
+
+LEDGER_WORDS = {"checkpoint": "in checkpoints", "collective": "waiting for other ranks in collectives",
+                "eval": "in evaluation", "compile": "compiling", "input": "waiting for input",
+                "startup": "starting", "stalled": "stalled", "other": "outside its steps (not input, checkpoint "
+                "or evaluation)"}
 
 # Without process lists (an nvidia-smi log), memory in use says a process holds the GPU: a CUDA
 # context alone is about 500 MiB on an H200 (a 49-s log of a GPU holding 621 MB at 0 % said nothing).
@@ -55,4 +61,21 @@ class IdleWhileAlive(HostRule):
             who = f"PID {proc.pid}" if proc is not None else f"{len(mine)} process(es)"
             yield Verdict(gpu_subject(i), f"GPU {i} averages {mean_u:.1f} % utilization over the last "
                                      f"{ctx.config.idle_window_s:.0f} s while {who} "
-                                     f"holds {fmt_bytes(held)} on it")
+                                     f"holds {fmt_bytes(held)} on it" + self._ledger(ctx, {p.pid for p in mine}))
+
+    @staticmethod
+    def _ledger(ctx: RuleContext, pids: set[int]) -> str:
+        """What the probe's ledger says the ranks on this GPU did meanwhile, where one thing took most of it."""
+        out = []
+        for subject, r in ctx.ranks():
+            if r.pid not in pids:
+                continue
+            shares = {}
+            for b in LEDGER_BUCKETS:
+                v = ctx.rank_window(subject, "time_" + b, ctx.config.idle_window_s)
+                if v:
+                    shares[b] = sum(v) / len(v)
+            top = max(shares, key=lambda b: shares[b], default=None)
+            if top is not None and top != "train" and shares[top] >= 0.5:
+                out.append(f"{r.label}: {LEDGER_WORDS.get(top, top)} {shares[top] * 100:.0f} % of the time")
+        return f"; the probe's ledger meanwhile, {'; '.join(out)}" if out else ""

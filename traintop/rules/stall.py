@@ -69,11 +69,18 @@ class Stall(HostRule):
             yield from found
 
     @staticmethod
-    def _busy_otherwise(ctx: RuleContext, subject: str) -> bool:
-        """The rank's ledger says it spent most of the last 10 s checkpointing, evaluating or compiling."""
-        got = [ctx.rank_window(subject, "time_" + b, 10.0) for b in ("checkpoint", "eval", "compile")]
+    def _spent(ctx: RuleContext, subject: str, buckets: tuple[str, ...]) -> bool:
+        """The rank's ledger says it spent most of the last 10 s in ``buckets``."""
+        got = [ctx.rank_window(subject, "time_" + b, 10.0) for b in buckets]
         n = max((len(v) for v in got), default=0)
         return n >= 3 and sum(sum(v) for v in got) / n >= 0.5
+
+    def _busy_otherwise(self, ctx: RuleContext, stopped) -> bool:
+        """Some rank is checkpointing, evaluating or compiling (the probe's ledger) and every other
+        one is too, or waits for it in a collective (rank 0 saves, the others wait at a barrier).
+        Ranks that all wait in collectives are a hang."""
+        working = {s for s in stopped if self._spent(ctx, s, ("checkpoint", "eval", "compile"))}
+        return bool(working) and all(s in working or self._spent(ctx, s, ("collective",)) for s in stopped)
 
     # -- the probe's step counters --------------------------------------------------------------
     def _from_probe(self, ctx: RuleContext):
@@ -99,8 +106,8 @@ class Stall(HostRule):
         after = max(c.stall_min_s, c.stall_step_factor * (usual_step or 0.0))
         if any(ctx.now - t < after for _, t in stopped.values()):
             return []  # somebody still steps: no stall (and no NVML guess either)
-        if all(self._busy_otherwise(ctx, s) for s in stopped):
-            return []  # every rank is in a checkpoint, an evaluation or a compile (the probe's ledger)
+        if self._busy_otherwise(ctx, stopped):
+            return []
         order = sorted(stopped.values(), key=lambda rt: rt[1])
         last = max(t for _, t in order)
         since = ctx.now - last
