@@ -181,10 +181,32 @@ def test_a_job_that_waits_in_a_collective_every_step_is_not_overdue(monkeypatch)
     assert totals["train"] == pytest.approx(20 * 0.3, abs=0.5)
 
 
+def test_a_barrier_before_the_first_step_is_startup(monkeypatch):
+    clock = [100.0]
+    g = Goodput(clock=lambda: clock[0])
+    monkeypatch.setattr(g, "arm", lambda why: None)
+    monkeypatch.setattr(probe_goodput, "stack_kind", lambda frame, depth=80: "collective")
+
+    def wait():
+        clock[0] += 0.4
+        g.window(clock[0], 0.5, 0.0, 0, None, 30.0)  # the probe's window ends inside the barrier
+
+    clock[0] += 0.1
+    g.wrap_timed(wait, "collective")()
+    clock[0] += 0.5
+    g.window(clock[0], 0.5, 0.0, 0, None, 30.0)  # no step yet, its stack in c10d
+    assert g.totals["collective"] == 0
+    assert g.totals["startup"] == pytest.approx(1.0)
+
+
 def test_a_module_seen_while_it_is_still_being_imported_is_wrapped_once_it_is_whole(monkeypatch):
     """The probe's tick can find torch.distributed in sys.modules before its names are defined; it
     must look again at the next tick rather than mark it done with nothing wrapped."""
+    import importlib.machinery
+
     half = types.ModuleType("torch.distributed")
+    half.__spec__ = importlib.machinery.ModuleSpec("torch.distributed", None)
+    half.__spec__._initializing = True  # what the import system sets while the module's code runs
     monkeypatch.setitem(sys.modules, "torch.distributed", half)
     g = Goodput()
     try:
@@ -192,6 +214,7 @@ def test_a_module_seen_while_it_is_still_being_imported_is_wrapped_once_it_is_wh
         assert "torch.distributed" not in g._patched
         half.all_reduce = lambda *a, **k: "reduced"
         half.barrier = lambda *a, **k: "met"
+        half.__spec__._initializing = False
         g.install()
         assert "torch.distributed" in g._patched
         assert getattr(half.barrier, "__traintop_probe__", False) and half.barrier() == "met"
@@ -364,3 +387,22 @@ def test_a_finding_asks_the_job_for_a_trace_kept_beside_the_recording_and_listed
     assert cap.step_s_before and cap.step_s_after
     text = render_text(analyze(RecordingReader(str(rec))))
     assert "profiler trace (on Data starvation)" in text and "ui.perfetto.dev" in text
+
+
+@pytest.mark.parametrize("env, expected", [
+    ({"SLURM_JOB_ID": "77", "TORCHELASTIC_RUN_ID": "r1", "MASTER_ADDR": "a", "MASTER_PORT": "1"}, "77"),
+    ({"TORCHELASTIC_RUN_ID": "r1", "MASTER_ADDR": "a", "MASTER_PORT": "1"}, "r1"),
+    # torchrun without --rdzv-id: "none" for every job; two jobs at once have two rendezvous endpoints
+    ({"TORCHELASTIC_RUN_ID": "none", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}, "127.0.0.1:29500"),
+    ({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29501"}, "127.0.0.1:29501"),  # mp.spawn
+    ({"TORCHELASTIC_RUN_ID": "none"}, None),
+    ({}, None),
+])
+def test_the_job_id_a_rank_sends(monkeypatch, env, expected):
+    from traintop import probe_agent
+
+    for name in ("SLURM_JOB_ID", "TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert probe_agent._job_id() == expected

@@ -407,21 +407,23 @@ def test_a_single_long_evaluation_is_no_pause_and_no_stall():
     assert "stall" not in rules and "pause" not in rules
 
 
-def _long_save_frames(rank1_bucket: str, n: int = 110):
-    """Two ranks on two GPUs train for 30 s; then for 60 s rank 0's ledger says ``checkpoint`` and
-    rank 1's ``rank1_bucket``, no step, both GPUs idle; then they train again."""
+def _long_save_frames(rank1_bucket: str, n: int = 110, dt: float = 1.0, job1: str = "7"):
+    """Two ranks on two GPUs train for 30 samples; then rank 0's ledger says ``checkpoint`` and
+    rank 1's ``rank1_bucket`` for 60 samples (or to the end when ``dt`` > 1), no step, both GPUs
+    idle; then they train again. Rank 1 is of job ``job1``."""
     import dataclasses
 
     from traintop.samples import GpuProcess
 
     frames = []
     for k, f in enumerate(_ledger_frames(n=n, every=10_000, pause=0)):
-        saving = 30 <= k < 90
-        steps = min(k, 30) * 3 + max(0, k - 90) * 3
+        f = dataclasses.replace(f, t=1000.0 + k * dt)
+        saving = 30 <= k < (90 if dt == 1.0 else n)
+        steps = min(k, 30) * 3 + (max(0, k - 90) * 3 if dt == 1.0 else 0)
         zero = {f"time_{b}": 0.0 for b in ("train", "checkpoint", "collective", "eval", "other")}
         r0 = dataclasses.replace(f.ranks[0], steps=steps, world_size=2, job="7",
                                  **(zero | ({"time_checkpoint": 1.0} if saving else {"time_train": 1.0})))
-        r1 = dataclasses.replace(r0, pid=4243, rank=1, device=1,
+        r1 = dataclasses.replace(r0, pid=4243, rank=1, device=1, job=job1,
                                  **(zero | ({"time_" + rank1_bucket: 1.0} if saving else {"time_train": 1.0})))
         g0 = dataclasses.replace(f.gpus[0], util=0.0 if saving else 97.0, power_w=90.0 if saving else 650.0)
         g1 = dataclasses.replace(g0, index=1, processes=(GpuProcess(4243, 40 << 30),))
@@ -454,3 +456,23 @@ def test_a_rank_waiting_at_a_barrier_for_a_long_checkpoint_is_no_stall():
                                               f.ranks[1]))
         hung.ingest(f)
     assert "stall" in {a.rule for a in hung.engine.alerts}
+
+
+def test_a_wait_in_another_jobs_collective_or_a_save_that_never_ends_is_a_stall():
+    """The exemption is per job, and bounded: job 8's rank waiting in a collective is not waiting
+    for job 7's checkpoint; a save with no step for 15 min (a dead file system) is a stall."""
+    from traintop.monitor import Monitor
+    from traintop.samples import SessionInfo
+
+    other_job = Monitor(SessionInfo(kind="live", interval=1.0))
+    for f in _long_save_frames("collective", n=88, job1="8"):
+        other_job.ingest(f)
+    assert "stall" in {a.rule for a in other_job.engine.alerts}
+    endless = Monitor(SessionInfo(kind="live", interval=2.0))
+    frames = _long_save_frames("collective", n=520, dt=2.0)
+    for f in frames[:430]:  # 800 s into the save: still a save
+        endless.ingest(f)
+    assert "stall" not in {a.rule for a in endless.engine.alerts}
+    for f in frames[430:]:  # past 15 min
+        endless.ingest(f)
+    assert "stall" in {a.rule for a in endless.engine.alerts}

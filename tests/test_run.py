@@ -551,24 +551,72 @@ def test_a_chatty_jobs_log_stays_under_its_cap_and_keeps_its_start_and_its_end(t
         job.signal_group(signal.SIGKILL)
 
 
+def _cut(path, monkeypatch, during=None):
+    """One cut of the log at ``path`` as traintop run does it; ``during(log_fd)`` runs as the job would
+    write, after the cut's first write."""
+    log = os.open(path, os.O_WRONLY | os.O_APPEND)
+    edit = launch._editor(log, str(path))
+    assert edit is not None
+    if during is not None:
+        real, done = os.pwrite, []
+
+        def pwrite(fd, data, offset):
+            n = real(fd, data, offset)
+            if not done:
+                done.append(during(log))
+            return n
+        monkeypatch.setattr(launch.os, "pwrite", pwrite)
+    try:
+        launch._cut_log(log, edit, os.fstat(log).st_size)
+    finally:
+        os.close(log)
+        os.close(edit)
+
+
 def test_a_cut_keeps_the_head_the_line_and_the_last_whole_lines(tmp_path, monkeypatch):
-    monkeypatch.setattr(launch, "LOG_MAX_BYTES", 1000)
+    monkeypatch.setattr(launch, "LOG_MAX_BYTES", 2000)
     monkeypatch.setattr(launch, "LOG_HEAD_BYTES", 100)
+    monkeypatch.setattr(launch, "LOG_MARK_ROOM", 100)
     path = tmp_path / "log"
     lines = [f"line {i:04d} ".ljust(39, ".") + "\n" for i in range(60)]  # 40 bytes each, 2400 in all
     path.write_text("".join(lines))
-    fd = os.open(path, os.O_RDWR | os.O_APPEND)
-    try:
-        launch._cut_log(fd, os.fstat(fd).st_size)
-    finally:
-        os.close(fd)
+    _cut(path, monkeypatch, during=lambda fd: os.write(fd, b"END of the job\n"))
     text = path.read_text()
     head, rest = text[:100], text[100:]
     assert head == "".join(lines)[:100]
     marker, tail = rest.split("]\n", 1)
-    assert "output dropped here" in marker
-    assert tail == "".join(lines[-11:])  # up to 450 bytes from a line's start: the last 11 whole lines
-    assert len(text) <= 1000
+    assert "output dropped here" in marker and "B of output" in marker
+    # up to 850 bytes from a line's start: the last 21 whole lines, then what the job wrote meanwhile
+    assert tail == "".join(lines[-21:]) + "END of the job\n"
+    assert len(text) <= 2000
+    # the job's next line goes at the new end
+    with open(path, "a") as f:
+        f.write("after\n")
+    assert path.read_text().endswith("END of the job\nafter\n")
+
+
+def test_a_log_that_is_not_a_regular_readable_file_is_never_opened_to_read(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        log = launch._open_log(str(fifo))
+        try:
+            assert launch._editor(log, str(fifo)) is None  # the job's writes may still break its pipe
+            assert os.fstat(log).st_mode and (fcntl.fcntl(log, fcntl.F_GETFL) & os.O_ACCMODE) == os.O_WRONLY
+        finally:
+            os.close(log)
+    finally:
+        os.close(reader)
+    swapped = tmp_path / "log"
+    swapped.write_text("x")
+    log = launch._open_log(str(swapped))
+    try:
+        swapped.unlink()
+        swapped.write_text("another file")  # replaced between the opens: not the job's log
+        assert launch._editor(log, str(swapped)) is None
+    finally:
+        os.close(log)
 
 
 def test_the_quit_box_goes_when_the_job_ends_under_it(env, tmp_path):

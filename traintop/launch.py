@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -16,6 +18,7 @@ from traintop import __version__
 from traintop.errors import TraintopError
 from traintop.job import Job
 from traintop.probe_agent import ensure_private_dir, probe_dir
+from traintop.units import fmt_bytes
 
 
 def private_base() -> tuple[str, str | None]:
@@ -73,8 +76,7 @@ def new_log(directory: str) -> tuple[int, str]:
     """A log file of its own (O_EXCL): two runs started in the same second get two files."""
     os.makedirs(directory, mode=0o700, exist_ok=True)
     stem = time.strftime("run-%Y%m%d-%H%M%S")
-    # read too: a cut keeps the log's last bytes (_cut_log)
-    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC
     for n in range(1, 1000):
         path = os.path.join(directory, f"{stem}{'' if n == 1 else f'-{n}'}.log")
         try:
@@ -85,14 +87,27 @@ def new_log(directory: str) -> tuple[int, str]:
 
 
 def _open_log(path: str) -> int:
-    flags = os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
     try:
-        try:
-            return os.open(path, os.O_RDWR | flags, 0o600)
-        except PermissionError:  # a file we may only write: a cut then keeps its head alone
-            return os.open(path, os.O_WRONLY | flags, 0o600)
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
     except OSError as e:
         raise TraintopError(f"cannot write the job's log {path}: {e.strerror}") from None
+
+
+def _editor(log: int, path: str) -> int | None:
+    """A second descriptor of the log, to read and rewrite it in place for a cut (the job's own
+    appends): only for a regular file, the same one, and where it may be read; else None."""
+    try:
+        st = os.fstat(log)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    other = os.fstat(fd)
+    if (other.st_dev, other.st_ino) != (st.st_dev, st.st_ino):
+        os.close(fd)
+        return None
+    return fd
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -104,40 +119,62 @@ def _write_all(fd: int, data: bytes) -> None:
 LOG_MAX_BYTES = 64 << 20  # the job's log, while traintop watches the job
 LOG_HEAD_BYTES = 4 << 20  # its start, kept when the middle is cut
 LOG_TAIL_BYTES = 4 << 20  # its newest output, kept too (at most half of what the head leaves)
+LOG_MARK_ROOM = 256  # the line that says what was cut
 
 
-def _cut_log(fd: int, size: int) -> None:
-    """Cut the log's middle: its first LOG_HEAD_BYTES, a line saying how much was dropped, and its
-    last bytes (from a line's start where one begins in them)."""
-    tail_len = min(LOG_TAIL_BYTES, max(0, LOG_MAX_BYTES - LOG_HEAD_BYTES) // 2)
-    try:
-        tail = os.pread(fd, tail_len, size - tail_len) if tail_len else b""
-    except OSError:  # not readable (a write-only --log file)
-        tail = b""
+def _cut_log(log: int, edit: int | None, size: int) -> None:
+    """Cut the log's middle: keep its first LOG_HEAD_BYTES, a line saying how much was dropped, and
+    its last bytes (from a line's start), moved down in place through ``edit``. What the job
+    appends meanwhile is moved too, up to the truncation (a few system calls later). Without
+    ``edit`` (a log we may only write) the head alone is kept."""
+    tail_len = max(0, min(LOG_TAIL_BYTES, (LOG_MAX_BYTES - LOG_HEAD_BYTES) // 2 - LOG_MARK_ROOM))
+    if edit is None or not tail_len:
+        os.ftruncate(log, LOG_HEAD_BYTES)
+        _write_all(log, _cut_mark(size - LOG_HEAD_BYTES))
+        return
+    tail = os.pread(edit, tail_len, size - tail_len)
     newline = tail.find(b"\n")
     if 0 <= newline < len(tail) - 1:
         tail = tail[newline + 1:]
-    # what the job appends between the read and the cut is lost (microseconds of output)
-    os.ftruncate(fd, LOG_HEAD_BYTES)
-    dropped = size - LOG_HEAD_BYTES - len(tail)
-    _write_all(fd, f"\n[traintop: {dropped >> 20} MiB of output dropped here, to keep this log under "
-                   f"{LOG_MAX_BYTES >> 20} MiB]\n".encode() + tail)
+    # each piece moves down, never onto bytes not yet read: the head, the mark and the tail fit
+    # below where the tail began (tail_len leaves room for the mark)
+    at = LOG_HEAD_BYTES
+    for piece in (_cut_mark(size - len(tail) - LOG_HEAD_BYTES), tail):
+        os.pwrite(edit, piece, at)
+        at += len(piece)
+    end = size
+    while True:  # the job's appends since, after the tail (bounded: each round reads what came)
+        now = os.fstat(edit).st_size
+        if now <= end:
+            break
+        more = os.pread(edit, now - end, end)
+        os.pwrite(edit, more, at)
+        at, end = at + len(more), end + len(more)
+    os.ftruncate(edit, at)
 
 
-def _cap_log(fd: int, pid: int) -> None:
+def _cut_mark(dropped: int) -> bytes:
+    return (f"\n[traintop: {fmt_bytes(dropped)} of output dropped here, to keep this log under "
+            f"{fmt_bytes(LOG_MAX_BYTES)}]\n").encode()
+
+
+def _cap_log(fd: int, edit: int | None, pid: int, lock: threading.Lock | None) -> None:
     """Keep the job's log under LOG_MAX_BYTES while traintop runs (a chatty job wrote 442 MB in
     20 s, and the private directory may be a small tmpfs): past it the log's middle is cut, its
     start (the job's configuration, its first errors) and its newest output (what it printed last,
     a traceback as it exits) kept, with a line that says how much was dropped there. The job
     writes with O_APPEND, so it goes on at the new end; it never waits for this, and never
-    writes through a pipe that would break if traintop left."""
+    writes through a pipe that would break if traintop left. With ``lock`` (the output pumps',
+    when traintop itself writes the log) nothing the job prints is lost to a cut."""
     try:
         while True:
             ended = not os.path.exists(f"/proc/{pid}")  # reaped (never by this thread: Job watches it)
             try:
-                size = os.fstat(fd).st_size
-                if size > LOG_MAX_BYTES:
-                    _cut_log(fd, size)
+                if os.fstat(fd).st_size > LOG_MAX_BYTES:
+                    with lock or contextlib.nullcontext():
+                        size = os.fstat(fd).st_size
+                        if size > LOG_MAX_BYTES:
+                            _cut_log(fd, edit, size)
             except OSError:
                 return
             if ended:
@@ -145,6 +182,8 @@ def _cap_log(fd: int, pid: int) -> None:
             time.sleep(0.5)
     finally:
         os.close(fd)
+        if edit is not None:
+            os.close(edit)
 
 
 def _pump(src: int, out: int, log: int, lock: threading.Lock) -> None:
@@ -203,10 +242,11 @@ def launch(cmd: list[str], log_path: str | None = None, *, base: str | None = No
     except PermissionError:
         os.close(log)
         raise TraintopError(f"not executable: {cmd[0]}") from None
-    threading.Thread(target=_cap_log, args=(os.dup(log), proc.pid), name="traintop-log-cap", daemon=True).start()
+    lock = threading.Lock() if passthrough else None
+    threading.Thread(target=_cap_log, args=(os.dup(log), _editor(log, log_path), proc.pid, lock),
+                     name="traintop-log-cap", daemon=True).start()
     pumps = []
     if passthrough:
-        lock = threading.Lock()
         for pipe, fd in ((proc.stdout, 1), (proc.stderr, 2)):
             src = os.dup(pipe.fileno())
             pipe.close()

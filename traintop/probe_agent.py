@@ -108,12 +108,15 @@ def _env_int(name: str) -> int | None:
 
 
 def _job_id() -> str | None:
-    """The scheduler's id for this job, as the job sees it (an agent beside it labels the rank with it)."""
+    """The scheduler's id for this job, as the job sees it (an agent beside it labels the rank with it).
+    torchrun without --rdzv-id says "none" for every job: then the rendezvous endpoint, which two jobs
+    running at once cannot share."""
     for name in ("SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"):
         v = os.environ.get(name)
-        if v:
+        if v and v != "none":
             return v[:64]
-    return None
+    addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
+    return f"{addr}:{port}"[:64] if addr and port else None
 
 
 class Probe:

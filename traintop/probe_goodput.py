@@ -143,6 +143,9 @@ class Goodput:
         self._gaps: list[float] = []  # the last step gaps, less the timed calls inside them
         self._last_step_at: tuple[float, float] | None = None  # (when, _held_total then)
         self._held_since: tuple[str, float] | None = None  # (bucket, start) of the timed call in progress
+        # the three fields above change together on the training thread and are read together on the
+        # probe's (uncontended: the calls it guards block for far longer)
+        self._held_lock = threading.Lock()
         self._window_start = clock()
         # dynamo's cumulative compile seconds at the last window: 0 before torch.compile is imported (a
         # first compile can finish inside the window that first sees the counter)
@@ -232,16 +235,18 @@ class Goodput:
             if getattr(tls, "depth", 0) or not goodput._on_training_thread():
                 return fn(*args, **kwargs)
             tls.depth = 1
-            t = goodput.clock()
-            goodput._held_since = (bucket, t)
+            with goodput._held_lock:
+                t = goodput.clock()
+                goodput._held_since = (bucket, t)
             try:
                 return fn(*args, **kwargs)
             finally:
                 tls.depth = 0
-                goodput._held_since = None
-                end = goodput.clock()
-                goodput._held[bucket] += end - max(t, goodput._window_start)
-                goodput._held_total += end - t
+                with goodput._held_lock:
+                    end = goodput.clock()
+                    goodput._held_since = None
+                    goodput._held[bucket] += end - max(t, goodput._window_start)
+                    goodput._held_total += end - t
 
         timed.__traintop_probe__ = True  # type: ignore[attr-defined]
         return timed
@@ -262,7 +267,8 @@ class Goodput:
                 continue
             mod = sys.modules.get(modname)
             # a module still being imported (in sys.modules, its names not yet defined): the next tick
-            if mod is None or getattr(mod, names[0], None) is None:
+            if mod is None or getattr(getattr(mod, "__spec__", None), "_initializing", False) \
+                    or (modname == "torch" and not hasattr(mod, "save")):
                 continue
             for name in names:
                 original = getattr(mod, name, None)
@@ -337,9 +343,10 @@ class Goodput:
 
     def held_seconds(self) -> float:
         """Seconds the training thread has spent in timed calls (checkpoints, collectives) so far."""
-        held = self._held_total
-        since = self._held_since
-        return held + (self.clock() - since[1]) if since is not None else held
+        with self._held_lock:
+            held = self._held_total
+            since = self._held_since
+            return held + (self.clock() - since[1]) if since is not None else held
 
     def recent_gaps(self) -> list[float]:
         """The last step gaps, less the timed calls inside them."""
@@ -354,11 +361,12 @@ class Goodput:
                stall_after: float) -> dict:
         """Split the window that ends now into the buckets (seconds, adding up to ``window``)."""
         out = dict.fromkeys(BUCKETS, 0.0)
-        held, self._held = self._held, {"checkpoint": 0.0, "collective": 0.0}
-        in_call = self._held_since  # read once: the training thread may end the call meanwhile
-        if in_call is not None:
-            held[in_call[0]] += now - max(in_call[1], self._window_start)
-        self._window_start = now
+        with self._held_lock:  # one consistent view of the timed calls (the training thread ends them)
+            held, self._held = self._held, {"checkpoint": 0.0, "collective": 0.0}
+            in_call, held_total = self._held_since, self._held_total
+            if in_call is not None:
+                held[in_call[0]] += max(0.0, now - max(in_call[1], self._window_start))
+            self._window_start = now
         total = self._compile_seconds()
         comp = 0.0
         if total is not None:
@@ -368,23 +376,23 @@ class Goodput:
         ckpt = min(max(held["checkpoint"], 0.0), window - input_wait)
         coll = min(max(held["collective"], 0.0), window - input_wait - ckpt)
         timed = ckpt + coll
-        if not steps:  # a barrier before the first step waits for the other ranks to start
-            coll = 0.0
+        before_first_step = coll if not steps else 0.0  # a barrier then waits for the other ranks to start
+        coll -= before_first_step
         # a compile reported now ran over the windows still pending too (no step came meanwhile)
         from_pending = min(comp, self._pending)
         self._pending -= from_pending
         comp = from_pending + min(comp - from_pending, window - input_wait - timed)
         rest = window - input_wait - timed - (comp - from_pending)
         out["input"], out["checkpoint"], out["collective"], out["compile"] = input_wait, ckpt, coll, comp
-        out["startup"] = timed - ckpt - coll
+        out["startup"] = before_first_step
         # the usual gap is net of timed calls, so the time since the last step is too: a job that waits in
         # a collective every step is not overdue for it
         since_net = since_step
         last = self._last_step_at
         if since_step is not None and last is not None:
-            held_since_step = self._held_total - last[1]
+            held_since_step = held_total - last[1]
             if in_call is not None:
-                held_since_step += now - max(in_call[1], last[0])
+                held_since_step += max(0.0, now - max(in_call[1], last[0]))
             since_net = max(0.0, since_step - held_since_step)
         overdue = since_net is not None and since_net > max(OVERDUE_MIN_S, OVERDUE_FACTOR * self.usual_gap())
         stepped = steps > self._steps_seen

@@ -117,13 +117,13 @@ class Pause(HostRule):
     def _verdicts_of(found: list[tuple]):
         """One verdict per subject. A rank that waits in collectives waits for another rank's pause:
         that rank is named as the cause (and preferred where both share a GPU). Only a rank of the same
-        job can be the cause: several jobs may share the host."""
+        job can be the cause (several jobs may share the host), so ranks of no known job name none."""
         causes = [(label, main, share, job) for _, label, main, share, _, _, job in found if main != "collective"]
         best: dict[str, tuple] = {}
         for subject, label, main, share, text, kinds, job in found:
             if main == "collective" and causes:
                 who = "; ".join(f"{lb} paused for {WHAT[m].split(' (')[0]} ({p * 100:.0f} %)"
-                                for lb, m, p, j in causes if lb != label and j == job)
+                                for lb, m, p, j in causes if lb != label and j is not None and j == job)
                 if who:
                     text += f"; meanwhile {who}: the wait is for it"
             rank_key = (main != "collective", share)

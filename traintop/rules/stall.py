@@ -18,6 +18,7 @@ from traintop.rules.engine import HOLDS, WEAK, Verdict, RuleContext, Severity
 from traintop.units import fmt_duration
 
 LOOKBACK_S = 300.0  # how far back the rule looks for the last step and for earlier work
+BUSY_MAX_S = 900.0  # a checkpoint, evaluation or compile with no step for this long is a stall too
 SPIN_MIN_UTIL = 95.0
 SPIN_MAX_SM = 3.0
 IDLE_MAX_UTIL = 2.0
@@ -75,12 +76,23 @@ class Stall(HostRule):
         n = max((len(v) for v in got), default=0)
         return n >= 3 and sum(sum(v) for v in got) / n >= 0.5
 
-    def _busy_otherwise(self, ctx: RuleContext, stopped) -> bool:
-        """Some rank is checkpointing, evaluating or compiling (the probe's ledger) and every other
-        one is too, or waits for it in a collective (rank 0 saves, the others wait at a barrier).
-        Ranks that all wait in collectives are a hang."""
-        working = {s for s in stopped if self._spent(ctx, s, ("checkpoint", "eval", "compile"))}
-        return bool(working) and all(s in working or self._spent(ctx, s, ("collective",)) for s in stopped)
+    def _busy_otherwise(self, ctx: RuleContext, stopped: dict) -> bool:
+        """In every job, some rank is checkpointing, evaluating or compiling (the probe's ledger) and
+        each other one is too, or waits for it in a collective (rank 0 saves, the others wait at a
+        barrier). Ranks that all wait in collectives are a hang; so is a job that has been "working"
+        for BUSY_MAX_S without a step (a save to a dead file system, a deadlock inside a checkpoint's
+        own collectives)."""
+        jobs: dict = {}
+        for s, (r, _) in stopped.items():
+            steps = ctx.rank_pairs(s, "steps", BUSY_MAX_S)
+            if steps and last_change(steps) is None and ctx.now - steps[0][0] >= 0.95 * BUSY_MAX_S:
+                return False
+            jobs.setdefault(r.job, []).append(s)
+        for subjects in jobs.values():
+            working = {s for s in subjects if self._spent(ctx, s, ("checkpoint", "eval", "compile"))}
+            if not working or not all(s in working or self._spent(ctx, s, ("collective",)) for s in subjects):
+                return False
+        return True
 
     # -- the probe's step counters --------------------------------------------------------------
     def _from_probe(self, ctx: RuleContext):
