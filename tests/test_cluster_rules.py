@@ -1,5 +1,7 @@
 """Cross-host rules on a cluster's series laid on one time grid (as analyze --prometheus reads them)."""
 
+import pytest
+
 from traintop.cluster import crosshost
 from traintop.cluster.fetch import ClusterData, GpuData, RankData
 from traintop.findings import Severity
@@ -277,3 +279,20 @@ def test_set_of_a_cluster_threshold_changes_the_cross_host_verdict():
         if h == "n3":
             g.clock_ratio = {t: 0.72 for t in d.grid}
     assert crosshost.slow_nodes(d) and not crosshost.slow_nodes(d, load_thresholds(None, ["cluster_slow_node_clock_frac=0.7"]))
+
+
+def test_a_cross_host_straggler_costs_the_wait_of_gpus_that_spin_in_nccl():
+    """The waiting ranks' GPUs read 100 % (an NCCL kernel spinning), so their agents raise nothing
+    for the straggler to fold in: the straggler still costs its GPU's idle share for each other GPU
+    of the job in use, once."""
+    from traintop.cluster.report import findings_of
+
+    d = grid_data()
+    job(d, wait=lambda h, local, t: 0.4 if (h, local) == ("n2", 1) else 0.02)
+    for t in d.grid:
+        d.gpus[("n2", 1)].util[t] = 0.2  # the straggler's GPU computes 20 % of the time
+    shown, explained = findings_of(d)
+    assert explained == []
+    (s,) = [f for f in shown if f.rule == "straggler"]
+    # 3 GPUs wait 80 % of its span
+    assert s.gpu_hours == pytest.approx(3 * 0.8 * (s.end - s.start) / 3600, rel=0.1)

@@ -92,6 +92,26 @@ def test_a_straggler_costs_the_time_every_other_gpu_waits_for_it():
     assert waste.sample_cost("straggler", "gpu1", "stall gpus", samples) == 0.0  # explained: counted there
 
 
+def test_a_straggler_costs_the_same_summed_per_tick_or_integrated_over_the_finding():
+    """A neighbour GPU busy for 1 s of 10 waits for the straggler that second only, whichever way
+    the cost is taken (the agent per tick, analyze over the finding)."""
+    accs = {i: _Acc(i, "GPU") for i in (0, 1, 2)}
+    per_tick = 0.0
+    for t in range(10):
+        row = {0: GpuSample(index=0, util=100.0), 1: GpuSample(index=1, util=10.0),
+               2: GpuSample(index=2, util=100.0 if t == 0 else 0.0)}
+        for i, g in row.items():
+            accs[i].add(float(t), g)
+        per_tick += waste.sample_cost("straggler", "gpu1", None, row)  # one tick: 1 s
+    accs[0].add(10.0, GpuSample(index=0, util=100.0))
+    accs[1].add(10.0, GpuSample(index=1, util=10.0))
+    accs[2].add(10.0, GpuSample(index=2, util=0.0))
+    gpus = {i: a.series(1.0) for i, a in accs.items()}
+    lost, _ = waste.finding_cost("straggler", "gpu1", None, 0.0, 10.0, gpus)
+    assert per_tick == pytest.approx(11 * 0.9)  # GPU 0 ten ticks, GPU 2 one
+    assert lost * 3600 == pytest.approx(per_tick)
+
+
 def _util(t: int) -> float:
     return [0.9, 0.2, 0.0, 0.5, 1.0][t % 5]
 

@@ -196,6 +196,30 @@ class Series:
     def hours(self, t0: float = -math.inf, t1: float = math.inf) -> float:
         return self.seconds(t0, t1) / 3600.0
 
+    def at(self, t: float) -> float | None:
+        """The value that holds at ``t`` (NaN where unknown); None where no sample holds."""
+        if self._prefix is None:
+            self._build()
+        i = bisect.bisect_right(self.t, t) - 1
+        return self.v[i] if i >= 0 and t < self.t[i] + self._held[i] else None
+
+    def weighted_hours(self, t0: float, t1: float, weight) -> float:
+        """Like ``hours``, each sample's part times ``weight(its time)``: one loop over the span."""
+        t = self.t
+        if not t or t1 < t0:
+            return 0.0
+        if self._prefix is None:
+            self._build()
+        held, v = self._held, self.v
+        total = 0.0
+        for i in range(max(0, bisect.bisect_left(t, t0) - 1), bisect.bisect_right(t, t1)):
+            x = v[i]
+            if x == x:
+                part = max(0.0, min(t[i] + held[i], t1) - max(t[i], t0))
+                if part:
+                    total += max(0.0, x) * part * weight(t[i])
+        return total / 3600.0
+
 
 def energy_kwh(power: Series, counter: Series, t0: float, t1: float) -> float:
     """What one GPU drew over [t0, t1]: its energy counter's rise (J) between the first and the last
@@ -235,10 +259,6 @@ class GpuSeries:
         series = {IDLE: self.idle, OTHERS: self.idle, CLOCK: self.clock, WHOLE: self.whole}[share]
         return series.hours(t0, t1)
 
-    def present_hours_in(self, t0: float, t1: float) -> float:
-        """The GPU-hours its samples over [t0, t1] stand for."""
-        return self.whole.hours(t0, t1)
-
     def present_hours(self) -> float:
         """The GPU-hours its samples stand for (the data present, not the range asked)."""
         return self.whole.hours()
@@ -251,6 +271,19 @@ class GpuSeries:
         return energy_kwh(self.power, self.energy, t0, t1)
 
 
+def others_waiting_hours(g: "GpuSeries", waiting: list["GpuSeries"], start: float, end: float) -> float:
+    """GPU-hours the GPUs in ``waiting`` lose to ``g``'s idle share over [start, end]: at each of
+    ``g``'s samples, its idle share times how many of them are in use then (not reading idle; an
+    unknown reading counts as in use, as ``sample_cost`` counts it)."""
+    def in_use(t: float) -> int:
+        n = 0
+        for o in waiting:
+            x = o.idle.at(t)
+            n += x is not None and not x >= 1.0  # NaN (unknown) counts
+        return n
+    return g.idle.weighted_hours(start, end, in_use)
+
+
 def finding_cost(rule: str, subject: str, explained_by: str | None, start: float, end: float,
                  gpus: dict[int, GpuSeries]) -> tuple[float, float]:
     """(GPU-hours lost, kWh drawn) by one finding over [start, end], from its GPUs' series."""
@@ -258,8 +291,9 @@ def finding_cost(rule: str, subject: str, explained_by: str | None, start: float
     lost = energy = 0.0
     for i in gpus_of(subject, gpus):
         g = gpus[i]
-        if share is not None:
-            waiting = others(share, gpus, (i,), lambda o: o.lost_hours(IDLE, start, end) < o.present_hours_in(start, end))
-            lost += g.lost_hours(share, start, end) * waiting
+        if share == OTHERS:  # at each sample, times the other GPUs in use then
+            lost += others_waiting_hours(g, [o for k, o in gpus.items() if k != i], start, end)
+        elif share is not None:
+            lost += g.lost_hours(share, start, end)
         energy += g.energy_kwh(start, end)
     return lost, energy

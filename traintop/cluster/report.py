@@ -173,13 +173,21 @@ def cross_finding(data: ClusterData, c, series: dict | None = None) -> Finding:
     end = min(c.end + data.step, data.end)
     lost = 0.0
     share = waste.wasted_share(c.rule.id)
-    # a stalled job: every GPU of its hosts. A cross-host straggler's cost is the waiting ranks' time:
-    # their agents' verdicts it explains are added to it (findings_of), its own OTHERS share would
-    # count that wait twice
-    if share == waste.WHOLE and c.job is not None:
+    if share is not None and c.job is not None:
         series = _gpu_series(data) if series is None else series
-        hosts = {r.host for r in data.jobs().get(c.job, ())}
-        lost = sum(g.lost_hours(share, c.start, c.end + data.step) for (h, _), g in series.items() if h in hosts)
+        ranks = data.jobs().get(c.job, ())
+        if share == waste.WHOLE:  # a stalled job: every GPU of its hosts
+            hosts = {r.host for r in ranks}
+            lost = sum(g.lost_hours(share, c.start, c.end + data.step) for (h, _), g in series.items()
+                       if h in hosts)
+        elif share == waste.OTHERS:
+            # a straggler: its GPUs' idle share, which each other GPU of the job in use waits. Where the
+            # waiting ranks' agents judged their GPUs, the verdicts it explains say the same from their
+            # side: findings_of keeps the larger of the two, never their sum
+            lagging = {(r.host, r.local_rank) for r in ranks if r.rank in c.ranks}
+            waiting = [series[k] for k in {(r.host, r.local_rank) for r in ranks} - lagging if k in series]
+            lost = sum(waste.others_waiting_hours(series[k], waiting, c.start, c.end + data.step)
+                       for k in lagging if k in series)
     return cluster_finding(dataclasses.replace(c.finding, end=end), c.host, CLUSTER, lost)
 
 
@@ -200,15 +208,18 @@ def findings_of(data: ClusterData, config: Thresholds = DEFAULT) -> tuple[list[F
             lagging.append((c, k, {(r.host, r.local_rank) for r in ranks if r.rank in c.ranks},
                             {(r.host, r.local_rank) for r in ranks}))
     kept, explained = [], []
+    folded: dict[int, float] = {}
     for f in host:
         hit = _explaining(f, lagging, shown_cross) if lagging else None
         if hit is None:
             kept.append(f)
             continue
         k, why = hit
-        cf = shown_cross[k]  # the explaining finding counts the explained one's GPU-hours
-        shown_cross[k] = dataclasses.replace(cf, gpu_hours=round(cf.gpu_hours + f.gpu_hours, 4))
+        folded[k] = folded.get(k, 0.0) + f.gpu_hours  # the explaining finding counts the explained one's
         explained.append(dataclasses.replace(f, explained_by=one_line(why, 300)))
+    for k, hours in folded.items():
+        cf = shown_cross[k]
+        shown_cross[k] = dataclasses.replace(cf, gpu_hours=round(max(cf.gpu_hours, hours), 4))
     return kept + shown_cross, explained
 
 
