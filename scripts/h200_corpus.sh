@@ -2,8 +2,10 @@
 # Record the diagnosis corpus on an H200: each scenario of bench/workloads/corpus.py runs once
 # and is seen four ways at the same time, so every source scores the same seconds:
 #   NAME-probe.ttrec    `traintop run --record` at 10 Hz, with the probe in every rank
-#   NAME-noprobe.ttrec  a second traintop attached to the job's PID that sees no probe
-#                       (NVML and the process tree alone), kept 8 s past the job's end
+#   NAME-noprobe.ttrec  a second traintop attached to the job's PID, kept 8 s past the job's
+#                       end; it finds the job's probes too (through the job's environment), so
+#                       bench/diagnosis_score.py removes their ranks and stacks before scoring
+#                       it as the source without the probe (NVML and the process tree alone)
 #   NAME-smi.csv.gz     nvidia-smi --query-gpu -lms 100
 #   NAME-dmon.txt.gz    nvidia-smi dmon (1 s)
 #   NAME.labels.jsonl   what the job said it was doing, second by second (the ground truth)

@@ -584,6 +584,50 @@ def gloo_rank0_saves(L, a):
     dist.destroy_process_group()
 
 
+class _SlowFile:
+    """A file written at a bounded rate (a slow network file system)."""
+
+    def __init__(self, f, seconds_per_mib: float) -> None:
+        self.f, self.rate = f, seconds_per_mib
+
+    def write(self, b) -> int:
+        time.sleep(self.rate * len(b) / 2**20)
+        return self.f.write(b)
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
+def gloo_long_save(L, a):
+    """Two ranks; once, rank 0 alone writes an 800 MB checkpoint to a slow file system (~40 s) while
+    rank 1 waits for it at a barrier, then both train on. No stall: rank 0 is saving."""
+    dist, model, opt = _ddp(a, size(4096, 64), 4, timeout_s=a.scale * 300)
+    rank = dist.get_rank()
+    x = torch.randn(size(8192, 64), size(4096, 64), device=dev())
+    target = os.path.join(os.environ.get("CORPUS_SCRATCH", "/tmp"), f"corpus-ckpt-{os.getpid()}.pt")
+    try:
+        L("train_gloo")
+        _ddp_loop(dist, a.scale * 15, model, opt, x)
+        if rank == 0:
+            L("checkpoint")
+            state = {"model": model.module.state_dict(), "opt": opt.state_dict()}
+            with open(target, "wb") as f:
+                torch.save(state, _SlowFile(f, 0.05 * a.scale))
+                f.flush()
+                os.fsync(f.fileno())
+        else:
+            L("barrier_wait")
+        dist.barrier()
+        L("train_gloo")
+        _ddp_loop(dist, a.scale * 12, model, opt, x)
+    finally:
+        try:
+            os.unlink(target)
+        except OSError:
+            pass
+    dist.destroy_process_group()
+
+
 def straggler_input(L, a):
     _straggler(L, a, "input")
 
@@ -599,7 +643,7 @@ def straggler_sleep(L, a):
 SCENARIOS = {f.__name__: f for f in (
     healthy_bf16, compile_warmup, healthy_crash, starved_then_fed, underused, leak, oom_retries, reserved_gap, fragmented,
     copies_and_kernels, tiny_kernels, fp32_no_tf32, eval_phases, checkpoints, loader_hang, idle_alive, cpu_training,
-    other_process, torchrun_healthy, gloo_hang, gloo_rank0_saves, straggler_input, straggler_cpu, straggler_sleep)}
+    other_process, torchrun_healthy, gloo_hang, gloo_rank0_saves, gloo_long_save, straggler_input, straggler_cpu, straggler_sleep)}
 
 
 def main() -> int:
