@@ -78,6 +78,23 @@ def test_export_to_a_file_and_a_bad_file_is_one_line(tmp_path):
     assert out.returncode != 0 and len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
 
 
+@pytest.mark.parametrize("where", ["missing/dir/x.csv", ".", "/proc/traintop-x.csv"])
+def test_export_to_a_place_that_cannot_be_written_is_one_line(tmp_path, where):
+    target = where if where.startswith("/") else str(tmp_path / where)
+    out = _export(LOG, "--csv", "--limit", "2", "-o", target)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines() == [f"traintop: cannot create {target}: "
+                                                f"{'Is a directory' if where == '.' else 'No such file or directory'}"]
+
+
+def test_export_never_writes_over_a_file_as_record_never_does(tmp_path):
+    kept = tmp_path / "kept.jsonl"
+    kept.write_text("earlier\n")
+    out = _export(LOG, "--limit", "2", "-o", kept)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and "exists" in out.stderr
+    assert kept.read_text() == "earlier\n"
+
+
 def test_names_from_outside_stay_data():
     from traintop.samples import Frame, GpuInfo, GpuSample, SessionInfo
 

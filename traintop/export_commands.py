@@ -78,7 +78,10 @@ def cmd_export(args) -> int:
 
     source = sessions.open_source(args.file)
     info = source.info
-    out = open(args.output, "w", encoding="utf-8") if args.output not in (None, "-") else sys.stdout
+    from traintop.files import create_new
+
+    # A new file, as `record` and `record --jsonl` write: a sample file is never written over.
+    out = create_new(args.output, "export -o") if args.output not in (None, "-") else sys.stdout
     written = 0
     try:
         if args.csv:
