@@ -127,13 +127,27 @@ def test_snapshot_json_and_csv_with_whose_processes(monkeypatch, capsys, fake_nv
     assert [r["gpu"] for r in rows] == ["0", "1"] and rows[0]["processes"] == f"{os.getpid()}:{2**30}:64"
 
 
-def test_snapshot_without_a_gpu_is_one_line():
+def test_snapshot_without_a_gpu_prints_the_host_and_says_why_in_one_line(monkeypatch, capsys, fake_nvml):
+    """As `record --jsonl -` streams host-only samples: the host's sample, no GPU, the reason on stderr."""
+    nv, _ = fake_nvml(init_error=9)  # NVML_ERROR_DRIVER_NOT_LOADED
+    monkeypatch.setitem(sys.modules, "pynvml", nv)
+    assert main(["snapshot", "--wait", "0.05"]) == 0
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
+    assert doc["schema"] == export.SCHEMA and doc["gpus"] == [] and doc["host_stats"]["mem_total"] > 0
+    assert len(err.strip().splitlines()) == 1 and err.startswith("traintop: no GPU (") and "the host only" in err
+    assert main(["snapshot", "--csv", "--wait", "0.05"]) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines() == [export.csv_header().strip()] and len(err.strip().splitlines()) == 1
+
+
+def test_snapshot_without_nvml_at_all_is_one_line_and_a_sample():
     env = {**os.environ, "LD_LIBRARY_PATH": "/nonexistent"}
-    out = subprocess.run([sys.executable, "-m", "traintop", "snapshot"], capture_output=True, text=True,
-                         timeout=60, env=env)
-    if out.returncode == 0:
-        pytest.skip("this machine has a GPU")
-    assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
+    out = subprocess.run([sys.executable, "-m", "traintop", "snapshot", "--compact"], capture_output=True,
+                         text=True, timeout=60, env=env)
+    assert out.returncode == 0 and "Traceback" not in out.stderr
+    assert json.loads(out.stdout)["host_stats"]["cpu_percent"] is not None
+    assert len(out.stderr.strip().splitlines()) <= 1  # the reason, where this machine has no GPU
 
 
 def test_a_slow_reader_never_holds_the_sampler_back():
