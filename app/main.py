@@ -150,8 +150,8 @@ class TraintopApp(App):
     def say(self, message: str, severity: str = "information", timeout: float | None = None) -> None:
         self._notices.say(message, severity, timeout)
 
-    def _say_in_turn(self, parts: list[str]) -> None:
-        self._notices.say_in_turn(parts, BANNER_PART_S)
+    def _say_in_turn(self, parts: list[str], severity: str = "information", last_s: float = 12) -> None:
+        self._notices.say_in_turn(parts, BANNER_PART_S, severity, last_s)
 
     def notify(self, message, *, title: str = "", severity: str = "information", timeout: float | None = None,
                markup: bool = True) -> None:
@@ -181,8 +181,10 @@ class TraintopApp(App):
             self._told_job_end = True
             if isinstance(self.screen, QuitJobScreen):
                 self.screen.dismiss("cancel")  # it asked about a job that is no longer running
-            self.say(f"{end.describe(capital=True)}. Its history stays on screen; q quits with its status.",
-                     severity="error" if end.status else "information", timeout=15)
+            # in parts where the top line is short: "q quits with its status" is never cut off
+            self._say_in_turn(banner_parts(f"{end.describe(capital=True)}. Its history stays on screen; "
+                                           "q quits with its status.", self._notices.room()),
+                              severity="error" if end.status else "information", last_s=15)
         compact = bool(self._compact)
         with self.batch_update():
             self._show_status(view)

@@ -30,16 +30,17 @@ class Notices:
         seconds = timeout or (2 * NOTICE_S if severity == "error" else NOTICE_S)
         self._timer = self.app.set_timer(seconds, self._clear)
 
-    def say_in_turn(self, parts: list[str], part_s: float) -> None:
+    def say_in_turn(self, parts: list[str], part_s: float, severity: str = "information",
+                    last_s: float = 12) -> None:
         """A message too long for the line, a part at a time (the reason after the news), each
-        for ``part_s`` seconds."""
-        self.say(parts[0], timeout=part_s if len(parts) > 1 else 12)
+        for ``part_s`` seconds, the last for ``last_s``."""
+        self.say(parts[0], severity, timeout=part_s if len(parts) > 1 else last_s)
         if len(parts) > 1:
             shown = self.bar.notice if self.bar is not None else None
 
             def next_part() -> None:  # unless another message took the line meanwhile
                 if self.bar is not None and self.bar.notice == shown:
-                    self.say_in_turn(parts[1:], part_s)
+                    self.say_in_turn(parts[1:], part_s, severity, last_s)
 
             self.app.set_timer(part_s - 0.5, next_part)
 

@@ -1157,6 +1157,44 @@ def test_a_long_sentence_of_a_banner_is_cut_after_a_colon_outside_parentheses():
                                        "[ ]: speed  ?: help"]  # a key stays with what it does
 
 
+def test_the_run_banners_are_said_in_parts_that_each_show_whole_at_80_columns(sim_app, monkeypatch):
+    """`traintop run` at 80x24: the log's path (said before the first sample, when the top line
+    has no clock yet) and "q quits with its status" after the job's end each show whole."""
+    import traintop.app.main as app_main
+    from traintop.job import JobEnd
+
+    monkeypatch.setattr(app_main, "BANNER_PART_S", 1.0)  # each part for 1 s, not 6
+    log = "/tmp/traintop-0/logs/run-20251203-151031.log"
+    banner = f"Job started (PID 15626). Its output goes to: {log}. ? says it again; q asks whether to stop the job."
+
+    async def shown_in_turn(app, pilot, feed, until):
+        """Each notice the top line showed, and whether it showed whole, until one with ``until``
+        in it was seen (at most 10 s)."""
+        seen = {}
+        for _ in range(100):
+            feed.step()  # samples arrive: the clock shows from the first
+            app.refresh_view()
+            await pilot.pause(0.1)
+            bar = app.query_one(StatusBar)
+            if bar.notice:
+                seen[bar.notice] = seen.get(bar.notice, True) and bar.notice in bar.render().plain
+            if any(until in n for n in seen):
+                break
+        return seen
+
+    async def go():
+        app, monitor, feed = sim_app("healthy", history_s=0, banner=banner)
+        async with app.run_test(size=(80, 24)) as pilot:
+            seen = await shown_in_turn(app, pilot, feed, "? says it again; q asks whether to stop the job.")
+            assert seen and all(seen.values()), seen  # none cut
+            assert log in " ".join(seen) and "q asks whether to stop the job." in " ".join(seen), seen
+            monitor.end_job(JobEnd(15626, time.time(), 3))
+            seen = await shown_in_turn(app, pilot, feed, "q quits with its status.")
+            assert all(seen.values()) and any("q quits with its status." in n for n in seen), seen
+            assert any(n.startswith("Job exited with 3 at") for n in seen), seen
+    run(go())
+
+
 def test_the_footer_says_r_stops_the_recording_while_one_runs(tmp_path, sim_app, footer_text):
     async def go():
         app, monitor, _ = sim_app(record_dir=str(tmp_path))

@@ -115,6 +115,22 @@ def test_textfile_is_written_atomically_without_a_port(tmp_path):
     assert samples(fams, "traintop_gpu_power_watts")
 
 
+@pytest.mark.parametrize("listen, hosts", [("bad:port", "1"), ("65535", "3")])
+def test_a_bad_listen_is_its_one_line_before_anything_starts(monkeypatch, capsys, listen, hosts):
+    """No NVML line ("no NVIDIA GPU here ... serving the host") before the refusal: the options
+    are checked before a session starts."""
+    from traintop.cli import main
+    from traintop.cluster import agent
+
+    def started(args):
+        raise AssertionError("a session started before --listen was checked")
+
+    monkeypatch.setattr(agent, "build_hosts", started)
+    assert main(["agent", "--listen", listen, "--simulate", "healthy", "--hosts", hosts]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("traintop: --listen") and "Traceback" not in err[0]
+
+
 def test_listen_beyond_loopback_warns_once(capsys):
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("0.0.0.0") and not is_loopback("10.1.2.3")

@@ -78,6 +78,23 @@ def test_export_to_a_file_and_a_bad_file_is_one_line(tmp_path):
     assert out.returncode != 0 and len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
 
 
+@pytest.mark.parametrize("where", ["missing/dir/x.csv", ".", "/proc/traintop-x.csv"])
+def test_export_to_a_place_that_cannot_be_written_is_one_line(tmp_path, where):
+    target = where if where.startswith("/") else str(tmp_path / where)
+    out = _export(LOG, "--csv", "--limit", "2", "-o", target)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines() == [f"traintop: cannot create {target}: "
+                                                f"{'Is a directory' if where == '.' else 'No such file or directory'}"]
+
+
+def test_export_never_writes_over_a_file_as_record_never_does(tmp_path):
+    kept = tmp_path / "kept.jsonl"
+    kept.write_text("earlier\n")
+    out = _export(LOG, "--limit", "2", "-o", kept)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and "exists" in out.stderr
+    assert kept.read_text() == "earlier\n"
+
+
 def test_names_from_outside_stay_data():
     from traintop.samples import Frame, GpuInfo, GpuSample, SessionInfo
 
@@ -110,13 +127,27 @@ def test_snapshot_json_and_csv_with_whose_processes(monkeypatch, capsys, fake_nv
     assert [r["gpu"] for r in rows] == ["0", "1"] and rows[0]["processes"] == f"{os.getpid()}:{2**30}:64"
 
 
-def test_snapshot_without_a_gpu_is_one_line():
+def test_snapshot_without_a_gpu_prints_the_host_and_says_why_in_one_line(monkeypatch, capsys, fake_nvml):
+    """As `record --jsonl -` streams host-only samples: the host's sample, no GPU, the reason on stderr."""
+    nv, _ = fake_nvml(init_error=9)  # NVML_ERROR_DRIVER_NOT_LOADED
+    monkeypatch.setitem(sys.modules, "pynvml", nv)
+    assert main(["snapshot", "--wait", "0.05"]) == 0
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
+    assert doc["schema"] == export.SCHEMA and doc["gpus"] == [] and doc["host_stats"]["mem_total"] > 0
+    assert len(err.strip().splitlines()) == 1 and err.startswith("traintop: no GPU (") and "the host only" in err
+    assert main(["snapshot", "--csv", "--wait", "0.05"]) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines() == [export.csv_header().strip()] and len(err.strip().splitlines()) == 1
+
+
+def test_snapshot_without_nvml_at_all_is_one_line_and_a_sample():
     env = {**os.environ, "LD_LIBRARY_PATH": "/nonexistent"}
-    out = subprocess.run([sys.executable, "-m", "traintop", "snapshot"], capture_output=True, text=True,
-                         timeout=60, env=env)
-    if out.returncode == 0:
-        pytest.skip("this machine has a GPU")
-    assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
+    out = subprocess.run([sys.executable, "-m", "traintop", "snapshot", "--compact"], capture_output=True,
+                         text=True, timeout=60, env=env)
+    assert out.returncode == 0 and "Traceback" not in out.stderr
+    assert json.loads(out.stdout)["host_stats"]["cpu_percent"] is not None
+    assert len(out.stderr.strip().splitlines()) <= 1  # the reason, where this machine has no GPU
 
 
 def test_a_slow_reader_never_holds_the_sampler_back():

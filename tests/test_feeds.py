@@ -167,3 +167,31 @@ def test_a_recording_begun_while_findings_were_up_replays_them_from_its_first_sa
     played = Monitor(reader.info)
     ReplayFeed(played, RecordingReader(path))
     assert [a.rule for a in played.engine.active] == ["starvation"]
+
+
+def test_a_replay_begun_mid_creep_never_says_memory_stopped_rising_while_it_rises(tmp_path):
+    """`r` pressed while memory creeps: the replay starts with too little history to fit a rate;
+    its evidence keeps the measured rate (it said "no longer rising ... over the last 17 s")."""
+    sim = Simulator("memory_creep", interval=0.5, seed=4)
+    mon = Monitor(sim.info())
+    frames = sim.frames(140)
+    for f in frames[:80]:  # 40 s: the finding is up
+        mon.ingest(f)
+    assert [a.rule for a in mon.engine.active] == ["memory_creep"]
+    path = str(tmp_path / "creep.ttrec")
+    mon.start_recording(path)
+    for f in frames[80:130]:  # 25 s recorded
+        mon.ingest(f)
+    mon.close()
+    played = Monitor(RecordingReader(path).info)
+    feed = ReplayFeed(played, RecordingReader(path))
+    seen = []
+    while feed.peek() is not None:
+        played.ingest(feed._take())
+        creep = [a for a in played.engine.active if a.rule == "memory_creep"]
+        assert creep, "the finding stays up while memory rises"
+        seen.append(creep[0].evidence)
+    used = [g.mem_used for f in frames[80:130] for g in f.gpus]
+    assert used[-1] > used[0]  # the memory rose all along
+    assert seen and not [e for e in seen if "no longer rising" in e], seen
+    assert "rising" in seen[-1] and "GiB/s" in seen[-1]

@@ -71,3 +71,26 @@ def test_once_the_job_has_ended_its_ranks_and_time_ledger_stay_as_last_seen():
     assert view.ranks and view.ranks_last_seen
     (rv,) = ledger_ranks(view.ranks)
     assert abs(rv.ledger["checkpoint"] - 0.2) < 0.02
+
+
+def test_the_time_ledger_is_labelled_with_the_time_it_covers():
+    """A job 30 s old: its ledger line says 30 s, not the 5 min window it has not filled yet."""
+    import dataclasses
+
+    from traintop.collectors.simulated import Simulator
+    from traintop.view import LEDGER_WINDOW_S
+    from widgets.process_panel import ledger_line, ledger_ranks
+
+    def line_after(n):
+        sim = Simulator("healthy", seed=2, interval=0.5)
+        mon = Monitor(sim.info())
+        for f in sim.frames(n):
+            mon.ingest(dataclasses.replace(f, ranks=tuple(dataclasses.replace(r, time_train=0.1, time_startup=0.9)
+                                                          for r in f.ranks)))
+        (rv,) = ledger_ranks(build_view(mon).process.ranks)
+        return rv, ledger_line(rv, 160).plain.replace("\u00a0", " ")
+
+    rv, line = line_after(60)  # 30 s of samples
+    assert rv.ledger_s == 30.0 and line.endswith(f"({rv.sample.label}, 30 s)"), line
+    rv, line = line_after(int(2 * LEDGER_WINDOW_S) + 100)  # longer than the window
+    assert rv.ledger_s == LEDGER_WINDOW_S and line.endswith(f"({rv.sample.label}, 5 min)"), line

@@ -436,15 +436,9 @@ def cmd_record(args) -> int:
 
 def _stream_target(target: str):
     """``--jsonl OUT``: standard output for -, else a new file (never an existing one)."""
-    if target == "-":
-        return sys.stdout
-    try:
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
-    except FileExistsError:
-        raise TraintopError(f"{target} exists: --jsonl writes a new file, never over one") from None
-    except OSError as e:
-        raise TraintopError(f"cannot create {target}: {e.strerror or e}") from None
-    return os.fdopen(fd, "w", encoding="utf-8")
+    from traintop.files import create_new
+
+    return sys.stdout if target == "-" else create_new(target, "--jsonl")
 
 
 def _record_until_stopped(feed, duration: float | None, failed=lambda: False) -> None:

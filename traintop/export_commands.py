@@ -5,11 +5,14 @@ traintop/export.py."""
 from __future__ import annotations
 
 import json
+import socket
 import sys
 import time
 
 from traintop import export
-from traintop.errors import TraintopError
+from traintop.errors import NoGpuError, TraintopError
+from traintop.samples import SessionInfo, SessionKind
+from traintop.text import one_line
 from traintop.options import SUMMARIES, positive_int, seconds
 
 OWNER_FIELDS = ("user", "uid", "runtime", "container", "pod", "namespace", "job", "slurm_step", "run_id",
@@ -39,7 +42,11 @@ def take_snapshot(pid: int | None, wait_s: float):
     from traintop.live import LiveSampler
 
     proc = ProcessCollector(pid) if pid is not None else None
-    gpu = NvmlCollector(window_s=max(0.2, wait_s))
+    try:
+        gpu = NvmlCollector(window_s=max(0.2, wait_s))
+    except NoGpuError as e:  # the host (and the job) still have a sample, as `record --jsonl` streams
+        gpu = None
+        no_gpu = str(e)
     probes = None
     if proc is not None:
         from traintop.collectors.probe_client import ProbeClient
@@ -48,13 +55,19 @@ def take_snapshot(pid: int | None, wait_s: float):
     sampler = LiveSampler(gpu=gpu, host=HostCollector(), process=proc, probes=probes, gpu_timeout=max(1.0, wait_s))
     try:
         sampler.next_frame()  # the first reading of each rate only sets its start
-        gpu.poll_util_window(every_gpu=True)  # ... and of each window (per-process shares, GPM)
-        gpu.poll_gpm()
+        if gpu is not None:
+            gpu.poll_util_window(every_gpu=True)  # ... and of each window (per-process shares, GPM)
+            gpu.poll_gpm()
         time.sleep(wait_s)
-        gpu.poll_util_window(every_gpu=True)
-        gpu.poll_gpm()
-        gpu.poll_slow()
+        if gpu is not None:
+            gpu.poll_util_window(every_gpu=True)
+            gpu.poll_gpm()
+            gpu.poll_slow()
         frame = sampler.next_frame()
+        if gpu is None:
+            info = SessionInfo(kind=SessionKind.LIVE, hostname=socket.gethostname(), interval=wait_s,
+                               label="no GPU", extra={"no_gpu": no_gpu})
+            return info, frame
         return gpu.session_info(wait_s), frame
     finally:
         sampler.close()
@@ -64,6 +77,9 @@ def cmd_snapshot(args) -> int:
     if not 0.05 <= args.wait <= 10:
         raise TraintopError("--wait must be between 0.05 and 10 seconds")
     info, frame = take_snapshot(args.pid, args.wait)
+    if not info.gpus and "no_gpu" in info.extra:  # as `record --jsonl` says it: the sample goes on
+        job = f" and PID {args.pid}" if args.pid is not None else ""
+        print(f"traintop: no GPU ({one_line(info.extra['no_gpu'], 300)}): the host{job} only", file=sys.stderr)
     if args.csv:
         sys.stdout.write(export.csv_header() + export.csv_rows(frame, info))
     else:
@@ -78,7 +94,10 @@ def cmd_export(args) -> int:
 
     source = sessions.open_source(args.file)
     info = source.info
-    out = open(args.output, "w", encoding="utf-8") if args.output not in (None, "-") else sys.stdout
+    from traintop.files import create_new
+
+    # A new file, as `record` and `record --jsonl` write: a sample file is never written over.
+    out = create_new(args.output, "export -o") if args.output not in (None, "-") else sys.stdout
     written = 0
     try:
         if args.csv:

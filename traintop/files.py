@@ -61,3 +61,19 @@ def open_regular(path: str, what: str = "file", error=TraintopError):
     except BaseException:
         os.close(fd)
         raise
+
+
+def create_new(path: str, what: str, error=TraintopError):
+    """``path`` created for writing text, never over an existing file (one line when it cannot be).
+
+    ``what`` names the option, for the refusal: ``f"{what} writes a new file, never over one"``.
+    """
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    except FileExistsError:
+        if os.path.isdir(path):
+            raise error(f"cannot create {path}: Is a directory") from None
+        raise error(f"{path} exists: {what} writes a new file, never over one") from None
+    except OSError as e:
+        raise error(f"cannot create {path}: {e.strerror or e}") from None
+    return os.fdopen(fd, "w", encoding="utf-8")

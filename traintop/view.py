@@ -83,6 +83,7 @@ class RankView:
     step_time: list
     input_wait_10s: float | None = None  # mean over the last 10 s (one sample is noisy)
     ledger: dict = field(default_factory=dict)  # bucket -> share of wall time over the last LEDGER_WINDOW_S
+    ledger_s: float | None = None  # the time the ledger covers: LEDGER_WINDOW_S, or less where the data is younger
     mfu: float | None = None  # model FLOPs utilization (traintop.mfu), where the GPU and precision are known
 
 
@@ -151,6 +152,19 @@ def ledger_shares(store, subject: str, span: float) -> dict[str, float]:
             sums[b] = sum(vals)
     total = sum(sums.values())
     return {b: v / total for b, v in sums.items()} if total > 0 else {}
+
+
+def ledger_covers(store, subject: str, span: float, interval: float | None) -> float | None:
+    """The seconds the ledger over the last ``span`` seconds covers: ``span`` at most, less where
+    its first sample is younger (each sample accounts for the ``interval`` before it)."""
+    first = None
+    for b in LEDGER_BUCKETS:
+        pairs = store.window_pairs(rank_key(subject, "time_" + b), span)
+        if pairs and (first is None or pairs[0][0] < first):
+            first = pairs[0][0]
+    if first is None or store.t_last is None:
+        return None
+    return min(span, store.t_last - first + (interval or 0.0))
 
 
 def _distinct_owners(owners: dict[Owner, None]) -> tuple[Owner, ...]:
@@ -227,6 +241,7 @@ def build_view(monitor: Monitor, points: int = SERIES_POINTS) -> View:
                                   store.last(rank_key(subject, "step_time"), points),
                                   sum(waits) / len(waits) if waits else None,
                                   ledger=ledger_shares(store, subject, LEDGER_WINDOW_S),
+                                  ledger_s=ledger_covers(store, subject, LEDGER_WINDOW_S, info.interval),
                                   mfu=mfu(r.step_flops, period, gpu_name, r.matmul_mode)))
         config = monitor.engine.config
         pview = ProcessView(proc, store.last(proc_key("cpu_percent"), points), monitor.ended_at, gpu_mem, ranks,

@@ -106,8 +106,10 @@ def ledger_line(rv: RankView, width: int) -> Line | None:
     rest = sorted(((v, b) for b, v in shares.items() if b != "train" and v >= 0.005), reverse=True)
     for v, b in rest:
         out.append(f" · {LEDGER_STYLE[b][0]}\u00a0{v * 100:.0f}\u00a0%", LEDGER_STYLE[b][1])
-    return out.append(f"  ({one_line(rv.sample.label, 20).replace(' ', NBSP)},{NBSP}{LEDGER_WINDOW_S / 60:.0f}{NBSP}min)",
-                      "dim")
+    # the time it covers: its window, or less for a job younger than that
+    covers = f"{LEDGER_WINDOW_S / 60:.0f} min" if rv.ledger_s is None or rv.ledger_s >= LEDGER_WINDOW_S - 0.5 \
+        else fmt_duration(rv.ledger_s).removesuffix(" 00 s")  # "2 min", "4 min 13 s", "30 s"
+    return out.append("  (" + f"{one_line(rv.sample.label, 20)}, {covers})".replace(" ", NBSP), "dim")
 
 
 LEDGER_RANKS_SHOWN = 4  # a ledger line per rank up to this many ranks; beyond, the lowest goodput's

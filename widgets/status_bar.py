@@ -12,6 +12,7 @@ MODE_STYLE = {"live": "bold black on green", "demo": "bold black on magenta", "r
               "simulated": "bold black on yellow"}
 
 
+CLOCK = "%H:%M:%S"  # 8 characters, as wide as what it prints: "15:10:31"
 NOTICE_STYLE = {"information": "bold cyan", "warning": "bold yellow", "error": "bold red"}
 
 
@@ -43,7 +44,7 @@ class StatusBar(TextLines):
         """What comes before a notice: mode, clock, replay state, pause, a problem."""
         out = Line(f" {self.mode.upper()} ", MODE_STYLE.get(self.mode, "reverse"))
         if self.t is not None:
-            out.append(" " + time.strftime("%H:%M:%S", time.localtime(self.t)), "bold")
+            out.append(" " + time.strftime(CLOCK, time.localtime(self.t)), "bold")
         if self.replay:
             out.append("  " + self.replay, "bold cyan")
         if self.paused:
@@ -53,8 +54,10 @@ class StatusBar(TextLines):
         return out
 
     def notice_room(self, width: int) -> int:
-        """Cells a notice has on a top line ``width`` wide before it is cut."""
-        return width - self._head().cell_len - 2
+        """Cells a notice has on a top line ``width`` wide before it is cut; the clock counted
+        before its first sample too (a banner said at start is cut in parts that still fit once
+        the clock shows)."""
+        return width - self._head().cell_len - 2 - (1 + len(CLOCK) if self.t is None else 0)
 
     def text_lines(self, width: int) -> list[Line]:
         # Most important first: a narrow pane truncates from the right.

@@ -310,6 +310,11 @@ def serve(hosts: list[HostAgent], listen: str | None, say=print) -> list:
 
 
 def run_agent(args) -> int:
+    if args.listen is not None:  # a bad option is its one line, before NVML or a session starts and says anything
+        _, port = parse_listen(args.listen)
+        if port and port + args.hosts - 1 > 65535:
+            raise TraintopError(f"--listen: ports {port} to {port + args.hosts - 1} (--hosts {args.hosts}) "
+                                "go past 65535")
     hosts = build_hosts(args)
     say = (lambda *a: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
     servers = []

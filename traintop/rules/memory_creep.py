@@ -49,9 +49,21 @@ class MemoryCreep(HostRule):
         if peak - now >= max(512 * MiB, 0.2 * peak):
             return Verdict(gpu_subject(i), f"GPU {i} {what} fell from {fmt_bytes(peak, 'GiB')} to "
                                            f"{fmt_bytes(now, 'GiB')}: the memory was freed", state=REVERSED)
+        if not ctx.pairs(key, self._windows(ctx)[0], min_n=10, min_span=0.8):
+            # Too little history to measure a rate (a replay of a recording begun mid-creep, a
+            # seek): not a sign it stopped; the last measured rate stands until one can be measured.
+            return None
         span = pairs[-1][0] - pairs[0][0]
-        return Verdict(gpu_subject(i), f"GPU {i} {what} no longer rising: {fmt_bytes(now, 'GiB')} now, "
+        # still at its highest: it may rise, only no longer steadily enough to be a creep
+        how = "no longer rising steadily" if now >= peak and now > pairs[0][1] else "no longer rising"
+        return Verdict(gpu_subject(i), f"GPU {i} {what} {how}: {fmt_bytes(now, 'GiB')} now, "
                                        f"peak {fmt_bytes(peak, 'GiB')} over the last {span:.0f} s", state=LAPSED)
+
+    @staticmethod
+    def _windows(ctx: RuleContext) -> list[float]:
+        """The fit's windows, shortest first: 30 s, half the window, the window."""
+        w = ctx.config.creep_window_s
+        return sorted({min(30.0, w), w / 2, w})
 
     @staticmethod
     def _series(ctx: RuleContext, g) -> tuple[str, str]:
@@ -70,7 +82,7 @@ class MemoryCreep(HostRule):
         key, what = self._series(ctx, g)
         total = g.mem_total or 0
         min_rise = max(512 * MiB, c.creep_min_rise_frac * total)
-        windows = sorted({min(30.0, c.creep_window_s), c.creep_window_s / 2, c.creep_window_s})
+        windows = self._windows(ctx)
         # The windows all end now, so none rises more than the longest: where that one holds
         # enough history and rises too little (most of the time), no shorter one need be read
         widest = ctx.pairs(key, windows[-1], min_n=10, min_span=0.8)
