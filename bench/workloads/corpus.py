@@ -383,6 +383,13 @@ def eval_phases(L, a):
     train_for(a.scale * 10, model, opt, x)
 
 
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
 def checkpoints(L, a, path=None):
     """Training with a full, fsynced checkpoint every 10 s: the GPU waits while it is written."""
     w = size(8192, 64)
@@ -404,10 +411,7 @@ def checkpoints(L, a, path=None):
                 f.flush()
                 os.fsync(f.fileno())
     finally:
-        try:
-            os.unlink(target)
-        except OSError:
-            pass
+        _unlink_quietly(target)
 
 
 def loader_hang(L, a):
@@ -577,10 +581,7 @@ def gloo_rank0_saves(L, a):
                 L("barrier_wait")
             dist.barrier()
     finally:
-        try:
-            os.unlink(target)
-        except OSError:
-            pass
+        _unlink_quietly(target)
     dist.destroy_process_group()
 
 
@@ -621,10 +622,7 @@ def gloo_long_save(L, a):
         L("train_gloo")
         _ddp_loop(dist, a.scale * 12, model, opt, x)
     finally:
-        try:
-            os.unlink(target)
-        except OSError:
-            pass
+        _unlink_quietly(target)
     dist.destroy_process_group()
 
 
