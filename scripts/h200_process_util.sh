@@ -23,8 +23,9 @@ while time.time() < end:
         time.sleep(pause)
 EOF
 }
-job 8192 0 ; BUSY=$!
-job 2048 0.05 ; LIGHT=$!
+# sizes and pauses of the two jobs (a job that never pauses can leave the other no sample)
+job "${BUSY_N:-8192}" "${BUSY_PAUSE:-0}" ; BUSY=$!
+job "${LIGHT_N:-2048}" "${LIGHT_PAUSE:-0.05}" ; LIGHT=$!
 trap 'kill $BUSY $LIGHT 2>/dev/null' EXIT
 sleep 8  # both jobs up and stepping
 echo "busy job PID $BUSY, light job PID $LIGHT" > "$OUT/jobs.txt"
