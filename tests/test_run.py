@@ -595,6 +595,32 @@ def test_a_cut_keeps_the_head_the_line_and_the_last_whole_lines(tmp_path, monkey
     assert path.read_text().endswith("END of the job\nafter\n")
 
 
+def test_a_job_that_never_stops_writing_cannot_hold_a_cut_forever(tmp_path, monkeypatch):
+    """Each round of the cut's catch-up finds more output (a job writing as fast as it is copied):
+    it follows a bounded number of rounds of bounded size, then cuts."""
+    monkeypatch.setattr(launch, "LOG_MAX_BYTES", 2000)
+    monkeypatch.setattr(launch, "LOG_HEAD_BYTES", 100)
+    monkeypatch.setattr(launch, "LOG_MARK_ROOM", 100)
+    path = tmp_path / "log"
+    path.write_text("x" * 39 + "\n" * 1 + ("y" * 39 + "\n") * 59)
+    log = os.open(path, os.O_WRONLY | os.O_APPEND)
+    edit = launch._editor(log, str(path))
+    real, writes = os.pwrite, []
+
+    def pwrite(fd, data, offset):
+        writes.append(len(data))
+        os.write(log, b"z" * 5000)  # the job: 5000 more bytes for every piece moved
+        return real(fd, data, offset)
+    monkeypatch.setattr(launch.os, "pwrite", pwrite)
+    try:
+        launch._cut_log(log, edit, os.fstat(log).st_size)
+    finally:
+        os.close(log)
+        os.close(edit)
+    assert len(writes) <= 2 + launch.LOG_CATCH_UP_ROUNDS and max(writes) <= 850
+    assert os.path.getsize(path) <= 100 + 100 + 850 * (1 + launch.LOG_CATCH_UP_ROUNDS)
+
+
 def test_a_log_that_is_not_a_regular_readable_file_is_never_opened_to_read(tmp_path):
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)

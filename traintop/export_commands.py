@@ -5,13 +5,11 @@ traintop/export.py."""
 from __future__ import annotations
 
 import json
-import socket
 import sys
 import time
 
 from traintop import export
 from traintop.errors import NoGpuError, TraintopError
-from traintop.samples import SessionInfo, SessionKind
 from traintop.text import one_line
 from traintop.options import SUMMARIES, positive_int, seconds
 
@@ -40,13 +38,13 @@ def take_snapshot(pid: int | None, wait_s: float):
     from traintop.collectors.nvml import NvmlCollector
     from traintop.collectors.process import ProcessCollector
     from traintop.live import LiveSampler
+    from traintop.sessions import no_gpu_info
 
     proc = ProcessCollector(pid) if pid is not None else None
     try:
         gpu = NvmlCollector(window_s=max(0.2, wait_s))
     except NoGpuError as e:  # the host (and the job) still have a sample, as `record --jsonl` streams
-        gpu = None
-        no_gpu = str(e)
+        gpu, info = None, no_gpu_info(wait_s, str(e))
     probes = None
     if proc is not None:
         from traintop.collectors.probe_client import ProbeClient
@@ -64,11 +62,7 @@ def take_snapshot(pid: int | None, wait_s: float):
             gpu.poll_gpm()
             gpu.poll_slow()
         frame = sampler.next_frame()
-        if gpu is None:
-            info = SessionInfo(kind=SessionKind.LIVE, hostname=socket.gethostname(), interval=wait_s,
-                               label="no GPU", extra={"no_gpu": no_gpu})
-            return info, frame
-        return gpu.session_info(wait_s), frame
+        return (info if gpu is None else gpu.session_info(wait_s)), frame
     finally:
         sampler.close()
 

@@ -120,6 +120,7 @@ LOG_MAX_BYTES = 64 << 20  # the job's log, while traintop watches the job
 LOG_HEAD_BYTES = 4 << 20  # its start, kept when the middle is cut
 LOG_TAIL_BYTES = 4 << 20  # its newest output, kept too (at most half of what the head leaves)
 LOG_MARK_ROOM = 256  # the line that says what was cut
+LOG_CATCH_UP_ROUNDS = 8
 
 
 def _cut_log(log: int, edit: int | None, size: int) -> None:
@@ -143,11 +144,15 @@ def _cut_log(log: int, edit: int | None, size: int) -> None:
         os.pwrite(edit, piece, at)
         at += len(piece)
     end = size
-    while True:  # the job's appends since, after the tail (bounded: each round reads what came)
+    # the job's appends since go after the tail; a job that never stops writing is followed a few
+    # rounds of at most tail_len bytes (memory and time bounded), then what it writes is cut
+    for _ in range(LOG_CATCH_UP_ROUNDS):
         now = os.fstat(edit).st_size
         if now <= end:
             break
-        more = os.pread(edit, now - end, end)
+        more = os.pread(edit, min(now - end, tail_len), end)
+        if not more:
+            break
         os.pwrite(edit, more, at)
         at, end = at + len(more), end + len(more)
     os.ftruncate(edit, at)

@@ -16,7 +16,7 @@ from functools import lru_cache
 from operator import attrgetter
 from typing import Callable, Iterator
 
-from traintop.samples import Frame, GpuSample, HostSample, ProcessSample, RankSample
+from traintop.samples import LEDGER_BUCKETS, Frame, GpuSample, HostSample, ProcessSample, RankSample
 
 # What names a sample rather than measuring it: never a series.
 IDENTITY = frozenset({"index", "parent", "pid", "rank", "local_rank", "world_size", "device", "alive", "cuda"})
@@ -156,3 +156,14 @@ def frame_metrics(frame: Frame) -> Iterator[tuple[str, float | None]]:
         yield from _group("proc.", frame.process, FIELDS["proc"], DERIVED["proc"])
     for k, r in enumerate(frame.ranks):
         yield from _group(rank_id(r, k) + ".", r, FIELDS["rank"], DERIVED["rank"])
+
+
+def ledger_shares(store, subject: str, span: float) -> dict[str, float]:
+    """Each ledger bucket's share of the wall time over the last ``span`` seconds (empty: no ledger)."""
+    sums: dict[str, float] = {}
+    for b in LEDGER_BUCKETS:
+        vals = store.present(rank_key(subject, "time_" + b), span)
+        if vals:
+            sums[b] = sum(vals)
+    total = sum(sums.values())
+    return {b: v / total for b, v in sums.items()} if total > 0 else {}

@@ -46,6 +46,14 @@ def _session(monitor: Monitor, feed, record: str | None) -> Session:
     return session
 
 
+def no_gpu_info(interval: float, why: str) -> SessionInfo:
+    """A live session's info where NVML sees no GPU: the host (and the job) only, and why."""
+    import socket
+
+    return SessionInfo(kind=SessionKind.LIVE, hostname=socket.gethostname(), interval=interval,
+                       label="no GPU", extra={"no_gpu": why})
+
+
 def _open_gpus(interval: float, only: frozenset[int] | None, require_gpu: bool):
     """NVML's collector and the session's info; without a GPU (and not ``require_gpu``) no
     collector, and the info says why."""
@@ -57,10 +65,7 @@ def _open_gpus(interval: float, only: frozenset[int] | None, require_gpu: bool):
     except NoGpuError as e:
         if require_gpu:
             raise
-        import socket
-
-        return None, SessionInfo(kind=SessionKind.LIVE, hostname=socket.gethostname(), interval=interval,
-                                 label="no GPU", extra={"no_gpu": str(e)})
+        return None, no_gpu_info(interval, str(e))
     info = gpu.session_info(interval)
     gpu.start_slow()
     return gpu, info

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from traintop.attribution import WorkerLoad
-from traintop.metrics import gpu_key, host_key, proc_key, rank_id, rank_key
+from traintop.metrics import gpu_key, host_key, ledger_shares, proc_key, rank_id, rank_key
 from traintop.mfu import mfu
 from traintop.monitor import Monitor
 from traintop.rules.config import DEFAULT, Thresholds
@@ -141,17 +141,6 @@ def badges_for(sample: GpuSample) -> tuple[str, ...]:
     if r & REASON_SW_POWER_CAP:
         out.append("PWR CAP")
     return tuple(out)
-
-
-def ledger_shares(store, subject: str, span: float) -> dict[str, float]:
-    """Each ledger bucket's share of the wall time over the last ``span`` seconds (empty: no ledger)."""
-    sums: dict[str, float] = {}
-    for b in LEDGER_BUCKETS:
-        vals = store.present(rank_key(subject, "time_" + b), span)
-        if vals:
-            sums[b] = sum(vals)
-    total = sum(sums.values())
-    return {b: v / total for b, v in sums.items()} if total > 0 else {}
 
 
 def ledger_covers(store, subject: str, span: float, interval: float | None) -> float | None:

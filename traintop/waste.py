@@ -100,19 +100,10 @@ def sample_cost(rule: str, subject: str, explained_by: str | None, gpus: dict) -
     share = costs(rule, explained_by)
     if share is None:
         return 0.0
-    waiting = others(share, gpus, indices, lambda s: s.util is None or s.util > 0)
-    return sum(x for x in (unused_at(share, gpus[i]) for i in indices) if x == x) * waiting
-
-
-def others(share: str, gpus: dict, mine: Iterable[int], in_use) -> int:
-    """How many GPUs a finding's unused share stands for: for OTHERS, the other GPUs that are in use
-    (``in_use(gpu)``; one that reads idle waits for nobody: on a shared node it may be another job's,
-    or no job's), else 1. A busy GPU of another job on the same node still counts: a node's GPUs are
-    not told apart by job here."""
-    if share != OTHERS:
-        return 1
-    mine = set(mine)
-    return sum(1 for i, g in gpus.items() if i not in mine and in_use(g))
+    unused = sum(x for x in (unused_at(share, gpus[i]) for i in indices) if x == x)
+    if share == OTHERS:  # times the other GPUs in use (others_waiting_hours says which)
+        unused *= sum(1 for i, g in gpus.items() if i not in indices and (g.util is None or g.util > 0))
+    return unused
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,8 +264,10 @@ class GpuSeries:
 
 def others_waiting_hours(g: "GpuSeries", waiting: list["GpuSeries"], start: float, end: float) -> float:
     """GPU-hours the GPUs in ``waiting`` lose to ``g``'s idle share over [start, end]: at each of
-    ``g``'s samples, its idle share times how many of them are in use then (not reading idle; an
-    unknown reading counts as in use, as ``sample_cost`` counts it)."""
+    ``g``'s samples, its idle share times how many of them are in use then. One that reads idle
+    waits for nobody (on a shared node it may be another job's, or no job's); an unknown reading
+    counts as in use; a busy GPU of another job on the node counts too (GPUs are not told apart
+    by job here)."""
     def in_use(t: float) -> int:
         n = 0
         for o in waiting:

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from traintop.metrics import gpu_subject
+from traintop.metrics import gpu_subject, ledger_shares
 from traintop.rules.declaration import HostRule
 from traintop.rules.engine import Verdict, RuleContext, Severity
-from traintop.samples import LEDGER_BUCKETS
 from traintop.units import MiB, fmt_bytes
 
 LEDGER_WORDS = {"checkpoint": "in checkpoints", "collective": "waiting for other ranks in collectives",
@@ -70,11 +69,7 @@ class IdleWhileAlive(HostRule):
         for subject, r in ctx.ranks():
             if r.pid not in pids:
                 continue
-            shares = {}
-            for b in LEDGER_BUCKETS:
-                v = ctx.rank_window(subject, "time_" + b, ctx.config.idle_window_s)
-                if v:
-                    shares[b] = sum(v) / len(v)
+            shares = ledger_shares(ctx.store, subject, ctx.config.idle_window_s)
             top = max(shares, key=lambda b: shares[b], default=None)
             if top is not None and top != "train" and shares[top] >= 0.5:
                 out.append(f"{r.label}: {LEDGER_WORDS.get(top, top)} {shares[top] * 100:.0f} % of the time")
