@@ -468,6 +468,14 @@ def test_a_wait_in_another_jobs_collective_or_a_save_that_never_ends_is_a_stall(
     for f in _long_save_frames("collective", n=88, job1="8"):
         other_job.ingest(f)
     assert "stall" in {a.rule for a in other_job.engine.alerts}
+    # another user's job that names itself job 7 (its own word) is another job too
+    import dataclasses
+
+    forged = Monitor(SessionInfo(kind="live", interval=1.0))
+    for f in _long_save_frames("collective", n=88):
+        forged.ingest(dataclasses.replace(f, ranks=(dataclasses.replace(f.ranks[0], uid=1001),
+                                                    dataclasses.replace(f.ranks[1], uid=1002))))
+    assert "stall" in {a.rule for a in forged.engine.alerts}
     endless = Monitor(SessionInfo(kind="live", interval=2.0))
     frames = _long_save_frames("collective", n=520, dt=2.0)
     for f in frames[:430]:  # 800 s into the save: still a save

@@ -109,8 +109,9 @@ class Pause(HostRule):
                 text += f"; GPU {gpu} averaged {idle:.0f} % utilization in them"
             # on its GPU where known: the GPU's idle time is what the pauses cost (GPU-hours)
             kinds = tuple(b for b, v in total.items() if v >= 0.005)
+            job = (r.job, r.uid) if r.job is not None else None  # its owner too: a job id is the job's own word
             found.append((gpu_subject(gpu) if gpu is not None else subject, r.label, main, total[main], text, kinds,
-                          r.job))
+                          job))
         yield from self._verdicts_of(found)
 
     @staticmethod

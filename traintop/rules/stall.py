@@ -87,7 +87,9 @@ class Stall(HostRule):
             steps = ctx.rank_pairs(s, "steps", BUSY_MAX_S)
             if steps and last_change(steps) is None and ctx.now - steps[0][0] >= 0.95 * BUSY_MAX_S:
                 return False
-            jobs.setdefault(r.job, []).append(s)
+            # a job is its id and its owner (the probe socket's peer, which a job cannot forge): another
+            # user's job naming itself alike cannot make this one's hang look like a wait for its save
+            jobs.setdefault((r.job, r.uid), []).append(s)
         for subjects in jobs.values():
             working = {s for s in subjects if self._spent(ctx, s, ("checkpoint", "eval", "compile"))}
             if not working or not all(s in working or self._spent(ctx, s, ("collective",)) for s in subjects):
