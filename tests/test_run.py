@@ -551,9 +551,9 @@ def test_a_chatty_jobs_log_stays_under_its_cap_and_keeps_its_start_and_its_end(t
         job.signal_group(signal.SIGKILL)
 
 
-def _cut(path, monkeypatch, during=None):
-    """One cut of the log at ``path`` as traintop run does it; ``during(log_fd)`` runs as the job would
-    write, after the cut's first write."""
+def _cut(path, monkeypatch, during=None, every=False):
+    """One cut of the log at ``path`` as traintop run does it; ``during(log_fd, bytes moved)`` runs as
+    the job would write, after the cut's first write (``every``: after each)."""
     log = os.open(path, os.O_WRONLY | os.O_APPEND)
     edit = launch._editor(log, str(path))
     assert edit is not None
@@ -562,8 +562,8 @@ def _cut(path, monkeypatch, during=None):
 
         def pwrite(fd, data, offset):
             n = real(fd, data, offset)
-            if not done:
-                done.append(during(log))
+            if every or not done:
+                done.append(during(log, len(data)))
             return n
         monkeypatch.setattr(launch.os, "pwrite", pwrite)
     try:
@@ -580,7 +580,7 @@ def test_a_cut_keeps_the_head_the_line_and_the_last_whole_lines(tmp_path, monkey
     path = tmp_path / "log"
     lines = [f"line {i:04d} ".ljust(39, ".") + "\n" for i in range(60)]  # 40 bytes each, 2400 in all
     path.write_text("".join(lines))
-    _cut(path, monkeypatch, during=lambda fd: os.write(fd, b"END of the job\n"))
+    _cut(path, monkeypatch, during=lambda fd, n: os.write(fd, b"END of the job\n"))
     text = path.read_text()
     head, rest = text[:100], text[100:]
     assert head == "".join(lines)[:100]
@@ -603,20 +603,12 @@ def test_a_job_that_never_stops_writing_cannot_hold_a_cut_forever(tmp_path, monk
     monkeypatch.setattr(launch, "LOG_MARK_ROOM", 100)
     path = tmp_path / "log"
     path.write_text("x" * 39 + "\n" * 1 + ("y" * 39 + "\n") * 59)
-    log = os.open(path, os.O_WRONLY | os.O_APPEND)
-    edit = launch._editor(log, str(path))
-    real, writes = os.pwrite, []
+    writes = []
 
-    def pwrite(fd, data, offset):
-        writes.append(len(data))
-        os.write(log, b"z" * 5000)  # the job: 5000 more bytes for every piece moved
-        return real(fd, data, offset)
-    monkeypatch.setattr(launch.os, "pwrite", pwrite)
-    try:
-        launch._cut_log(log, edit, os.fstat(log).st_size)
-    finally:
-        os.close(log)
-        os.close(edit)
+    def job(fd, moved):
+        writes.append(moved)
+        os.write(fd, b"z" * 5000)  # the job: 5000 more bytes for every piece moved
+    _cut(path, monkeypatch, during=job, every=True)
     assert len(writes) <= 2 + launch.LOG_CATCH_UP_ROUNDS and max(writes) <= 850
     assert os.path.getsize(path) <= 100 + 100 + 850 * (1 + launch.LOG_CATCH_UP_ROUNDS)
 
