@@ -60,7 +60,8 @@ def parse_message(line: bytes) -> dict | None:
         return None
     if not isinstance(msg, dict) or msg.get("v") != 1 or type(msg.get("v")) is not int:
         return None
-    ok = (_count(msg.get("pid"), plausible.PID) and _count(msg.get("rank"), _RANK["rank"])
+    ok = (_count(msg.get("pid"), plausible.PID) and _count(msg.get("ppid"), (0, plausible.PID[1]))
+          and _count(msg.get("rank"), _RANK["rank"])
           and _count(msg.get("local_rank"), _RANK["rank"]) and _count(msg.get("world_size"), _RANK["world_size"])
           and msg.get("cuda") in (None, True, False) and msg.get("hooks") in (None, True, False)
           and msg.get("torch") in (None, True, False) and msg.get("loader") in (None, True, False)
@@ -308,7 +309,7 @@ class ProbeClient:
                 c.sock.close()
                 del self._conns[pid]
                 continue
-            if c.last is None:
+            if c.last is None or self._helper(c):
                 continue
             if c.fresh or c.prev is None:
                 try:
@@ -326,6 +327,15 @@ class ProbeClient:
             else:  # the probe publishes less often than we sample: its last rates still hold
                 out.append(dataclasses.replace(c.prev, age=now - c.last_seen))
         return tuple(sorted(out, key=lambda r: (r.rank if r.rank is not None else 1 << 30, r.pid)))
+
+    def _helper(self, c: _Conn) -> bool:
+        """A process another probed process started that has stepped no optimizer and holds no GPU
+        memory: a compile worker, a loader worker started by spawn, an evaluation subprocess. It is no
+        rank (mp.spawn's ranks become ones at their first step, or once they hold GPU memory)."""
+        m = c.last
+        if m.get("ppid") not in self._conns or m.get("steps"):
+            return False
+        return not any(isinstance(d, dict) and d.get("reserved") for d in m.get("memory") or ())
 
     @staticmethod
     def _int(v):
@@ -373,10 +383,12 @@ class ProbeClient:
 
     @staticmethod
     def _shares(c: _Conn, m: dict) -> dict:
-        """The ledger's buckets as shares of the window (a probe without a ledger: none known)."""
+        """The ledger's buckets as shares of the window (a probe without a ledger: none known). They add
+        up to less than 1 while a pause is held back (no step yet, not overdue), and to more when a
+        later message settles it: never cut, or that time would be lost from the rank's ledger."""
         if m.get("ledger") is None or c.window <= 0:
             return {}
-        return {"time_" + b: min(1.0, c.ledger[b] / c.window) for b in LEDGER_BUCKETS}
+        return {"time_" + b: min(plausible.LEDGER_SETTLE_MAX, c.ledger[b] / c.window) for b in LEDGER_BUCKETS}
 
     def close(self) -> None:
         for c in self._conns.values():

@@ -49,12 +49,15 @@ CORE = _PCT
 PROCESS = {"cpu_percent": (0.0, 1e6), "rss": _BYTES, "threads": (0, 10_000_000),
            "read_rate": _RATE, "write_rate": _RATE}
 MEMBER = {"cpu_percent": (0.0, 1e6), "rss": _BYTES, "threads": (0, 10_000_000)}
+LEDGER_SETTLE_MAX = 10_000.0
 RANK = {
     "pid": (1, 2 ** 31 - 1), "rank": (0, 10_000_000), "world_size": (1, 10_000_000), "device": (0, MAX_GPUS - 1),
     "allocated": _BYTES, "reserved": _BYTES, "peak": _BYTES, "active": _BYTES, "inactive_split": _BYTES,
     "alloc_retries": (0, MAX_COUNT), "ooms": (0, MAX_COUNT), "steps": (0, MAX_COUNT),
     "step_time": (0.0, 1e6), "steps_per_s": (0.0, 1e6), "input_wait": (0.0, 1.0), "age": (0.0, 1e9),
-    **{"time_" + b: (0.0, 1.0) for b in LEDGER_BUCKETS},
+    # seconds per second of the sample's interval: above 1 where a pause held back in earlier samples
+    # (no step yet, not overdue) is settled, so that a run's buckets add up to its wall time
+    **{"time_" + b: (0.0, LEDGER_SETTLE_MAX) for b in LEDGER_BUCKETS},
     "matmul": (0, 3), "step_flops": (0.0, 1e21), "backend": (0, 5),
 }
 PID = (1, 2 ** 31 - 1)

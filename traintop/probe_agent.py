@@ -231,7 +231,7 @@ class Probe:
                         del self._recent_steps[:32]
                 self._last_step = now
                 self._steps += 1
-            self.goodput.on_step(self._steps)
+            self.goodput.on_step(self._steps, args[0] if args else None)
             capture = self.capture
             if capture is not None:
                 capture.on_step()
@@ -259,8 +259,10 @@ class Probe:
                 return original(it)
             finally:
                 # Only the part of this wait inside the current window: message() has already
-                # counted what fell in earlier windows (a 1.5 s wait spans several).
-                probe._input_wait += time.perf_counter() - max(t, probe._window_start)
+                # counted what fell in earlier windows (a 1.5 s wait spans several). An evaluation's
+                # input wait is the evaluation's.
+                if not probe.goodput.in_eval():
+                    probe._input_wait += time.perf_counter() - max(t, probe._window_start)
                 probe._waiting_since = None
 
         __next__.__traintop_probe__ = True  # type: ignore[attr-defined]  # a mark a second install sees
@@ -316,7 +318,7 @@ class Probe:
             last_step = self._last_step
         wait, self._input_wait = self._input_wait, 0.0
         since = self._waiting_since
-        if since is not None:  # a wait in progress counts up to now
+        if since is not None and not self.goodput.in_eval():  # a wait in progress counts up to now
             wait += now - max(since, self._window_start)
         window = now - self._window_start
         self._window_start = now
@@ -327,7 +329,7 @@ class Probe:
         torch = sys.modules.get("torch")
         cuda = getattr(torch, "cuda", None) if torch else None
         msg = {
-            "v": PROTOCOL, "pid": self.pid, "t": time.time(), "window": window,
+            "v": PROTOCOL, "pid": self.pid, "ppid": os.getppid(), "t": time.time(), "window": window,
             "rank": _env_int("RANK"), "local_rank": _env_int("LOCAL_RANK"), "world_size": _env_int("WORLD_SIZE"),
             "job": _job_id(), "backend": _dist_backend(),
             "cuda": bool(cuda is not None and cuda.is_initialized()),
@@ -494,6 +496,37 @@ _probe: Probe | None = None
 
 _LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch")
 _LAUNCHER_SCRIPTS = ("torchrun",)
+# Python processes a job starts that train nothing: torch.compile's compile workers (inductor starts
+# them as `python .../torch/_inductor/compile_worker/__main__.py`)
+_HELPER_MODULES = ("torch._inductor.compile_worker",)
+_HELPER_SCRIPTS = ("/torch/_inductor/compile_worker/__main__.py",)
+
+
+def is_helper(argv: list[str] | None = None) -> bool:
+    """Whether this process is one the job starts to help it, never a rank (no probe there)."""
+    argv = list(getattr(sys, "orig_argv", None) or sys.argv) if argv is None else argv
+    script = _script(argv)
+    return script is not None and (script in _HELPER_MODULES or script.replace(os.sep, "/").endswith(_HELPER_SCRIPTS))
+
+
+def _script(argv: list[str]) -> str | None:
+    """The module (``-m NAME``) or script path a Python command line runs; None for ``-c`` or stdin."""
+    i = 1
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "-m":
+            return argv[i + 1] if i + 1 < len(argv) else None
+        if arg.startswith("-m"):
+            return arg[2:]
+        if arg.startswith("-c") or arg == "-":
+            return None
+        if arg in ("-W", "-X"):  # options that take the next word as their value
+            i += 2
+            continue
+        if not arg.startswith("-"):
+            return arg
+        i += 1
+    return None
 
 
 def is_launcher(argv: list[str] | None = None) -> bool:
@@ -503,28 +536,14 @@ def is_launcher(argv: list[str] | None = None) -> bool:
     rank it reads as one that never steps (a false stall). ``sys.orig_argv`` is read because
     ``sys.argv[0]`` is still ``-m`` while ``python -m`` locates the module."""
     argv = list(getattr(sys, "orig_argv", None) or sys.argv) if argv is None else argv
-    i = 1
-    while i < len(argv):
-        arg = argv[i]
-        if arg == "-m":
-            return i + 1 < len(argv) and argv[i + 1] in _LAUNCHER_MODULES
-        if arg.startswith("-m"):
-            return arg[2:] in _LAUNCHER_MODULES
-        if arg.startswith("-c") or arg == "-":
-            return False
-        if arg in ("-W", "-X"):  # options that take the next word as their value
-            i += 2
-            continue
-        if not arg.startswith("-"):
-            return os.path.basename(arg) in _LAUNCHER_SCRIPTS
-        i += 1
-    return False
+    script = _script(argv)
+    return script is not None and (script in _LAUNCHER_MODULES or os.path.basename(script) in _LAUNCHER_SCRIPTS)
 
 
 def start(interval: float | None = None) -> Probe | None:
     """Start the probe once per process; returns it (None if it could not start, or in torchrun's launcher)."""
     global _probe
-    if is_launcher():
+    if is_launcher() or is_helper():
         return None
     if _probe is not None and _probe.pid == os.getpid() and _probe._thread is not None:
         return _probe
