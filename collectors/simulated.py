@@ -143,7 +143,9 @@ class Simulator:
                 active=allocated, inactive_split=int((reserved - allocated) * 0.1), alloc_retries=0, ooms=0,
                 steps=steps, step_time=step, steps_per_s=1 / step, input_wait=min(1.0, wait), age=0.1,
                 time_train=1.0 - min(1.0, wait), time_input=min(1.0, wait),
-                matmul=MATMUL_MODES.index("bf16"), step_flops=SIM_MFU * H200_BF16_FLOPS * STEP_S[scenario],
+                matmul=MATMUL_MODES.index("bf16"),
+                # its steps run at SIM_MFU over their training time (the input wait is no part of a step's)
+                step_flops=SIM_MFU * H200_BF16_FLOPS * STEP_S[scenario] * (1.0 - min(1.0, wait)),
             ))
         return tuple(out)
 

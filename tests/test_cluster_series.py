@@ -23,11 +23,11 @@ def test_a_series_is_named_by_its_field_and_an_unknown_field_raises():
 
 def test_every_name_has_one_entry_and_the_exporter_exposes_each():
     for table in (S.GPU_SERIES + S.GPU_DERIVED, S.RANK_SERIES, S.HOST_SERIES + S.HOST_DERIVED, S.AGENT_SERIES,
-                  S.OWNER_SERIES, S.LEDGER_SERIES):
+                  S.OWNER_SERIES, S.LEDGER_SERIES, S.MFU_SERIES):
         fields = [s.field for s in table]
         assert len(fields) == len(set(fields))
     every = [S.P + s.name for t in (S.GPU_SERIES, S.GPU_DERIVED, S.RANK_SERIES, S.HOST_SERIES, S.HOST_DERIVED,
-                                    S.AGENT_SERIES, S.OWNER_SERIES, S.LEDGER_SERIES) for s in t]
+                                    S.AGENT_SERIES, S.OWNER_SERIES, S.LEDGER_SERIES, S.MFU_SERIES) for s in t]
     assert len(every) == len(set(every)) == len(S.all_names())
 
 

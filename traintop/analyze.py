@@ -167,7 +167,8 @@ def analyze(source, config: Thresholds | None = None, name: str = "", rerun: boo
     report.stacks = _stacks(source, report)
     report.captures = _captures(source, report)
     if not report.ledger and getattr(source, "has_ledger", lambda: False)():
-        ledger = TimeLedger()  # the recording's own findings were used: its samples once more, for the ledger
+        # the recording's own findings were used: its samples once more, for the ledger
+        ledger = TimeLedger({g.index: g.name for g in source.info.gpus})
         for f in source.frames():
             ledger.add(f)
         report.ledger = ledger.report()
@@ -227,7 +228,7 @@ def _analyze(source, config: Thresholds | None, name: str, rerun: bool) -> Repor
     first = last = None
     n = 0
     kept: list | None = []  # a short source's frames, to judge again over its whole length
-    ledger = TimeLedger()
+    ledger = TimeLedger(names)
     for f in source.frames():
         if judged is None:
             monitor.ingest(f)

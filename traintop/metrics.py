@@ -158,6 +158,32 @@ def frame_metrics(frame: Frame) -> Iterator[tuple[str, float | None]]:
         yield from _group(rank_id(r, k) + ".", r, FIELDS["rank"], DERIVED["rank"])
 
 
+def train_seconds_per_step(store, subject: str, span: float) -> float | None:
+    """Seconds of training (the ledger's train bucket) per optimizer step over the last ``span``: the
+    steps' own pace, without the pauses between them (None: no ledger, or no step in it). A job that
+    syncs with the GPU every N steps has N-1 short gaps and a long one: the mean over the span holds."""
+    steps = store.window_pairs(rank_key(subject, "steps"), span)
+    train = store.window_pairs(rank_key(subject, "time_train"), span)
+    if len(steps) < 2 or len(train) < 2:
+        return None
+    (t0, s0), (t1, s1) = steps[0], steps[-1]
+    made = s1 - s0
+    if made <= 0:
+        return None
+    # each sample's share covers the interval since the sample before it
+    seconds = sum(v * (t - tp) for (tp, _), (t, v) in zip(train, train[1:]) if t0 < t <= t1)
+    return seconds / made if seconds > 0 else None
+
+
+def rank_gpu(frame, pid: int) -> int | None:
+    """The GPU a process computes on, as NVML's process lists say (None: on none seen)."""
+    for g in frame.gpus:
+        for gp in g.processes:
+            if gp.pid == pid:
+                return g.index
+    return None
+
+
 def ledger_shares(store, subject: str, span: float) -> dict[str, float]:
     """Each ledger bucket's share of the wall time over the last ``span`` seconds (empty: no ledger)."""
     sums: dict[str, float] = {}

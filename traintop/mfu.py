@@ -7,6 +7,8 @@ table has no MFU (never a guess); docs/GOODPUT.md lists the table.
 
 from __future__ import annotations
 
+MFU_SPAN_S = 30.0  # the live MFU is that of the steps over their last this much (view, agent)
+
 # (name fragment as NVML reports it, {matmul precision: dense TFLOP/s}); the first match wins,
 # so the more specific names come first.
 PEAK_TFLOPS: tuple[tuple[str, dict[str, float]], ...] = (

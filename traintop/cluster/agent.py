@@ -29,6 +29,8 @@ from traintop.errors import TraintopError
 from traintop.hooks import finding_hook
 from traintop import waste
 from traintop.findings import Severity
+from traintop.metrics import rank_gpu, rank_id, train_seconds_per_step
+from traintop.mfu import MFU_SPAN_S, mfu, peak_flops
 from traintop.samples import LEDGER_BUCKETS
 from traintop.rules.across_hosts import RANK_CLAIMED, RANK_OWNERS
 from traintop.samples import SessionKind
@@ -145,6 +147,7 @@ class HostAgent:
         self.registry.register(self.collector)
         self._lost: dict[str, float] = {}
         self._ledger: dict[tuple, float] = {}  # (RankLabels, bucket) -> seconds: the probes' time ledgers
+        self._flops: dict[RankLabels, tuple[float, int]] = {}  # FLOPs its steps did so far, its step counter then
         self._xids: dict[int, tuple[int, int]] = {}
         self._holds = waste.Holds.recording(self.feed.interval)
         self._owners = GpuOwners() if live else None  # a simulation's PIDs are made up: nobody's
@@ -182,6 +185,7 @@ class HostAgent:
             loader_workers=len(workers) if p is not None else None,
             sample_age=max(0.0, time.time() - frame.t), mode=self.mode, gpus_unreadable=self.gpus_unreadable,
             owners=self._owners.of(frame) if self._owners is not None else (),
+            mfu=self._mfu(frame, ranks),
             ledger=tuple((labels, bucket, s) for (labels, bucket), s in sorted(self._ledger.items(),
                                                                               key=lambda kv: (dataclasses.astuple(kv[0][0]),
                                                                                               kv[0][1])))))
@@ -214,6 +218,26 @@ class HostAgent:
             cost = waste.sample_cost(f.rule, f.subject, f.explained_by, gpus)
             if cost is not None:
                 self._lost[f.rule] = self._lost.get(f.rule, 0.0) + held * cost
+
+    def _mfu(self, frame, ranks) -> tuple:
+        """Per rank: FLOPs its steps did so far, the peak of its GPU at its precision, its steps' MFU."""
+        names = {g.index: g.name for g in self.monitor.info.gpus}
+        position = {id(r): k for k, r in enumerate(frame.ranks)}
+        out = []
+        for labels, r in ranks:
+            done, seen = self._flops.get(labels, (0.0, r.steps or 0))
+            if r.steps is not None and r.step_flops and r.steps > seen:
+                done += r.step_flops * (r.steps - seen)
+            if labels not in self._flops and len(self._flops) >= MAX_LEDGER_SERIES // len(LEDGER_BUCKETS):
+                self._flops.pop(next(iter(self._flops)))  # ranks long gone first (insertion order)
+            self._flops[labels] = (done, r.steps if r.steps is not None else seen)
+            gpu = rank_gpu(frame, r.pid)
+            peak = peak_flops(names.get(gpu) if gpu is not None else None, r.matmul_mode)
+            with self.monitor.lock:
+                period = train_seconds_per_step(self.monitor.store, rank_id(r, position.get(id(r), 0)), MFU_SPAN_S)
+            out.append((labels, done, peak, mfu(r.step_flops, period, names.get(gpu), r.matmul_mode)
+                        if gpu is not None else None))
+        return tuple(out)
 
     def _write_textfile(self) -> None:
         if self.textfile is None:

@@ -45,6 +45,7 @@ class HostState:
     # (gpu, user, job, pod, namespace, container, bytes held, SM share % or None): whose processes hold each GPU
     owners: tuple[tuple, ...] = ()
     ledger: tuple[tuple, ...] = ()  # (RankLabels, bucket, seconds so far): the probes' time ledgers
+    mfu: tuple[tuple, ...] = ()  # (RankLabels, FLOPs so far, peak FLOP/s or None, MFU or None)
 
 
 def _gpu_labels(host: str, info: GpuInfo | None, index: int, infos: dict | None = None) -> list[str]:
@@ -184,6 +185,15 @@ class HostCollector(Collector):
             ledger.add_metric([labels.job, labels.rank, labels.local_rank, labels.world_size, labels.uid, host, bucket],
                               seconds)
         fams = [ledger]
+        flops, peak, mfu = (_family(S.series("mfu", f), S.RANK_LABELS) for f in ("flops", "peak_flops", "mfu"))
+        for labels, done, peak_flops, ratio in st.mfu:
+            names = [labels.job, labels.rank, labels.local_rank, labels.world_size, labels.uid, host]
+            flops.add_metric(names, done)
+            if peak_flops is not None:
+                peak.add_metric(names, peak_flops)
+            if ratio is not None:
+                mfu.add_metric(names, ratio)
+        fams += [flops, peak, mfu]
         for s in S.RANK_SERIES:
             fam = _family(s, S.RANK_LABELS)
             for labels, r in st.ranks:

@@ -86,6 +86,17 @@ LEDGER_SERIES = (
            "ledger (train, input, checkpoint, eval, compile, startup, stalled, other)", counter=True),
 )
 
+# Per rank: the FLOPs its steps did and the peak they are measured against, so that PromQL can take the
+# MFU over any range (rate(flops) / rate(time_seconds{bucket="train"}) / peak); and the agent's own figure.
+MFU_SERIES = (
+    Series("rank_flops_total", "flops", "FLOPs the rank's optimizer steps did (one step as the probe counted it, "
+           "times the steps)", counter=True),
+    Series("rank_peak_flops", "peak_flops", "Dense peak FLOP/s of the rank's GPU at the precision its matmuls run in "
+           "(the MFU's denominator)"),
+    Series("rank_mfu_ratio", "mfu", "Model FLOPs utilization of the rank's steps over their last 30 s of training "
+           "time (pauses excluded: the time ledger shows them)"),
+)
+
 HOST_SERIES = (
     Series("host_cpu_ratio", "cpu_percent", "Host CPU in use", 0.01),
     Series("host_iowait_ratio", "iowait", "Host CPU time waiting for I/O", 0.01),
@@ -125,7 +136,7 @@ def _index(*tables: tuple[Series, ...]) -> dict[str, Series]:
 
 _BY_KIND = {"gpu": _index(GPU_SERIES, GPU_DERIVED), "rank": _index(RANK_SERIES),
             "host": _index(HOST_SERIES, HOST_DERIVED), "agent": _index(AGENT_SERIES), "owner": _index(OWNER_SERIES),
-            "ledger": _index(LEDGER_SERIES)}
+            "ledger": _index(LEDGER_SERIES), "mfu": _index(MFU_SERIES)}
 
 
 def series(kind: str, field: str) -> Series:
@@ -171,11 +182,11 @@ def series_per_gpu() -> int:
 
 
 def series_per_rank() -> int:
-    """A rank's series: its own, and one per ledger bucket once its probe keeps the ledger."""
-    return len(RANK_SERIES) + len(LEDGER_BUCKETS)
+    """A rank's series: its own, one per ledger bucket once its probe keeps the ledger, and its MFU's."""
+    return len(RANK_SERIES) + len(LEDGER_BUCKETS) + len(MFU_SERIES)
 
 
 def all_names() -> set[str]:
     """Every series name the agent exposes (counters with their ``_total``)."""
     return {P + s.name for table in (GPU_SERIES, GPU_DERIVED, RANK_SERIES, HOST_SERIES, HOST_DERIVED, AGENT_SERIES,
-                                     OWNER_SERIES, LEDGER_SERIES) for s in table}
+                                     OWNER_SERIES, LEDGER_SERIES, MFU_SERIES) for s in table}

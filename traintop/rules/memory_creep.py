@@ -11,6 +11,8 @@ from traintop.store import linear_fit
 from traintop.units import GiB, MiB, fmt_bytes, fmt_duration
 
 _value = itemgetter(1)
+STARTUP_MAX_S = 120.0  # a rise with no pause for this long after a job's memory appeared is no start-up any more
+PLATEAU_S = 5.0  # memory that holds this still has finished its start-up ramp
 
 
 class MemoryCreep(HostRule):
@@ -74,6 +76,37 @@ class MemoryCreep(HostRule):
                 return rank_key(subject, "allocated"), f"{r.label}'s allocated memory"
         return gpu_key(g.index, "mem_used"), "memory"
 
+    @staticmethod
+    def _startup_end(ctx: RuleContext, key: str, g, total: int) -> float | None:
+        """When the job on this GPU finished starting up: the probe's rank after its second optimizer
+        step (the first makes the optimizer's state); else its memory rose from the idle level and then
+        held still for PLATEAU_S. ``ctx.now`` while it is still starting up; None where no start-up is
+        in view (memory already up when the history begins)."""
+        span = STARTUP_MAX_S + ctx.config.creep_window_s
+        if key.startswith("rank"):
+            steps = ctx.pairs(key.rsplit(".", 1)[0] + ".steps", span)
+            if not steps or steps[0][1] >= 2:
+                return None
+            return next((t for t, n in steps if n >= 2), ctx.now)
+        pairs = ctx.pairs(key, span)
+        low = max(1536 * MiB, 0.03 * total)
+        last_low = max((k for k, (_, v) in enumerate(pairs) if v < low), default=None)
+        if last_low is None:
+            return None
+        after = pairs[last_low:]
+        tol = max(64 * MiB, 0.005 * total)
+        j = 0
+        for i in range(len(after)):
+            # the shortest stretch ending at i that lasts PLATEAU_S
+            while j + 1 < i and after[i][0] - after[j + 1][0] >= PLATEAU_S:
+                j += 1
+            if after[i][0] - after[j][0] >= PLATEAU_S:
+                window = [v for _, v in after[j:i + 1]]
+                if max(window) - min(window) < tol:
+                    return after[j][0]
+        start = after[0][0]
+        return ctx.now if ctx.now - start < STARTUP_MAX_S else start + STARTUP_MAX_S
+
     def _fit(self, ctx: RuleContext, g):
         """The shortest recent window (30 s, half the window, the window) with a steady rise:
         the most recent rate is the one that predicts when memory runs out."""
@@ -88,7 +121,11 @@ class MemoryCreep(HostRule):
         widest = ctx.pairs(key, windows[-1], min_n=10, min_span=0.8)
         if widest and widest[-1][1] - min(map(_value, widest)) < min_rise:
             return None
+        # a job loading its weights, making its optimizer state and first activations is no leak
+        settled = self._startup_end(ctx, key, g, total)
         for w in windows:
+            if settled is not None and ctx.now - w < settled:
+                continue  # this window reaches back into the start-up ramp
             pairs = widest if w == windows[-1] else ctx.pairs(key, w, min_n=10, min_span=0.8)
             if not pairs:
                 continue
