@@ -144,12 +144,10 @@ def _vouched_job(sock: socket.socket, uid: int | None) -> str | None:
 def job_probe_dir(pid: int) -> str | None:
     """The probe directory a process was started with (TRAINTOP_PROBE_DIR in its environment):
     `traintop run` gives a job a directory of its own where the usual one is taken."""
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as fh:
-            env = fh.read(1 << 20)
-    except OSError:
-        return None
-    for item in env.split(b"\0"):
+    from traintop.collectors.procread import bounded, read_file
+
+    env = bounded("environ", read_file, f"/proc/{pid}/environ", 1 << 20)  # another user's process may hold it up
+    for item in (env or b"").split(b"\0"):
         if item.startswith(b"TRAINTOP_PROBE_DIR="):
             return os.fsdecode(item[len(b"TRAINTOP_PROBE_DIR="):]) or None
     return None

@@ -15,8 +15,8 @@ that never answers where we look. So:
   so a bind mount cannot make root read for it what it cannot;
 - every read of its memory (``environ``) or of its file system runs on a helper thread with a
   deadline: one that hangs (a FUSE server that never answers, a process whose memory map is
-  held) costs that deadline once; while ``MAX_STUCK`` such threads are still stuck, none more
-  is tried.
+  held) costs that deadline once; while ``MAX_STUCK`` such threads of one kind are still stuck,
+  none more of that kind is tried (hung roots do not stop the environment's reads).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ MAX_STUCK = 4  # readers left hanging past their deadline: with this many, no mo
 SYMLINKS_MAX = 40  # as the kernel's ELOOP
 PATH_MAX = 4096
 
-_stuck: list[threading.Thread] = []
+_stuck: dict[str, list[threading.Thread]] = {}  # kind -> its readers left hanging
 _stuck_lock = threading.Lock()
 
 
@@ -159,12 +159,12 @@ def _walk(held: list[int], path: str) -> int | None:
     return None  # the path named a directory (or the root itself)
 
 
-def bounded(fn: Callable[..., T], *args) -> T | None:
+def bounded(kind: str, fn: Callable[..., T], *args) -> T | None:
     """``fn(*args)`` on a helper thread, given ``READ_S``; None when it takes longer (the thread is
-    left to finish on its own) or when ``MAX_STUCK`` earlier ones are still stuck."""
+    left to finish on its own) or when ``MAX_STUCK`` earlier ones of this ``kind`` are still stuck."""
     with _stuck_lock:
-        _stuck[:] = [t for t in _stuck if t.is_alive()]
-        if len(_stuck) >= MAX_STUCK:
+        alive = _stuck[kind] = [t for t in _stuck.get(kind, ()) if t.is_alive()]
+        if len(alive) >= MAX_STUCK:
             return None
     out: list[T] = []
 
@@ -176,7 +176,7 @@ def bounded(fn: Callable[..., T], *args) -> T | None:
     t.join(READ_S)
     if t.is_alive():
         with _stuck_lock:
-            _stuck.append(t)
+            _stuck.setdefault(kind, []).append(t)
         return None
     return out[0] if out else None
 
@@ -184,4 +184,4 @@ def bounded(fn: Callable[..., T], *args) -> T | None:
 def stuck() -> int:
     """Readers still hanging past their deadline."""
     with _stuck_lock:
-        return sum(t.is_alive() for t in _stuck)
+        return sum(t.is_alive() for ts in _stuck.values() for t in ts)

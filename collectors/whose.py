@@ -148,7 +148,7 @@ def vouched_job(cg: CgroupFacts, uid: int | None, cgroupfs: str = CGROUPFS) -> s
 def environment(pid: int, proc: str = PROC) -> dict[str, str]:
     """The few variables that name a job, from ``/proc/PID/environ`` (readable by its owner and
     root only; {} where not). Bounded in time: reading it takes the process's memory map."""
-    raw = bounded(read_file, f"{proc}/{pid}/environ", READ_MAX)
+    raw = bounded("environ", read_file, f"{proc}/{pid}/environ", READ_MAX)
     if not raw:
         return {}
     out = {}
@@ -194,7 +194,7 @@ def _namespace(pid: int, proc: str, creds: Creds | None) -> str | None:
     """The pod's namespace from its service account's file, in its own root (its word too)."""
     if creds is None:
         return None
-    raw = bounded(read_in_root, f"{proc}/{pid}/root", NAMESPACE_FILE, 256, creds)
+    raw = bounded("root", read_in_root, f"{proc}/{pid}/root", NAMESPACE_FILE, 256, creds)
     return (raw or b"").decode("ascii", "replace").strip() or None
 
 

@@ -195,7 +195,7 @@ def _fuse_that_never_answers(at):
 
 
 @needs_root
-def test_a_fuse_mount_that_never_answers_costs_one_deadline_and_no_hang(tmp_path):
+def test_a_fuse_mount_that_never_answers_costs_one_deadline_and_no_hang(tmp_path, monkeypatch):
     sa = _pod(tmp_path)
     fd = _fuse_that_never_answers(sa.parent.parent)  # .../var/run/secrets
     if fd is None:
@@ -203,8 +203,10 @@ def test_a_fuse_mount_that_never_answers_costs_one_deadline_and_no_hang(tmp_path
     try:
         assert _namespace(tmp_path, timeout=30) is None
         assert procread.stuck() == 1  # its reader waits on the server, apart from the sampler
+        monkeypatch.setattr(procread, "MAX_STUCK", 1)  # as many hung roots as it takes to stop trying
         o = whose.whose(20, proc=str(tmp_path))  # the environment and cgroup are still read
-        assert o.pod == "trainer-0" and o.pod_uid == POD
+        assert o.pod == "trainer-0" and o.pod_uid == POD and o.namespace is None
+        assert procread.stuck() == 1  # no reader more was sent into the mount
     finally:
         os.close(fd)  # the server is gone: the waiting reader gets ENOTCONN and ends
         ctypes.CDLL(None).umount2(str(sa.parent.parent).encode(), 2)
