@@ -17,7 +17,7 @@ import stat
 import time
 
 from traintop import plausible
-from traintop.probe_agent import peer_uid, private_dir_problem, probe_dir
+from traintop.probe_agent import peer_pid, peer_uid, private_dir_problem, probe_dir
 from traintop.samples import LEDGER_BUCKETS, MATMUL_MODES, backend_index, Capture, RankSample, StackDump, ThreadStack
 from traintop.stats import median
 from traintop.text import one_line
@@ -111,11 +111,13 @@ def _job(v) -> str | None:
 
 
 class _Conn:
-    def __init__(self, pid: int, sock: socket.socket, uid: int | None = None, directory: str = "") -> None:
+    def __init__(self, pid: int, sock: socket.socket, uid: int | None = None, directory: str = "",
+                 slurm_job: str | None = None) -> None:
         self.pid = pid
         self.sock = sock
         self.directory = directory  # where its socket is: its captures can only be in directory/captures/
         self.uid = uid  # SO_PEERCRED: who runs the process behind the socket
+        self.slurm_job = slurm_job  # the Slurm job this host vouches that process is in (collectors/whose.py)
         self.buf = b""
         self.last: dict | None = None
         self.last_seen = 0.0
@@ -128,15 +130,25 @@ class _Conn:
         self.prev: RankSample | None = None
 
 
+def _vouched_job(sock: socket.socket, uid: int | None) -> str | None:
+    """The Slurm job the host vouches the socket's process is in: found by the peer's PID and uid
+    as the kernel gives them (a socket's name is its maker's word), its cgroup root's and of
+    Slurm's shape. Looked up once per connection: a process does not leave its job."""
+    pid = peer_pid(sock)
+    if pid is None or uid is None:
+        return None
+    from traintop.collectors.whose import slurm_job_of
+
+    return slurm_job_of(pid, uid)
+
+
 def job_probe_dir(pid: int) -> str | None:
     """The probe directory a process was started with (TRAINTOP_PROBE_DIR in its environment):
     `traintop run` gives a job a directory of its own where the usual one is taken."""
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as fh:
-            env = fh.read(1 << 20)
-    except OSError:
-        return None
-    for item in env.split(b"\0"):
+    from traintop.collectors.procread import bounded, read_file
+
+    env = bounded("environ", read_file, f"/proc/{pid}/environ", 1 << 20)  # another user's process may hold it up
+    for item in (env or b"").split(b"\0"):
         if item.startswith(b"TRAINTOP_PROBE_DIR="):
             return os.fsdecode(item[len(b"TRAINTOP_PROBE_DIR="):]) or None
     return None
@@ -209,7 +221,7 @@ class ProbeClient:
         except OSError:
             s.close()
             return
-        self._conns[pid] = _Conn(pid, s, uid, os.path.dirname(path))
+        self._conns[pid] = _Conn(pid, s, uid, os.path.dirname(path), _vouched_job(s, uid))
 
     def _read(self, c: _Conn) -> bool:
         """Drain what is available; False when the probe is gone."""
@@ -348,6 +360,7 @@ class ProbeClient:
         main = max(mem, key=lambda d: d.get("reserved") or 0) if mem else {}
         i = self._int
         step_time = median(c.step_times) if c.step_times else None
+        job = _job(m.get("job"))
         steps_per_s = self._rate(c, now, i(m.get("steps")))
         if steps_per_s is None:
             steps_per_s = len(c.step_times) / c.window if c.window > 0 and c.step_times else (0.0 if c.window else None)
@@ -360,7 +373,8 @@ class ProbeClient:
             steps_per_s=plausible.number(steps_per_s, plausible.RANK["steps_per_s"]),
             # no DataLoader iterator entered yet: a wait of 0 would measure nothing (and rule out starvation)
             input_wait=min(1.0, c.wait / c.window) if c.window > 0 and m.get("loader") is not False else None,
-            age=now - c.last_seen, local_rank=i(m.get("local_rank")), job=_job(m.get("job")), uid=c.uid,
+            age=now - c.last_seen, local_rank=i(m.get("local_rank")), job=job, uid=c.uid,
+            job_uid=c.uid if job is not None and job == c.slurm_job else None,
             torch=_flag(m.get("torch")), loader=_flag(m.get("loader")),
             matmul=MATMUL_MODES.index(precision["matmul"]) if precision else None,
             step_flops=float(flops["flops"]) if flops else None, backend=backend_index(m.get("backend")),

@@ -46,9 +46,10 @@ def test_processes_are_grouped_by_owner_and_each_pid_read_once_a_minute():
         return OWNERS[pid]
     owners = GpuOwners(lookup=lookup, clock=lambda: now[0], nested=False)
     rows = owners.of(_frame())
-    assert rows == ((0, "alice", "4242", "", "", "", 16 * GiB, None),
-                    (0, "bob", "", "trainer-0", "ml", "ab" * 6, 4 * GiB, 3.0),
-                    (1, "", "", "", "", "", 30 * GiB, 93.0))  # another PID namespace's: held, by someone unseen
+    # (gpu, user, uid, hpc_job, claimed_job, pod_uid, claimed_pod, claimed_namespace, container, bytes, SM %)
+    assert rows == ((0, "alice", "1000", "4242", "", "", "", "", "", 16 * GiB, None),
+                    (0, "bob", "1001", "", "", "", "trainer-0", "ml", "ab" * 6, 4 * GiB, 3.0),
+                    (1, "", "", "", "", "", "", "", "", 30 * GiB, 93.0))  # another PID namespace's: held, by someone unseen
     owners.of(_frame())
     assert sorted(asked) == [11, 12, 13, 21]  # looked up once
     now[0] = 61.0
@@ -68,7 +69,10 @@ def test_the_owner_series_carry_no_pid():
     text = _exposition(HostState("node-o", frame=_frame(), gpus=infos, owners=rows))
     held = [line for line in text.splitlines() if line.startswith("traintop_gpu_owner_memory_bytes{")]
     assert len(held) == 3 and 'user="alice"' in held[0] and 'hpc_job="4242"' in held[0]
-    assert 'pod="trainer-0"' in text and 'namespace="ml"' in text and "pid" not in text.replace("pipe", "")
+    assert 'claimed_pod="trainer-0"' in text and 'claimed_namespace="ml"' in text and 'uid="1001"' in text
+    names = set(__import__("re").findall(r'[{,]([A-Za-z_]+)="', text))
+    assert "pod" not in names and "namespace" not in names  # the processes' word is named a claim
+    assert "pid" not in text.replace("pipe", "")
     assert any(line.startswith("traintop_gpu_owner_sm_ratio{") and line.endswith(" 0.93") for line in text.splitlines())
 
 
@@ -122,7 +126,8 @@ def test_who_holds_idle_gpus_through_a_real_prometheus():
         assert held[0]["gpus"] == ["node-o GPU 0"]  # GPU 1 is busy: nobody holds it idle
         text = subprocess.run([sys.executable, "-m", "traintop", "analyze", "--prometheus", url, "--since", "60s"],
                               capture_output=True, text=True, timeout=60).stdout
-        assert "Who holds idle GPUs" in text and "user alice, job 4242:" in text and "pod ml/trainer-0" in text
+        assert "Who holds idle GPUs" in text and "user alice, Slurm job 4242:" in text
+        assert "pod ml/trainer-0 (its own claim)" in text
         _the_view_groups_what_prometheus_holds(url)
     finally:
         stop.set()

@@ -20,6 +20,7 @@ CID = "3f" * 32
 POD = "0d2a6b1e-5c7f-4e9a-9b3d-2f1e0c4d5a6b"
 ME = pwd.getpwuid(os.getuid()).pw_name
 HOSTILE = "[bold]x[/]\x1b[2J\x1b]52;c;AAAA\x07"
+NO_CGROUPFS = "/nonexistent"  # the fake /proc's cgroups are on no hierarchy here: their shape alone counts
 
 
 def _proc_root(tmp_path):
@@ -60,7 +61,7 @@ def _screen(app) -> str:
 @pytest.mark.parametrize("size", [(80, 24), (160, 48)])
 def test_the_dashboard_says_whose_each_gpu_process_is(fake_nvml, tmp_path, size):
     root = _proc_root(tmp_path)
-    app, monitor, asked = _live_app(fake_nvml, lambda pid, **kw: whose(pid, proc=root, **kw))
+    app, monitor, asked = _live_app(fake_nvml, lambda pid, **kw: whose(pid, proc=root, cgroupfs=NO_CGROUPFS, **kw))
     assert sorted(asked) == [4242, 5151, 6161]  # five samples, each PID read once
 
     async def go():
@@ -97,7 +98,7 @@ def test_owners_on_the_gpu_table_when_panels_do_not_fit(fake_nvml, tmp_path):
 
     root = _proc_root(tmp_path)
     fake_proc(tmp_path, 14242, uid=os.getuid(), env={"TORCHELASTIC_RUN_ID": "run-7"})
-    app, _, _ = _live_app(fake_nvml, lambda pid, **kw: whose(pid, proc=root, **kw), gpus=8, procs=((4242, 20),))
+    app, _, _ = _live_app(fake_nvml, lambda pid, **kw: whose(pid, proc=root, cgroupfs=NO_CGROUPFS, **kw), gpus=8, procs=((4242, 20),))
 
     async def go():
         async with app.run_test(size=(160, 48)) as pilot:

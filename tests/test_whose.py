@@ -37,6 +37,17 @@ POD = "0d2a6b1e-5c7f-4e9a-9b3d-2f1e0c4d5a6b"
      None, None, None, None, None),
     ("8:pids:/slurm/uid_1000/job_4242/step_0\n", None, None, None, "4242", "0"),
     ("0::/system.slice/slurmstepd.scope/job_4242/step_batch/user/task_0\n", None, None, None, "4242", "batch"),
+    # Slurm built for several slurmd per host names its top cgroup after the node
+    ("0::/system.slice/node-1_slurmstepd.scope/job_77/step_extern/user/task_0\n", None, None, None, "77", "extern"),
+    ("4:memory:/slurm_node1/uid_1000/job_4242/step_batch/task_0\n", None, None, None, "4242", "batch"),
+    # a cgroup the user made inside their own step is still that job
+    ("0::/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0/job_9999\n", None, None, None, "4242", "0"),
+    # Slurm's names anywhere but from the hierarchy's root: a user's delegated subtree, another cgroup namespace
+    ("0::/user.slice/user-1000.slice/user@1000.service/app.slice/job_4242\n", None, None, None, None, None),
+    ("8:pids:/user.slice/user-1000.slice/slurm/uid_1000/job_4242/step_0\n", None, None, None, None, None),
+    ("0::/../../system.slice/slurmstepd.scope/job_4242/step_0\n", None, None, None, None, None),
+    (f"0::/user.slice/user-1000.slice/user@1000.service/kubepods/burstable/pod{POD}/{CID}\n",
+     None, None, None, None, None),
     ("0::/\n", None, None, None, None, None),
     # damage and forgeries: ids without their kind's shape are not ids
     ("0::/docker/not-a-container-id\n", None, None, None, None, None),
@@ -53,8 +64,9 @@ def test_cgroup_layouts(text, runtime, container, pod_uid, job, step):
 def test_slurm_from_the_cgroup_beats_the_environment(tmp_path):
     fake_proc(tmp_path, 10, cgroup="8:pids:/slurm/uid_1000/job_4242/step_3\n",
                env={"SLURM_JOB_ID": "9999", "SLURM_ARRAY_JOB_ID": "4240", "SLURM_ARRAY_TASK_ID": "2"})
-    o = whose.whose(10, proc=str(tmp_path))
-    assert (o.slurm_job, o.slurm_step, o.job_from, o.job) == ("4240_2", "3", "cgroup", "4240_2")
+    o = whose.whose(10, proc=str(tmp_path), cgroupfs=str(tmp_path / "not-mounted"))
+    # the array's name is the environment's word: the job the host vouches for is Slurm's own id
+    assert (o.slurm_job, o.slurm_step, o.job_from, o.job) == ("4242", "3", "cgroup", "4242")
 
 
 def test_the_environment_alone_is_the_processs_word_and_checked(tmp_path):
@@ -171,9 +183,9 @@ def _remove(d: pathlib.Path, levels: int) -> None:
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make cgroups")
 @pytest.mark.parametrize("layout, check", [
-    (lambda tag: ("slurm-" + tag, "uid_1000", "job_31337", "step_0"),
+    (lambda tag: ("slurm_" + tag, f"uid_{os.getuid()}", "job_31337", "step_0"),
      lambda o: (o.slurm_job, o.slurm_step, o.job_from) == ("31337", "0", "cgroup")),
-    (lambda tag: ("kubepods-" + tag, "burstable", f"pod{POD}", CID),
+    (lambda tag: ("kubepods", "burstable-" + tag, f"pod{POD}", CID),
      lambda o: (o.runtime, o.container, o.pod_uid) == ("kubernetes", CID, POD)),
 ])
 def test_a_real_cgroup_layout(layout, check):
@@ -194,3 +206,66 @@ def test_a_real_cgroup_layout(layout, check):
         p.kill()
         p.wait()
         _remove(d, len(parts))
+
+
+# -- a Slurm job is what slurmd made: root's, of Slurm's shape, named for the process's uid -----------
+
+def _cgroupfs(tmp_path, hierarchy, path, owner=0):
+    """A cgroup hierarchy mounted at tmp/cgroup/<hierarchy> holding ``path`` (each folder root's, the
+    last one ``owner``'s)."""
+    base = tmp_path / "cgroup" / hierarchy
+    d = base / path.strip("/")
+    d.mkdir(parents=True)
+    (base / "cgroup.procs").write_text("")
+    if owner:
+        os.chown(d, owner, owner)
+    return str(tmp_path / "cgroup")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make folders of another owner")
+@pytest.mark.parametrize("line, hierarchy, job_dir, uid, owner, vouched", [
+    ("8:pids:/slurm/uid_1000/job_4242/step_0/task_0", "pids", "/slurm/uid_1000/job_4242", 1000, 0, True),
+    ("0::/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0", "", "/system.slice/slurmstepd.scope/job_4242",
+     1001, 0, True),
+    # a job folder the user owns: not slurmd's (slurmd makes uid_U and job_N root's; a step may be the user's)
+    ("8:pids:/slurm/uid_1000/job_4242/step_0", "pids", "/slurm/uid_1000/job_4242", 1000, 1000, False),
+    ("0::/system.slice/slurmstepd.scope/job_4242", "", "/system.slice/slurmstepd.scope/job_4242", 1001, 1001, False),
+    # cgroup v1 names the job's owner: another uid's process in it is no rank of that job here
+    ("8:pids:/slurm/uid_1000/job_4242/step_0", "pids", "/slurm/uid_1000/job_4242", 1001, 0, False),
+    # shown by this host's /proc, yet not in its hierarchy: nothing to vouch for
+    ("8:pids:/slurm/uid_1000/job_4242/step_0", "pids", "/slurm/uid_1000/job_4343", 1000, 0, False),
+])
+def test_a_slurm_job_counts_only_where_slurmd_made_it(tmp_path, line, hierarchy, job_dir, uid, owner, vouched):
+    fs = _cgroupfs(tmp_path, hierarchy, job_dir, owner)
+    fake_proc(tmp_path, 30, uid=uid, cgroup=line + "\n", env={"SLURM_JOB_ID": "4242"})
+    o = whose.whose(30, proc=str(tmp_path), cgroupfs=fs)
+    assert o.slurm_job == "4242" and o.job_from == ("cgroup" if vouched else "environment")
+    assert (whose.slurm_job_of(30, uid, proc=str(tmp_path), cgroupfs=fs) == "4242") is vouched
+    assert whose.slurm_job_of(30, uid + 1, proc=str(tmp_path), cgroupfs=fs) is None  # the PID is another user's now
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to delegate a cgroup subtree to nobody")
+def test_a_cgroup_a_user_names_job_4242_in_their_own_subtree_is_no_job():
+    """What systemd does for every user session (a delegated subtree under user@UID.service), made
+    here by hand: nobody creates job_4242 in it and moves its own process there."""
+    tag = uuid.uuid4().hex[:8]
+    parts = ("user.slice", "user-65534.slice", f"user@65534-{tag}.service")
+    deleg = _cgroup_dir(*parts)
+    if deleg is None:
+        pytest.skip("this kernel does not let us make cgroups here")
+    os.chown(deleg, 65534, 65534)
+    job = deleg / "job_4242"
+    p = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c",
+                          f"mkdir {job} && echo $$ > {job}/cgroup.procs && echo ready && exec sleep 60"],
+                         stdout=subprocess.PIPE, text=True, env=dict(os.environ, SLURM_JOB_ID="4242"))
+    try:
+        if p.stdout.readline().strip() != "ready":
+            pytest.skip("nobody cannot make a cgroup of its own here")
+        assert f"{'/'.join(parts)}/job_4242" in pathlib.Path(f"/proc/{p.pid}/cgroup").read_text()
+        o = whose.whose(p.pid)
+        assert o.uid == 65534 and o.slurm_job == "4242" and o.job_from == "environment"  # its word, marked so
+        assert whose.slurm_job_of(p.pid, 65534) is None
+    finally:
+        p.kill()
+        p.wait()
+        _remove(job, 1 + len(parts))

@@ -260,18 +260,16 @@ def kill_run(pid: int, token: str, settle_s: float = 2.0) -> int:
         os.killpg(pid, signal.SIGKILL)
     except OSError:
         pass
+    from traintop.collectors.procread import bounded, read_file
+
     mark = f"{MARK}={token}".encode()
     me = os.getpid()
     found = []
     for name in os.listdir("/proc") if os.path.isdir("/proc") else ():
         if not name.isdigit() or int(name) == me:
             continue
-        try:
-            with open(f"/proc/{name}/environ", "rb") as fh:
-                env = fh.read(1 << 20)
-        except OSError:
-            continue
-        if mark in env.split(b"\0"):
+        env = bounded("environ", read_file, f"/proc/{name}/environ", 1 << 20)  # a process may hold its memory up
+        if env and mark in env.split(b"\0"):
             found.append(int(name))
             try:
                 os.kill(int(name), signal.SIGKILL)

@@ -85,6 +85,15 @@ def peer_uid(sock: socket.socket) -> int | None:
         return None
 
 
+def peer_pid(sock: socket.socket) -> int | None:
+    """The process behind the socket as the kernel saw it (not the PID in the socket's name)."""
+    try:
+        creds = sock.getsockopt(socket.SOL_SOCKET, _SO_PEERCRED, struct.calcsize("3i"))
+        return struct.unpack("3i", creds)[0] or None
+    except OSError:
+        return None
+
+
 def socket_path(pid: int | None = None, directory: str | None = None) -> str:
     return os.path.join(directory or probe_dir(), f"probe-{pid or os.getpid()}.sock")
 

@@ -310,6 +310,9 @@ class RankSample:
     torch: bool | None = None
     loader: bool | None = None
     uid: int | None = None  # the owner of the process, from its probe socket's peer credentials (not recorded)
+    # ``uid`` again where this host vouches for ``job``: the process sits in that very Slurm job's
+    # cgroup (root's, of Slurm's shape); None where the job is the probe's word alone (not recorded)
+    job_uid: int | None = None
     # The time ledger: share (0..1) of the wall time since the last sample spent in each bucket
     # (traintop.probe_goodput.BUCKETS; together about 1).
     time_train: float | None = None

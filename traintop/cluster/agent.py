@@ -100,27 +100,38 @@ class SimulatedRanks:
 
 
 def rank_series(samples, default_job: str | None) -> tuple[list, tuple]:
-    """The ranks to export, each with its labels (its owner's uid among them), and the findings
-    about who claims which rank: a rank of a job claimed by two processes is exported for
-    neither (either may be the impostor) and is a finding; a job whose ranks here belong to
-    different users is a finding. A probe's job and rank are its own word; its uid is not."""
+    """The ranks to export, each with its labels (its owner's uid among them, and that uid again as
+    ``job_uid`` where this host vouches for its job), and the findings about who claims which rank:
+    a rank of a job claimed by two processes is exported for neither (either may be the impostor)
+    unless this host vouches for exactly one of them, and is a finding; a job whose ranks here
+    belong to different users is a finding. A probe's job and rank are its own word; its uid is not."""
     labelled = []
     for k, r in enumerate(samples):
         rank = r.rank if r.rank is not None else k
+        uid = "" if r.uid is None else str(r.uid)
+        vouched = r.job is not None and r.job_uid is not None and r.job_uid == r.uid
         labelled.append((RankLabels(job=r.job or default_job or "unknown", rank=str(rank),
                                     local_rank=str(r.local_rank if r.local_rank is not None else rank),
-                                    world_size=str(r.world_size or 1), uid="" if r.uid is None else str(r.uid)), r))
-    count: dict[tuple[str, str], int] = {}
+                                    world_size=str(r.world_size or 1), uid=uid, job_uid=uid if vouched else ""), r))
+    by_rank: dict[tuple[str, str], list[RankLabels]] = {}
     owners: dict[str, set[str]] = {}
     for labels, _ in labelled:
-        count[(labels.job, labels.rank)] = count.get((labels.job, labels.rank), 0) + 1
+        by_rank.setdefault((labels.job, labels.rank), []).append(labels)
         if labels.uid:
             owners.setdefault(labels.job, set()).add(labels.uid)
     claims = tuple((RANK_CLAIMED.id, RANK_CLAIMED.severity.label, one_line(f"job {job} rank {rank}", 128))
-                   for (job, rank), n in sorted(count.items()) if n > 1)
+                   for (job, rank), claimants in sorted(by_rank.items()) if len(claimants) > 1)
     claims += tuple((RANK_OWNERS.id, RANK_OWNERS.severity.label, one_line(f"job {job}", 128))
                     for job, uids in sorted(owners.items()) if len(uids) > 1)
-    return [(labels, r) for labels, r in labelled if count[(labels.job, labels.rank)] == 1], claims
+
+    def exported(labels: RankLabels) -> bool:
+        claimants = by_rank[(labels.job, labels.rank)]
+        if len(claimants) == 1:
+            return True
+        vouched = [c for c in claimants if c.job_uid]
+        return len(vouched) == 1 and vouched[0] is labels
+
+    return [(labels, r) for labels, r in labelled if exported(labels)], claims
 
 
 MAX_LEDGER_SERIES = len(LEDGER_BUCKETS) * 4096  # every bucket of 4096 ranks: a node's history of jobs, bounded

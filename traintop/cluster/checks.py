@@ -88,8 +88,9 @@ def gpu_index_of(s, check: Checked) -> int | None:
     return i
 
 
-def rank_labels_of(s, check: Checked) -> tuple[int, int, int, str] | None:
-    """(rank, local rank, world size, uid) of a rank's series, or None (counted) when they are impossible."""
+def rank_labels_of(s, check: Checked) -> tuple[int, int, int, str, bool] | None:
+    """(rank, local rank, world size, uid, whether its host vouches for its job) of a rank's series,
+    or None (counted) when they are impossible. A ``job_uid`` that is not its ``uid`` vouches for nothing."""
     rank_t, local_t, world_t, uid_t = s.get("rank"), s.get("local_rank"), s.get("world_size"), s.get("uid")
     rank = _digits(rank_t, 8) if rank_t else 0
     local = _digits(local_t, 4) if local_t else 0
@@ -109,4 +110,4 @@ def rank_labels_of(s, check: Checked) -> tuple[int, int, int, str] | None:
     if uid_t and _digits(uid_t, 10) is None:
         check.drop_series("an owner that is not a uid", uid_t)
         return None
-    return rank, local, world or 1, uid_t
+    return rank, local, world or 1, uid_t, bool(uid_t) and s.get("job_uid") == uid_t

@@ -9,6 +9,7 @@ its own HTTP thread.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -25,6 +26,23 @@ class RankLabels:
     local_rank: str
     world_size: str
     uid: str = ""  # the process owner's uid, from the probe socket's peer credentials
+    job_uid: str = ""  # uid again where this host vouches for the job (its Slurm cgroup); "" the probe's word
+
+
+class OwnerRow(NamedTuple):
+    """Whose processes hold one GPU (``S.OWNER_LABELS``), what they hold there and compute."""
+
+    gpu: int
+    user: str
+    uid: str
+    hpc_job: str  # a Slurm job the host vouches for (its cgroup)
+    claimed_job: str  # the processes' own word (their environment)
+    pod_uid: str
+    claimed_pod: str
+    claimed_namespace: str
+    container: str  # its first 12 digits
+    held: int  # bytes
+    sm: float | None  # share of the GPU's time, %
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,8 +60,7 @@ class HostState:
     mode: str = "live"
     extra: dict = field(default_factory=dict)
     gpus_unreadable: bool | None = None  # None: not a live agent (simulated): the series is left out
-    # (gpu, user, job, pod, namespace, container, bytes held, SM share % or None): whose processes hold each GPU
-    owners: tuple[tuple, ...] = ()
+    owners: tuple[OwnerRow, ...] = ()  # whose processes hold each GPU
     ledger: tuple[tuple, ...] = ()  # (RankLabels, bucket, seconds so far): the probes' time ledgers
     mfu: tuple[tuple, ...] = ()  # (RankLabels, FLOPs so far, peak FLOP/s or None, MFU or None)
 
@@ -73,6 +90,11 @@ def _add(fam, labels: list[str], value: float, extra: dict[str, str]) -> None:
     if extra:
         sample = fam.samples[-1]
         fam.samples[-1] = sample._replace(labels={**sample.labels, **extra})
+
+
+def _rank_values(labels: RankLabels, host: str) -> list[str]:
+    """A rank's label values, in ``S.RANK_LABELS``'s order."""
+    return [labels.job, labels.rank, labels.local_rank, labels.world_size, labels.uid, labels.job_uid, host]
 
 
 def _family(s: S.Series, labels) -> CounterMetricFamily | GaugeMetricFamily:
@@ -149,15 +171,16 @@ class HostCollector(Collector):
     def _owner_families(host, infos, st: HostState):
         held = _family(S.series("owner", "owner_bytes"), S.OWNER_LABELS)
         busy = _family(S.series("owner", "owner_sm"), S.OWNER_LABELS)
-        for gpu, user, job, pod, namespace, container, nbytes, sm in st.owners:
-            info = infos.get(gpu)
+        for row in st.owners:
+            gpu, info = row.gpu, infos.get(row.gpu)
             mig = _mig_labels(info)
             if mig:  # a MIG device: its GPU's index and UUID, and its own two labels
                 gpu, info = info.parent, infos.get(info.parent)
-            labels = [str(gpu), (info.uuid if info else None) or "", host, user, job, pod, namespace, container]
-            _add(held, labels, float(nbytes), mig)
-            if sm is not None:
-                _add(busy, labels, sm * 0.01, mig)
+            labels = [str(gpu), (info.uuid if info else None) or "", host, row.user, row.uid, row.hpc_job,
+                      row.claimed_job, row.pod_uid, row.claimed_pod, row.claimed_namespace, row.container]
+            _add(held, labels, float(row.held), mig)
+            if row.sm is not None:
+                _add(busy, labels, row.sm * 0.01, mig)
         return [held, busy]
 
     @staticmethod
@@ -182,8 +205,7 @@ class HostCollector(Collector):
     def _rank_families(host, st: HostState):
         ledger = _family(S.series("ledger", "ledger"), S.RANK_LABELS + ("bucket",))
         for labels, bucket, seconds in st.ledger:
-            ledger.add_metric([labels.job, labels.rank, labels.local_rank, labels.world_size, labels.uid, host, bucket],
-                              seconds)
+            ledger.add_metric([*_rank_values(labels, host), bucket], seconds)
         fams = [ledger]
         flops, peak, mfu = (_family(S.series("mfu", f), S.RANK_LABELS) for f in ("flops", "peak_flops", "mfu"))
         for labels, done, peak_flops, ratio in st.mfu:
@@ -200,7 +222,6 @@ class HostCollector(Collector):
                 v = getattr(r, s.field)
                 if v is None:
                     continue
-                fam.add_metric([labels.job, labels.rank, labels.local_rank, labels.world_size, labels.uid, host],
-                               float(v) * s.scale)
+                fam.add_metric(_rank_values(labels, host), float(v) * s.scale)
             fams.append(fam)
         return fams

@@ -6,6 +6,7 @@ on), so the cross-host rules compare hosts and ranks at the same instants.
 
 from __future__ import annotations
 
+import re
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -56,6 +57,8 @@ class RankData:
     world_size: int
     host: str
     uid: str = ""  # the owner of the rank's process, as its agent saw it (the socket's peer); "" unknown
+    claimed: str = ""  # the job id its series carry, where ``job`` names one owner's share of it (claims.py)
+    vouched: bool = False  # its host's Slurm cgroup shows its process in that very job
     step: dict = field(default_factory=dict)  # t -> seconds per step
     steps: dict = field(default_factory=dict)  # t -> steps so far
     wait: dict = field(default_factory=dict)  # t -> input wait ratio
@@ -87,6 +90,8 @@ class ClusterData:
     conflicts: list = field(default_factory=list)  # claims.Conflict: two sources for one host, one rank
     owners: dict = field(default_factory=dict)  # (host, gpu) -> [(Owner labels, {t: bytes held})]
     ledger: dict = field(default_factory=dict)  # job -> {bucket: rank-seconds over the range} (the probes' ledgers)
+    ledger_by_owner: dict = field(default_factory=dict)  # (job id, owner) -> {bucket: rank-seconds}: ``ledger``'s source
+    job_owners: claims.JobOwners = field(default_factory=claims.JobOwners)  # who uses each job id (claims.py)
     samples: gaps.Samples = field(default_factory=gaps.Samples)  # each host's real sample times
 
     @property
@@ -116,11 +121,12 @@ def _int(text: str, default: int = 0) -> int:
 # the labels each kind of series is read by (``slim``: the others are left in Prometheus)
 HOST_BY = ("Hostname", "hostname", "instance")
 GPU_BY = HOST_BY + ("gpu",)
-RANK_BY = HOST_BY + ("exported_job", "job", "rank", "local_rank", "world_size", "uid")
+RANK_BY = HOST_BY + ("exported_job", "job", "rank", "local_rank", "world_size", "uid", "job_uid")
 FINDING_BY = HOST_BY + ("rule", "severity", "subject")
-OWNER_BY = GPU_BY + ("user", "hpc_job", "pod", "namespace", "container", "exported_pod", "exported_namespace",
-                     "exported_container")  # without honor_labels, a target's own pod labels win the plain names
+OWNER_BY = GPU_BY + ("user", "uid", "hpc_job", "claimed_job", "pod_uid", "claimed_pod", "claimed_namespace",
+                     "container", "exported_container")  # without honor_labels, a target's own container label wins
 MAX_RANKS_PER_JOB = 1_000_000  # a job's rank-seconds over a range are at most this many times the range
+_UID = re.compile(r"[0-9]{1,10}")
 OWNER_MAX_BYTES = 2.0 ** 50  # what one owner can hold on one GPU (a PiB): above, a forged value
 
 
@@ -130,9 +136,18 @@ class OwnerLabels:
 
     user: str
     job: str
-    pod: str
+    pod: str  # what the processes claim (claimed_pod, claimed_namespace)
     namespace: str
     container: str
+    uid: str = ""
+    job_from: str = ""  # "cgroup": the host vouches for the job (hpc_job); "environment": the processes' word
+    pod_uid: str = ""
+
+    def claim(self) -> tuple[str, str, bool]:
+        """(the job id its processes use, their owner as claims.py compares them, whether the host vouches)."""
+        name = self.user.replace("(", "").replace(")", "")  # an owner is told in parentheses (claims.py)
+        owner = claims.owner_of(self.uid) or (f"user {name}" if name else "")
+        return self.job, owner, self.job_from == "cgroup"
 
 # What is read, as (the series' field in the series table, the attribute it fills here): the
 # query names come from the table, so a name it does not hold raises instead of reading nothing.
@@ -200,7 +215,7 @@ def _fetch(prom, grid, end, job, slim, part_of, pool) -> ClusterData:
     loader_q = ask(S.host("loader_cpu"), HOST_BY)
     owners_q = ask(S.owner("owner_bytes"), OWNER_BY)  # "who holds idle GPUs", the view's grouping by job or user
     # where each job's time went: the ranks' ledgers summed over the range (one instant query)
-    ledger_q = ask_now(f"sum by (job, exported_job, bucket) (increase({S.ledger()}[{span}s]))")
+    ledger_q = ask_now(f"sum by (job, exported_job, uid, job_uid, bucket) (increase({S.ledger()}[{span}s]))")
     # a refresh (part_of) reads a few instants: too few sample times to tell a gap from a scrape
     times_q = pool.submit(prom.query_grid, SAMPLE_TIMES, grid) if part_of is None else None
 
@@ -222,7 +237,25 @@ def _fetch(prom, grid, end, job, slim, part_of, pool) -> ClusterData:
         + [finding_results, loader_results]
     named = claims.host_names(every, host_of, data.conflicts)
     ranks_seen = claims.RankClaims()
-
+    # Whose is each job id: every owner its ranks and ledgers name, over the window (a refresh's with
+    # the window's before it), before any rank is laid into a job (claims.py)
+    owners = claims.JobOwners()
+    ledger_rows = []
+    for s in ledger_q.result():
+        lj, uid = job_of(s)[:128], s.get("uid")
+        uid = uid if _UID.fullmatch(uid) else ""
+        if job is None or lj == job:
+            vouched = bool(uid) and s.get("job_uid") == uid
+            owners.see(lj, claims.owner_of(uid), vouched, span=(start, end))
+            ledger_rows.append((s, lj, claims.owner_of(uid)))
+    owner_rows = []
+    for s in owners_q.result():  # the GPUs' owners claim job ids too
+        who = owner_labels(s)
+        owner_rows.append((s, who))
+        j, owner, vouched = who.claim()
+        if j and (job is None or j == job):
+            owners.see(j, owner, vouched, named(s), span=claims.times(s.values))
+    rank_rows = []
     for ranks_field, results in rank_results:
         for s in results:
             j = job_of(s)
@@ -231,14 +264,21 @@ def _fetch(prom, grid, end, job, slim, part_of, pool) -> ClusterData:
             labels = rank_labels_of(s, check)
             if labels is None:
                 continue
-            rank, local, world, uid = labels
             host = named(s)
-            ranks_seen.see(j, rank, host, uid, s.values)
-            key = (j, rank, host, uid)
-            r = data.ranks.get(key)
-            if r is None:
-                r = data.ranks[key] = RankData(j, rank, local, world, host, uid)
-            _merge(r, ranks_field, check.values(s.values, "rank", ranks_field))
+            owners.see(j, claims.owner_of(labels[3]), labels[4], host, labels[0], claims.times(s.values))
+            rank_rows.append((ranks_field, s, j, host, labels))
+    if part_of is not None:
+        owners = owners.merged(part_of.job_owners, since=part_of.start)
+    data.job_owners = owners
+    owners.conflicts(data.conflicts)
+    for ranks_field, s, j, host, (rank, local, world, uid, vouched) in rank_rows:
+        name = owners.name(j, claims.owner_of(uid))
+        ranks_seen.see(name, rank, host, uid, s.values)
+        key = (name, rank, host, uid)
+        r = data.ranks.get(key)
+        if r is None:
+            r = data.ranks[key] = RankData(name, rank, local, world, host, uid, j, vouched)
+        _merge(r, ranks_field, check.values(s.values, "rank", ranks_field))
     data.ranks = ranks_seen.settle(data.ranks, data.conflicts)
     if job is not None and not data.ranks and part_of is None:
         raise TraintopError(f"no ranks of job {job!r} at {prom.shown} between the times asked")
@@ -278,23 +318,18 @@ def _fetch(prom, grid, end, job, slim, part_of, pool) -> ClusterData:
             data.findings.append(AgentFinding(h, s.get("rule"), s.get("severity"), s.get("subject"), sorted(s.values)))
     for s in loader_results:
         _merge(data.loader_cpu, named(s), check.values(s.values, "host", "loader_cpu"), keyed=True)
-    for s in owners_q.result():
+    for s, who in owner_rows:
         if (g := gpu(s)) is None:
             continue
-        who = OwnerLabels(*(s.get(*names, default="")[:128] for names in
-                            (("user",), ("hpc_job",), ("exported_pod", "pod"), ("exported_namespace", "namespace"),
-                             ("exported_container", "container"))))
         held = {t: v for t, v in s.values.items() if 0 <= v <= OWNER_MAX_BYTES}
         if held:
             data.owners.setdefault((g.host, g.index), []).append((who, held))
-    for s in ledger_q.result() if ledger_q is not None else ():
-        bucket, lj = s.get("bucket"), job_of(s)[:128]
-        v = s.last
-        if job is not None and lj != job:
-            continue
+    for s, lj, owner in ledger_rows:
+        bucket, v = s.get("bucket"), s.last
         if bucket in LEDGER_BUCKETS and v is not None and 0 <= v <= span * MAX_RANKS_PER_JOB:
-            mine = data.ledger.setdefault(lj, {})
+            mine = data.ledger_by_owner.setdefault((lj, owner), {})
             mine[bucket] = mine.get(bucket, 0.0) + v
+    data.ledger = job_ledger(data.ledger_by_owner, owners)
     data.notes.extend(check.notes())
     for s in unreadable_q.result():
         h = host_of(s)
@@ -307,6 +342,26 @@ def _fetch(prom, grid, end, job, slim, part_of, pool) -> ClusterData:
         data.samples = gaps.read(by_host)
         _drop_stale(data)
     return data
+
+
+def owner_labels(s: GridSeries) -> OwnerLabels:
+    """An owner series' labels: the host's word (user, uid, hpc_job, pod_uid, container) and the
+    processes' (claimed_*), each cut to 128 characters; ids checked where they have a shape."""
+    get = (lambda *names: s.get(*names, default="")[:128])
+    hpc, claimed, uid = get("hpc_job"), get("claimed_job"), get("uid")
+    return OwnerLabels(get("user"), hpc or claimed, get("claimed_pod"), get("claimed_namespace"),
+                       get("exported_container", "container"), uid if _UID.fullmatch(uid) else "",
+                       "cgroup" if hpc else "environment" if claimed else "", get("pod_uid"))
+
+
+def job_ledger(by_owner: dict, owners: claims.JobOwners) -> dict:
+    """The ledgers' rank-seconds per job, each owner's under its own job (``JobOwners.name``)."""
+    out: dict = {}
+    for (job, owner), buckets in by_owner.items():
+        mine = out.setdefault(owners.name(job, owner), {})
+        for b, v in buckets.items():
+            mine[b] = mine.get(b, 0.0) + v
+    return out
 
 
 def _drop_stale(data: ClusterData) -> None:

@@ -335,17 +335,19 @@ def idle_held(data: ClusterData, config: Thresholds = DEFAULT) -> list[dict]:
         hours[who] = hours.get(who, 0.0) + h
         where.setdefault(who, set()).add((host, gpu))
     rows = sorted(hours.items(), key=lambda kv: -kv[1])[:IDLE_HELD_MAX_ROWS]
-    return [{"user": w.user, "job": w.job, "pod": w.pod, "namespace": w.namespace, "container": w.container,
+    return [{"user": w.user, "uid": w.uid, "job": w.job, "job_from": w.job_from, "pod": w.pod,
+             "namespace": w.namespace, "pod_uid": w.pod_uid, "container": w.container,
              "gpu_hours": round(h, 4), "gpus": [f"{host} GPU {i}" for host, i in sorted(where[w])]}
             for w, h in rows if round(h, 4) > 0]
 
 
 def _owner_name(row: dict) -> str:
+    """Whose, as the report says it: what the host vouches for plainly, what the processes claim as theirs."""
     parts = [f"user {row['user']}" if row["user"] else "an unknown user"]
     if row["job"]:
-        parts.append(f"job {row['job']}")
+        parts.append(f"Slurm job {row['job']}" if row.get("job_from") == "cgroup" else f"job {row['job']} (its own claim)")
     if row["pod"]:
-        parts.append(f"pod {row['namespace'] + '/' if row['namespace'] else ''}{row['pod']}")
+        parts.append(f"pod {row['namespace'] + '/' if row['namespace'] else ''}{row['pod']} (its own claim)")
     return one_line(", ".join(parts), 200)
 
 

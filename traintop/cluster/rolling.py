@@ -13,7 +13,8 @@ from __future__ import annotations
 import math
 
 from traintop.cluster import claims
-from traintop.cluster.fetch import GPU_ERROR_READS, GPU_READS, RANK_READS, AgentFinding, ClusterData, fetch_grid
+from traintop.cluster.fetch import (GPU_ERROR_READS, GPU_READS, RANK_READS, AgentFinding, ClusterData, fetch_grid,
+                                    job_ledger)
 from traintop.cluster.promapi import Grid, Prometheus
 
 OVERLAP = 2  # instants read again at each refresh
@@ -88,6 +89,17 @@ def _refresh_gpu(g, new) -> None:
 
 def _refresh_rank(r, new) -> None:
     r.host, r.local_rank, r.world_size, r.uid = new.host, new.local_rank, new.world_size, new.uid
+    r.vouched = r.vouched or new.vouched
+
+
+def _renamed(ranks: dict, owners: claims.JobOwners) -> dict:
+    """The kept ranks, each in the job its owner's share of the id is now (a second owner of the
+    id may have appeared since: then the first one's ranks are no longer the bare id)."""
+    out = {}
+    for (_, rank), r in ranks.items():
+        r.job = owners.name(r.claimed or r.job, claims.owner_of(r.uid))
+        out[(r.job, rank)] = r
+    return out
 
 
 def roll(old: ClusterData, part: ClusterData, grid: Grid) -> ClusterData:
@@ -96,7 +108,8 @@ def roll(old: ClusterData, part: ClusterData, grid: Grid) -> ClusterData:
     start, cut, again = grid.start, part.grid[0], part.grid
     data = ClusterData(part.url, grid.start, part.end, grid.step, grid.times, mode=part.mode)
     _roll_into(data.gpus, old.gpus, part.gpus, _GPU_SERIES, start, again, _refresh_gpu)
-    _roll_into(data.ranks, old.ranks, part.ranks, _RANK_SERIES, start, again, _refresh_rank)
+    data.job_owners = part.job_owners  # the window's, the refresh's included (fetch_grid's part_of)
+    _roll_into(data.ranks, _renamed(old.ranks, data.job_owners), part.ranks, _RANK_SERIES, start, again, _refresh_rank)
     data.gpus = {k: g for k, g in data.gpus.items() if any(getattr(g, a) for a in _GPU_SERIES)}
     data.ranks = {k: r for k, r in data.ranks.items() if any(getattr(r, a) for a in _RANK_SERIES)}
     # a rank two sources claim now is used by no rule (claims.py): its older series, from one of
@@ -129,10 +142,11 @@ def roll(old: ClusterData, part: ClusterData, grid: Grid) -> ClusterData:
         if vals:
             data.owners.setdefault((host, gpu), []).append((who, dict(sorted(vals.items()))))
     # the ledgers' seconds since the view opened: the first read's window, then each refresh's
-    for job, buckets in (*old.ledger.items(), *part.ledger.items()):
-        mine = data.ledger.setdefault(job, {})
+    for key, buckets in (*old.ledger_by_owner.items(), *part.ledger_by_owner.items()):
+        mine = data.ledger_by_owner.setdefault(key, {})
         for b, v in buckets.items():
             mine[b] = mine.get(b, 0.0) + v
+    data.ledger = job_ledger(data.ledger_by_owner, data.job_owners)
     data.notes = part.notes
     data.unreadable = set(part.unreadable)  # as the agents say now
     data.conflicts = claims.roll(old.conflicts, part.conflicts, start)

@@ -4,7 +4,8 @@ Names are ``traintop_*`` in base units (ratios 0–1, bytes, watts, joules, hert
 counters end in ``_total``. GPU series carry dcgm-exporter's labels so PromQL joins them to
 DCGM's; per-rank series carry ``job``, ``rank``, ``local_rank``, ``world_size``. Labels are
 bounded: no PIDs, command lines, paths or environment. Owner series carry who holds a GPU
-(user, job, pod, namespace, container), checked ids only (collectors/whose.py).
+(user, uid, job, pod, container), checked ids only, what the processes claim named as claims
+(collectors/whose.py).
 """
 
 from __future__ import annotations
@@ -19,13 +20,20 @@ GPU_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")
 # A MIG device's series carry these too, as dcgm-exporter's do: its GPU's gpu, UUID, device and
 # modelName, its profile ("1g.18gb") and its GPU instance id. A whole GPU's series have neither.
 MIG_LABELS = ("GPU_I_PROFILE", "GPU_I_ID")
-# uid: the owner of the rank's process, from its probe socket's peer credentials (a number)
-RANK_LABELS = ("job", "rank", "local_rank", "world_size", "uid", "Hostname")
+# uid: the owner of the rank's process, from its probe socket's peer credentials (a number);
+# job_uid: that uid again where the host vouches for the job (the process is in that Slurm job's
+# cgroup), empty where the job is the probe's word alone (collectors/whose.py)
+RANK_LABELS = ("job", "rank", "local_rank", "world_size", "uid", "job_uid", "Hostname")
 HOST_LABELS = ("Hostname",)
-# Whose processes hold a GPU (collectors/whose.py): its user, its Slurm job or torchrun run, its
-# Kubernetes pod, namespace and container: dcgm-exporter's names (hpc_job, pod, namespace,
-# container); not `job`, which Prometheus gives every series (the scrape job) where it is empty. No PIDs.
-OWNER_LABELS = ("gpu", "UUID", "Hostname", "user", "hpc_job", "pod", "namespace", "container")
+# Whose processes hold a GPU (collectors/whose.py). What the host vouches for: the user and uid,
+# ``hpc_job`` (dcgm-exporter's name; only a Slurm job its root-owned cgroup shows), the pod's uid
+# (from the kubelet's cgroup) and the container. What the processes say of themselves, named so:
+# ``claimed_job`` (SLURM_JOB_ID or the torchrun run id of their environment), ``claimed_pod`` and
+# ``claimed_namespace`` (their environment, their service account's file). Not `job`, which
+# Prometheus gives every series (the scrape job); not `pod`/`namespace`, which read as the
+# kubelet's word where dcgm-exporter's series carry them. No PIDs.
+OWNER_LABELS = ("gpu", "UUID", "Hostname", "user", "uid", "hpc_job", "claimed_job", "pod_uid", "claimed_pod",
+                "claimed_namespace", "container")
 
 
 @dataclass(frozen=True, slots=True)

@@ -73,8 +73,12 @@ RANK_CLAIMED = CrossRule("rank_claimed_twice", "One rank claimed twice", Severit
     "Two runs of one job id at once (a restart before the old run ended) claim every rank twice: stop the old one.",
 ))
 RANK_OWNERS = CrossRule("rank_owners_differ", "A job's ranks run as different users", Severity.WARNING, (
-    "A job's ranks on one host normally belong to one user: find the rank that does not and who started it.",
-    "Until then, its figures are that user's word, not the job's.",
+    "A job's ranks, on every host, normally belong to one user: find the processes of the uid that is not "
+    "the job's on the hosts named (traintop --pid, or ps on that host) and who started them.",
+    "Until then each user's ranks are judged as a job of their own ('1234 (uid 1001)'): the user whose job "
+    "a host's Slurm cgroup vouches for keeps its id; no rule mixes one user's ranks or time into another's.",
+    "uids are compared as numbers across hosts: where the hosts do not share them (no LDAP or the like), one "
+    "user's ranks on two hosts look like two users'; give each user one uid everywhere.",
 ))
 
 # In the order they are judged: a rule comes after those it defers to.
