@@ -13,7 +13,12 @@ second). For each one:
   the source carries what tells the two apart (``needs``); where it does not (an nvidia-smi log
   cannot see that two ranks share a GPU, nor PCIe traffic), the seconds are counted as *blind*.
 
-Any other finding is a false one: it lowers that rule's precision.
+Any other finding is a false one: it lowers that rule's precision. Every rule of the default engine
+is contradicted by some label (a test checks it): a finding that fires always costs wrong-advice
+seconds somewhere.
+
+``BUCKET`` maps each label to the bucket of the probe's time ledger it is (traintop/probe_goodput.py),
+for bench/ledger_score.py; a label that does not say how its time splits maps to None.
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ class Label:
     allow: frozenset = frozenset()
     wrong: frozenset = frozenset()
     needs: tuple[frozenset, ...] = ()  # any one of these capability sets suffices
+    # a wrong finding that only these capabilities tell from the truth: blind (not wrong) without them
+    wrong_needs: tuple[tuple[str, tuple[frozenset, ...]], ...] = ()
     ignore: bool = False  # not scored at all (start-up: the job imports, allocates, compiles)
 
 
@@ -49,11 +56,31 @@ def _n(*alternatives: str) -> tuple[frozenset, ...]:
 
 _HEALTHY_ALLOW = frozenset({"power_cap"})
 _NOT_RUNNING = frozenset({"stall", "idle_gpu", "cpu_training"})  # a running job is none of these
+# What the steady healthy phase (``train``: big_model, its data on the GPU, alone on its one GPU, at
+# full pace) contradicts, each by the job's own account (its label lines carry the allocator's figures):
+# - memory_creep, fragmentation, oom: its allocated memory swings within each step and returns (1-6 GiB),
+#   no allocation retries, no OOM (``alloc_retries``, ``ooms`` 0 in every train line of the corpus);
+# - other_process: it runs alone (the one phase with a second process is ``train_other``);
+# - underuse ("raise the batch size"): batch 8192 of 8192-wide matmuls at the power cap. gloo_hang's
+#   train moves 268 MB of gradients through the host each step (as train_gloo does), its GPU waiting
+#   at low power: only PCIe traffic or the process list (two ranks) tells that from a small batch, so
+#   a source with neither is blind to it there (an nvidia-smi query log);
+#   not starvation: loader_hang's train reads its batches from a DataLoader that may keep it waiting;
+# - straggler, imbalance: its ranks (torchrun_healthy, gloo_hang before the hang) share one GPU and
+#   step together; no job of the corpus has a second GPU to be unequal on;
+# - step_regression: its pace is steady (the job's own steps/s, ``stats``);
+# - thermal, low_clocks, host_memory, gpu_errors: it runs at the pace the other runs do on this H200
+#   (the recordings' clock-event reasons are only "idle" and the power cap, host RAM at most 4 %, no
+#   XID or ECC event); an application XID would have ended its CUDA context.
+_HEALTHY_WRONG = _NOT_RUNNING | frozenset({
+    "memory_creep", "fragmentation", "oom", "other_process", "underuse", "straggler",
+    "imbalance", "step_regression", "thermal", "low_clocks", "host_memory", "gpu_errors"})
 
 LABELS: dict[str, Label] = {
     "startup": Label(ignore=True),
     # between a job's pauses its pause finding stays up (it judges minutes): true, not a false finding
-    "train": Label(allow=_HEALTHY_ALLOW | {"pause"}, wrong=_NOT_RUNNING | {"precision"}),
+    "train": Label(allow=_HEALTHY_ALLOW | {"pause"}, wrong=_HEALTHY_WRONG | {"precision"},
+                   wrong_needs=(("underuse", _n("pcie", "process")),)),
     # training over gloo with large gradients: each step copies them GPU -> host -> GPU, and the GPU
     # waits for those copies (on an H200, 3.8 GiB/s at 21 % utilization): the PCIe finding is true
     "train_gloo": Label(allow=_HEALTHY_ALLOW | {"pause", "pcie"}, wrong=_NOT_RUNNING | {"precision"}),
@@ -70,8 +97,9 @@ LABELS: dict[str, Label] = {
                      wrong=frozenset({"stall", "starvation", "underuse", "cpu_training"})),
     # a loader so slow that the GPU is rarely busy is no spiky trace: only the loader workers' CPU
     # (the process tree) or the probe's input wait tell it from a small batch
+    # its steps wait in the DataLoader: no pause of another kind (the pause finding says "no input wait")
     "input_bound": Label(("starvation",), allow=frozenset({"straggler"}),
-                         wrong=frozenset({"underuse", "stall", "cpu_training", "power_cap"}),
+                         wrong=frozenset({"underuse", "stall", "cpu_training", "power_cap", "pause"}),
                          needs=_n("process", "probe")),
     "underused": Label(("underuse",), wrong=frozenset({"starvation", "stall", "power_cap"}), needs=_n("power")),
     "leak": Label(("memory_creep",), allow=frozenset({"power_cap", "fragmentation", "underuse"}),
@@ -86,14 +114,15 @@ LABELS: dict[str, Label] = {
     # a full link reads as "utilization": only its speed (or GPM) tells copies from compute
     "pinned_copy": Label(("pcie",), wrong=frozenset({"underuse", "starvation", "stall", "power_cap"}),
                          needs=_n("pcie+link")),
+    # a hang: no checkpoint, evaluation or compile holds it (a pause finding's advice is wrong beside it)
     "hung_collective": Label(("stall",), allow=frozenset({"idle_gpu"}),
-                             wrong=frozenset({"underuse", "starvation", "pcie", "power_cap", "cpu_training"}),
+                             wrong=frozenset({"underuse", "starvation", "pcie", "power_cap", "cpu_training", "pause"}),
                              needs=_n("probe", "process")),
     "hung_loader": Label(("stall",), allow=frozenset({"idle_gpu", "starvation"}),
-                         wrong=frozenset({"underuse", "pcie", "power_cap", "cpu_training"}),
+                         wrong=frozenset({"underuse", "pcie", "power_cap", "cpu_training", "pause"}),
                          needs=_n("probe", "process")),
     "hung_loader_timeout": Label(("stall",), allow=frozenset({"idle_gpu", "starvation"}),
-                                 wrong=frozenset({"underuse", "pcie", "power_cap", "cpu_training"}),
+                                 wrong=frozenset({"underuse", "pcie", "power_cap", "cpu_training", "pause"}),
                                  needs=_n("probe", "process")),
     "idle": Label(("idle_gpu", "stall"), wrong=frozenset({"underuse", "starvation", "power_cap", "cpu_training"}),
                   needs=_n("process", "memory")),
@@ -113,6 +142,22 @@ LABELS: dict[str, Label] = {
 }
 
 
+# The ledger bucket each label is (None: its time splits in a way the label does not say: a straggler
+# phase's ranks wait for each other inside DDP's backward, copies and tiny kernels are steps of their own).
+# A label whose job steps at its own pace is "train" (a leak, split blocks, a small batch, fp32: the
+# ledger says where the time goes, not whether it is well spent). A hang is "stalled" from its start:
+# the probe says so only after the stall threshold (max(30 s, 3x the usual step)), and what it says
+# before (input, collective, other) counts against it; the score says so rather than hiding it.
+BUCKET: dict[str, str | None] = {
+    "startup": "startup", "train": "train", "train_gloo": "train", "train_fp32": "train", "train_other": "train",
+    "leak": "train", "fragmented": "train", "underused": "train", "oom": "train", "after_oom": "train",
+    "eval": "eval", "checkpoint": "checkpoint", "barrier_wait": "collective", "compile": "compile",
+    "input_bound": "input", "hung_collective": "stalled", "hung_loader": "stalled", "hung_loader_timeout": "stalled",
+    "tiny_kernels": None, "pageable_copy": None, "pinned_copy": None, "idle": None, "cpu_train": "train",
+    "straggler_input": None, "straggler_cpu": None, "straggler_sleep": None, "done": None, "ended": None,
+}
+
+
 def label(name: str) -> Label:
     try:
         return LABELS[name]
@@ -120,7 +165,9 @@ def label(name: str) -> Label:
         raise KeyError(f"label {name!r} is not in bench/corpus_labels.py: say what it expects") from None
 
 
-def carried(lab: Label, source: str) -> bool:
-    """Whether ``source`` can carry the signal ``lab``'s expected finding needs."""
+def carried(lab: Label, source: str, rule: str | None = None) -> bool:
+    """Whether ``source`` can carry the signal ``lab``'s expected finding needs (with ``rule``: what
+    tells that wrong finding from the truth)."""
     caps = CAPS[source]
-    return not lab.needs or any(n <= caps for n in lab.needs)
+    needs = dict(lab.wrong_needs).get(rule, lab.needs) if rule is not None else lab.needs
+    return not needs or any(n <= caps for n in needs)

@@ -124,6 +124,8 @@ class Simulator:
         # synchronous DDP: every rank takes the slowest rank's step (the others wait in the all-reduce)
         job_step = max((STEP_S[s] for s in self.scenarios if s != "idle"), default=0.1)
         job_step *= 0.95 + 0.1 * _rng(self.seed, "step", round(t * 1000)).random()
+        # a straggler or a rank waiting for one on another node: the job has a rank beyond this host
+        world = len(gpus) + any(s in ("slow_loader", "collective_wait") for s in self.scenarios)
         for g, scenario in zip(gpus, self.scenarios):
             if scenario == "idle" or not g.processes:
                 continue
@@ -138,7 +140,7 @@ class Simulator:
                     "collective_wait": 0.36}.get(scenario, 0.02) * (0.9 + 0.2 * r.random())
             steps = int((t - self.t0) / step)
             out.append(RankSample(
-                pid=TRAIN_PID + g.index, rank=g.index, world_size=len(gpus), device=g.index, cuda=True,
+                pid=TRAIN_PID + g.index, rank=g.index, world_size=world, device=g.index, cuda=True,
                 allocated=allocated, reserved=reserved, peak=max(allocated, int(reserved * 0.9)),
                 active=allocated, inactive_split=int((reserved - allocated) * 0.1), alloc_retries=0, ooms=0,
                 steps=steps, step_time=step, steps_per_s=1 / step, input_wait=min(1.0, wait), age=0.1,

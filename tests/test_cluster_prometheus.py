@@ -270,13 +270,12 @@ def test_the_h200_case_names_the_straggler_rank_and_nothing_on_the_node_that_wai
     assert "every rank steps at its pace" in ev and "the other rank waits for it in collectives" in ev
     assert re.search(r"input wait (8\d|9\d) % \(the other ranks' median (3\d|4\d) %\)", ev), ev
     assert re.search(r"h200-node0 GPU 0 \d+ % busy at 1\d\d W of 700 W", ev), ev
-    # h200-node0's agent, seeing one node, judged its GPU starved (its own loader takes 35 % of the
-    # step): the cross-host view explains it, it waits for rank 1
-    assert not [f for f in report["findings"] if f["host"] == "h200-node0"
+    # h200-node0's agent sees its rank's GPU spinning in the all-reduce (busy, few SMs active) in a job
+    # with a rank on another host: not starved, not underused (its own loader takes 35 % of the step,
+    # but a faster loader would not make the job faster); the cross-host view names whom it waits for
+    assert not [f for f in report["findings"] + report["explained"] if f["host"] == "h200-node0"
                 and f["rule"] in ("starvation", "underuse", "idle_gpu", "node_starving")]
-    waiting = [f for f in report["explained"] if f["host"] == "h200-node0"]
-    assert [f["rule"] for f in waiting] == ["starvation"]
-    assert "waits in its collectives for job h200-ddp rank 1 on h200-node1" in waiting[0]["explained_by"]
+    assert [f["rule"] for f in report["explained"] if f["host"] == "h200-node1"] == ["starvation"]
     # the straggler costs what the verdicts it explains cost (rank 0's GPU waiting, rank 1's starving),
     # each counted once; the total never exceeds the GPU time there is
     explained_cost = sum(f["gpu_hours_lost"] for f in report["explained"])

@@ -141,7 +141,8 @@ def test_evidence_never_quotes_a_number_that_contradicts_its_finding(mix):
     mon = Monitor(sim.info(), engine=engine)
     for f in sim.frames(480):
         mon.ingest(f)
-    assert said or mix == "idle"  # the rules spoke
+    # the rules spoke (an idle GPU, or a rank waiting for a straggler on another host, has nothing to say)
+    assert said or mix in ("idle", "collective_wait")
     wrong = [(rule, f.subject, why, f.evidence) for rule, f in said if f.state == HOLDS
              for why in _contradictions(rule, f.evidence)]
     assert not wrong

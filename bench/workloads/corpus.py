@@ -4,7 +4,16 @@ Each scenario plays one or more phases (``train``, ``input_bound``, ``hung_colle
 labels them itself while it runs: one JSON line at every phase change and one a second with
 the phase and the allocator's own figures (``torch.cuda.memory_allocated()`` …). Those labels
 are the ground truth ``bench/diagnosis_score.py`` scores traintop's findings against; the
-vocabulary (what each label expects, allows and contradicts) is ``bench/corpus_labels.py``.
+vocabulary (what each label expects, allows and contradicts, and the time-ledger bucket it is)
+is ``bench/corpus_labels.py``.
+
+Every line has ``t`` (Unix time), ``rank`` (None without torchrun), ``event`` and ``phase``:
+``phase`` at a change, ``tick`` each second, ``exit`` at exit, and ``stats`` after a timed phase,
+the analytic count the MFU is scored against (bench/ledger_score.py): ``steps`` optimizer steps in
+``seconds`` of wall time, ``flops_hand`` the FLOPs of one optimizer step counted by hand (not by a
+FLOP counter), and ``matmul`` the precision its matmuls run in (``bf16``, ``fp16``, ``tf32``,
+``fp32``; lines written before it existed: ``fp32`` in ``train_fp32``, else ``bf16``). A scenario
+that knows its FLOPs writes one (``timed_train``); its MFU column is "—" otherwise.
 
     python bench/workloads/corpus.py starved_then_fed --labels run.labels.jsonl
     torchrun --nproc_per_node=2 bench/workloads/corpus.py gloo_hang --labels run.labels.jsonl
@@ -171,10 +180,13 @@ def big_model_flops() -> int:
 
 def timed_train(L, seconds: float, model, opt, x, **kw) -> None:
     """train_for, then the job's own step time and hand-counted FLOPs for the MFU check."""
+    dtype = kw.get("dtype", torch.bfloat16)
+    matmul = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype) or (
+        "tf32" if torch.backends.cuda.matmul.allow_tf32 else "fp32")
     t = time.time()
     n = train_for(seconds, model, opt, x, **kw)
     L._write({"event": "stats", "phase": L.phase, "steps": n, "seconds": time.time() - t,
-              "flops_hand": big_model_flops()})
+              "flops_hand": big_model_flops(), "matmul": matmul})
 
 
 def healthy_bf16(L, a):

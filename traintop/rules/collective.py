@@ -25,6 +25,8 @@ LAG_GAP = 40.0  # the lagging GPU reads at least this many points below the wait
 LAG_MIN_RECENT_UTIL = 2.0  # ...and still works now and then
 CONTEXT_BYTES = GiB  # memory in use that means a job holds the GPU (a CUDA context and more)
 LOOKBACK_S = 300.0
+REMOTE_MIN_UTIL = 30.0  # a GPU waiting for a rank on another host reads at least this busy ...
+REMOTE_MAX_SM_SHARE = 0.25  # ... with SMs active this share of it at most (two H200 nodes: 47 % busy, SMs 3.9 %)
 
 
 @dataclass(frozen=True)
@@ -112,3 +114,20 @@ def collective_waits(ctx: RuleContext, window_s: float, min_n: int = 5) -> Waits
     lagging = {i: x for i, x in ld.items() if i not in waiting and x.util <= top - LAG_GAP
                and (ctx.gpu_mean(i, "util", 10.0) or 0.0) >= LAG_MIN_RECENT_UTIL}
     return Waits(waiting, lagging) if lagging else None
+
+
+def waits_for_another_host(ctx: RuleContext, gpu: int, window_s: float) -> bool:
+    """This GPU's rank belongs to a job with ranks on other hosts (its world size is beyond the ranks of
+    its job seen here) and the GPU reads busy while its SMs barely work: an NCCL kernel spinning in a
+    collective, waiting for a rank elsewhere (the cross-host view names it). Measured on two H200
+    nodes, one rank each: the waiting rank's GPU 47 % busy with SMs 3.9 % active, the straggler's
+    6 % busy (3.6 %)."""
+    ranks = [r for _, r in ctx.feed(gpu).ranks]
+    if not ranks:
+        return False
+    jobs = {(r.job, r.uid) for r in ranks}
+    here = sum(1 for _, r in ctx.ranks() if (r.job, r.uid) in jobs and r.cuda)
+    if max(r.world_size or 0 for r in ranks) <= here:
+        return False
+    util, sm = ctx.gpu_mean(gpu, "util", window_s), ctx.gpu_mean(gpu, "sm_active", window_s)
+    return util is not None and sm is not None and util >= REMOTE_MIN_UTIL and sm <= REMOTE_MAX_SM_SHARE * util

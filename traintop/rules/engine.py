@@ -18,7 +18,10 @@ the last step, an error is an event) says ``now_s = None``.
 
 A stronger finding explains weaker ones (``explains``: a stall explains idle GPUs, a slow rank
 the others' waiting): while both are up the weaker one carries ``explained_by`` and is shown
-under it, never as a cause of its own.
+under it, never as a cause of its own. A cause never begins after its effect: a finding explains
+only those whose situation began no earlier than its own (``CAUSE_SLACK_S`` apart at most: the
+rules' windows fill at different rates). A situation begins when the rule's verdict first held,
+or where the rule knows better, when it says (``Verdict.since``: the stall, at the last step).
 
 While an alert is up its evidence is the latest sentence (the numbers now); when it ends,
 it keeps the most informative sentence seen while its condition fully held: the one
@@ -52,6 +55,7 @@ class Verdict:
     severity: Severity | None = None  # None: the rule's default
     state: str = "holds"  # HOLDS, WEAK, LAPSED or REVERSED
     remedies: tuple[str, ...] | None = None  # None: the rule's; a rule may drop advice that does not fit now
+    since: float | None = None  # when the situation began, where the rule knows (None: when the verdict first held)
 
     @property
     def holding(self) -> bool:
@@ -69,6 +73,7 @@ DEFAULT_NOW_S = 5.0  # "now": the last few seconds a rule is asked about again
 NOW_MIN_SAMPLES = 6  # ... and never fewer samples than this (6 s at 1 Hz; a rule that counts more says so)
 RECENT_MIN_N = 4  # the fewest samples a rule's series may hold there
 SETTLE_S = 4.0  # a raised alert ends once its recent verdict has failed this long
+CAUSE_SLACK_S = 5.0  # a cause's situation may seem to begin this much after its effect's (windows fill unevenly)
 
 
 def _pid_for(ctx: "RuleContext", subject: str) -> int | None:
@@ -241,6 +246,7 @@ class _Track:
     best_remedies: tuple[str, ...] | None = None  # the advice that came with it
     best_figures: int | None = None  # informative(best), counted once
     not_now_since: float | None = None  # a raised alert's recent verdict has failed since then
+    onset: float | None = None  # when its situation began (Verdict.since, else when the verdict first held)
     restored: bool = False  # taken up from a recording: kept until the store holds enough to judge it now
 
     @property
@@ -370,8 +376,11 @@ class RulesEngine:
                                        remedies, id=self._next_id)
                     tr.best, tr.best_remedies, tr.best_figures = verdict.evidence, remedies, None
                     tr.not_now_since = None
+                    tr.onset = tr.first_true
                     self._next_id += 1
                     self._findings[tr.alert.id] = self._changed[tr.alert.id] = tr.alert
+                if tr.up and verdict.since is not None and (tr.onset is None or verdict.since < tr.onset):
+                    tr.onset = verdict.since
             for (rule_id, subject), tr in self._tracks.items():
                 if rule_id != rule.id:
                     continue
@@ -415,15 +424,16 @@ class RulesEngine:
         if not up:
             return
         rules = {r.id: r for r in self.rules}
-        strong = [(tr.alert, rules[tr.alert.rule]) for tr in up if getattr(rules.get(tr.alert.rule), "explains", ())]
+        strong = [(t, rules[t.alert.rule]) for t in up if getattr(rules.get(t.alert.rule), "explains", ())]
         for tr in up:
             a = tr.alert
             by = None
-            for b, rule in strong:
-                if b.id == a.id or a.rule not in rule.explains:
+            for cause, rule in strong:
+                b = cause.alert
+                if b.id == a.id or a.rule not in rule.explains or not _before(cause, tr):
                     continue
                 if b.subject == a.subject or (getattr(rule, "explains_all_gpus", False)
-                                              and (a.subject.startswith("gpu") or a.subject in ("gpus", "process"))):
+                                              and (a.subject.startswith(("gpu", "rank")) or a.subject in ("gpus", "process"))):
                     by = f"{b.rule} {b.subject}"
                     break
             if by != a.explained_by:
@@ -439,6 +449,13 @@ class RulesEngine:
             if a.end is None:  # not followed by a track (none should be): ended as it stands
                 self._findings[i] = self._changed[i] = dataclasses.replace(a, end=now)
         return list(self._changed.values())
+
+
+def _before(cause: _Track, effect: _Track) -> bool:
+    """The cause's situation began no later than the effect's (within CAUSE_SLACK_S)."""
+    if cause.onset is None or effect.onset is None:  # taken up from a recording: its start is all there is
+        return cause.alert.start <= effect.alert.start + CAUSE_SLACK_S
+    return cause.onset <= effect.onset + CAUSE_SLACK_S
 
 
 def _interval(store: Store) -> float:

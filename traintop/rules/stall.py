@@ -45,8 +45,10 @@ class Stall(HostRule):
     raise_after = 1.0  # the condition already says how long: max(30 s, 3x the usual step)
     clear_after = 5.0
     now_s = None  # the condition counts the seconds since the last step, up to now
+    # what a hung job looks like while it holds (its pauses too: steps overdue in a hang are no checkpoint);
+    # only what began with the hang or after it (the engine: a cause never begins after its effect)
     explains = ("idle_gpu", "underuse", "starvation", "imbalance", "power_cap", "step_regression", "pcie",
-                "straggler", "cpu_training")
+                "straggler", "cpu_training", "pause")
     explains_all_gpus = True  # a stalled job waits on every one of its GPUs
     remedies = (
         "See where every thread is: press s in the dashboard (with the probe: traintop run -- CMD), or "
@@ -156,8 +158,8 @@ class Stall(HostRule):
         text += ". Every thread's stack: press s while live (a recording keeps those taken)"
         gpus = job_gpus(ctx) or ([0] if ctx.gpus() else [])
         if not gpus:  # a job on a machine with no GPU (or none visible): the job stalled, not "GPU 0"
-            return [Verdict("process", text)]
-        return [Verdict(gpu_subject(i), text) for i in gpus]
+            return [Verdict("process", text, since=last)]
+        return [Verdict(gpu_subject(i), text, since=last) for i in gpus]
 
     # -- NVML alone -----------------------------------------------------------------------------
     def _from_gpus(self, ctx: RuleContext):
@@ -183,7 +185,7 @@ class Stall(HostRule):
                 + "; GPUs spinning at idle power in a collective are waiting for a peer that never arrives "
                 "(a hung or dead rank). With the probe (traintop run) traintop also says when the last step was "
                 "and shows every thread's stack")
-        return [self._nvml_finding(ctx, i, text) for i in sorted(ld)]
+        return [self._nvml_finding(ctx, i, text, ctx.now - w) for i in sorted(ld)]
 
     def _asleep(self, ctx: RuleContext, ld, w: float):
         """Every GPU of the job idle and its whole process tree asleep, after work: nothing runs, nothing
@@ -203,11 +205,12 @@ class Stall(HostRule):
             text += f", its {len(workers)} loader workers too: it waits for something that does not come " \
                     "(a hung loader worker, a lock, a peer)"
         text += ". With the probe (traintop run) traintop also says when the last step was and shows every thread's stack"
-        return [self._nvml_finding(ctx, i, text) for i in sorted(ld)]
+        return [self._nvml_finding(ctx, i, text, ctx.now - w) for i in sorted(ld)]
 
-    def _nvml_finding(self, ctx: RuleContext, i: int, text: str) -> Verdict:
+    def _nvml_finding(self, ctx: RuleContext, i: int, text: str, since: float) -> Verdict:
         # A guess from NVML never replaces what the probe said (its rank just went away with the job).
-        return Verdict(gpu_subject(i), text, state=WEAK if ctx.is_active(self.id, gpu_subject(i)) else HOLDS)
+        return Verdict(gpu_subject(i), text, state=WEAK if ctx.is_active(self.id, gpu_subject(i)) else HOLDS,
+                       since=since)
 
     def _no_work(self, ctx: RuleContext, x, frozen: bool = False) -> bool:
         """Busy by utilization, yet ~no SM activity or power, after real work on this GPU.

@@ -10,7 +10,7 @@ and busy counts as spiky on its own.
 from __future__ import annotations
 
 from traintop.metrics import gpu_subject
-from traintop.rules.collective import collective_waits
+from traintop.rules.collective import collective_waits, waits_for_another_host
 from traintop.rules.declaration import HostRule
 from traintop.rules.engine import HOLDS, LAPSED, REVERSED, WEAK, Verdict, RuleContext, Severity
 from traintop.units import fmt_range
@@ -78,8 +78,8 @@ class Starvation(HostRule):
             pairs = ctx.gpu_pairs(i, "util", w, min_n=8, min_span=0.5)
             if not pairs or any(ctx.is_holding(r, subject) for r in self.defers_to):
                 continue  # too little history, or the copies to the GPU explain the gaps better than the loader
-            if in_collective is not None and i in in_collective.waiting:
-                continue  # it waits for another rank (the straggler rule), not for its own input
+            if (in_collective is not None and i in in_collective.waiting) or waits_for_another_host(ctx, i, w):
+                continue  # it waits for another rank (the straggler rule, here or across hosts), not for its own input
             active = ctx.is_active(self.id, subject)
             utils = [v for _, v in pairs]
             n = len(utils)

@@ -1,4 +1,4 @@
-"""Step-time regression: the job's steps became markedly slower than they were."""
+"""Step-time regression: the job's steps became markedly slower than they were, and are slow now."""
 
 from __future__ import annotations
 
@@ -7,10 +7,12 @@ import math
 from operator import itemgetter
 
 from traintop.rules.declaration import HostRule
-from traintop.rules.engine import Verdict, RuleContext, Severity
+from traintop.rules.engine import REVERSED, Verdict, RuleContext, Severity
 from traintop.stats import median
 
 _value = itemgetter(1)
+NOW_S = 5.0  # the steps now: their median over the last seconds ...
+NOW_MIN_N = 3  # ... of at least this many readings
 
 
 class StepTimeRegression(HostRule):
@@ -19,7 +21,9 @@ class StepTimeRegression(HostRule):
     severity = Severity.WARNING
     raise_after = 10.0
     clear_after = 30.0
-    now_s = None  # it compares the last window with the minutes before: cut to now, nothing is before
+    # It compares the last window with the minutes before (cut to now, nothing is before), and asks
+    # the last NOW_S seconds itself: slower now to start, back to the old pace to end at once.
+    now_s = None
     remedies = (
         "Look at what changed at that moment: throttling (clock-event reasons), another process on the GPU, "
         "a data-loading phase, evaluation or checkpointing inside the loop.",
@@ -35,14 +39,21 @@ class StepTimeRegression(HostRule):
             if not pairs:
                 continue
             split = bisect.bisect_right(pairs, (pairs[-1][0] - w, math.inf))  # the last w seconds from here on
-            if len(pairs) - split < 5 or split < 10:
+            recent = [v for t, v in pairs[split:] if t > pairs[-1][0] - NOW_S]
+            if len(pairs) - split < 5 or split < 10 or len(recent) < NOW_MIN_N:
                 continue
-            if max(pairs[split:], key=_value)[1] < c.step_regression_ratio * min(pairs[:split], key=_value)[1]:
-                continue  # even the slowest recent step is not that much slower than the fastest before
-            now = median([v for _, v in pairs[split:]])
             base = median([v for _, v in pairs[:split]])
-            if base <= 0 or now / base < c.step_regression_ratio:
+            if base <= 0:
                 continue
-            yield Verdict(subject,
-                          f"{r.label}'s steps take {now * 1000:.0f} ms over the last {w:.0f} s, "
-                          f"{now / base:.1f}× the {base * 1000:.0f} ms before")
+            now = median(recent)
+            window = median([v for _, v in pairs[split:]])
+            slow = (max(pairs[split:], key=_value)[1] >= c.step_regression_ratio * min(pairs[:split], key=_value)[1]
+                    and window / base >= c.step_regression_ratio and now / base >= c.step_regression_ratio)
+            if slow:
+                yield Verdict(subject,
+                              f"{r.label}'s steps take {now * 1000:.0f} ms now (the last {NOW_S:.0f} s), "
+                              f"{now / base:.1f}× the {base * 1000:.0f} ms before; {window * 1000:.0f} ms over the "
+                              f"last {w:.0f} s")
+            elif ctx.is_active(self.id, subject) and now / base < c.step_regression_ratio:
+                yield Verdict(subject, f"{r.label}'s steps are back to {now * 1000:.0f} ms (the {base * 1000:.0f} ms "
+                                       "before)", state=REVERSED)

@@ -9,7 +9,7 @@ the GPU those kernels used.
 from __future__ import annotations
 
 from traintop.metrics import gpu_subject
-from traintop.rules.collective import collective_waits
+from traintop.rules.collective import collective_waits, waits_for_another_host
 from traintop.rules.declaration import HostRule
 from traintop.rules.engine import Verdict, RuleContext, Severity
 from traintop.units import fmt_bytes
@@ -47,8 +47,8 @@ class Underuse(HostRule):
                 continue  # one of its ranks holds back the others
             if self._ranks_wait(ctx, i):
                 continue  # its ranks wait on each other, not on a small batch
-            if any(x.involves(i) for x in waits):
-                continue  # waiting for (or being) the slow rank: a bigger batch would not help
+            if any(x.involves(i) for x in waits) or waits_for_another_host(ctx, i, c.straggler_window_s):
+                continue  # waiting for (or being) the slow rank, here or on another host: a bigger batch would not help
             rx = ctx.gpu_window(i, "pcie_rx", w)
             if rx and sum(rx) / len(rx) >= c.pcie_pageable_min_gbs * 1e9:
                 continue  # steady copies to the GPU explain the low draw: the PCIe rule judges them
