@@ -13,6 +13,7 @@ from traintop.units import GiB, MiB, fmt_bytes, fmt_duration
 _value = itemgetter(1)
 STARTUP_MAX_S = 120.0  # a rise with no pause for this long after a job's memory appeared is no start-up any more
 PLATEAU_S = 5.0  # memory that holds this still has finished its start-up ramp
+SETTLED_MIN_S = 10.0  # a rate is measured over this much after the start-up at least
 
 
 class MemoryCreep(HostRule):
@@ -124,9 +125,12 @@ class MemoryCreep(HostRule):
         # a job loading its weights, making its optimizer state and first activations is no leak
         settled = self._startup_end(ctx, key, g, total)
         for w in windows:
-            if settled is not None and ctx.now - w < settled:
-                continue  # this window reaches back into the start-up ramp
             pairs = widest if w == windows[-1] else ctx.pairs(key, w, min_n=10, min_span=0.8)
+            if pairs and settled is not None and pairs[0][0] < settled:
+                # only what came after the start-up ramp, if enough of it to measure a rate
+                pairs = [p for p in pairs if p[0] >= settled]
+                if len(pairs) < 10 or pairs[-1][0] - pairs[0][0] < SETTLED_MIN_S:
+                    continue
             if not pairs:
                 continue
             rise = pairs[-1][1] - min(map(_value, pairs))
