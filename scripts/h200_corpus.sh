@@ -19,7 +19,7 @@ WORK="${WORK:-/tmp/h200-corpus-work}"
 mkdir -p "$OUT" "$WORK"
 cd "$WORK"  # not the repo root: its source traintop/ must not shadow the installed package
 export PYTHONUNBUFFERED=1 CORPUS_SCRATCH="$WORK"
-WL="$REPO/bench/workloads/corpus.py"
+WL="${WL:-$REPO/bench/workloads/corpus.py}"
 TORCHRUN="python3 -m torch.distributed.run --nproc_per_node=2"
 SCALE="${SCALE:-1}"
 NOPROBE="$WORK/noprobe"  # a probe directory with no probes in it: the second recorder sees none
@@ -44,7 +44,21 @@ run_one() {
   for _ in $(seq 50); do [ -s "$name.pid" ] && break; sleep 0.1; done
   TRAINTOP_PROBE_DIR="$NOPROBE" python3 -m traintop record "$name-noprobe.ttrec" --interval 0.1 \
     --pid "$(cat "$name.pid")" > "$name-noprobe.log" 2>&1 & local REC=$!
+  local WATCHERS=""
+  if [[ " ${WATCH:-} " == *" $name "* ]]; then
+    # what a user sees beside it: the dashboard attached to the job (two sizes) and the agent's series
+    python3 "$REPO/scripts/screen_tap.py" --size 160x48 --at "${WATCH_AT:-45,75}" --seconds 400 --out "$name-screen-160x48" \
+      -- python3 -m traintop --pid "$(cat "$name.pid")" > /dev/null 2>&1 & WATCHERS="$WATCHERS $!"
+    python3 "$REPO/scripts/screen_tap.py" --size 80x24 --at "${WATCH_AT:-45,75}" --seconds 400 --out "$name-screen-80x24" \
+      -- python3 -m traintop --pid "$(cat "$name.pid")" > /dev/null 2>&1 & WATCHERS="$WATCHERS $!"
+    python3 -m traintop agent --listen 127.0.0.1:19555 > "$name-agent.log" 2>&1 & local AGENT=$!
+  fi
   wait $RUN; echo "  job: $(tail -1 "$name-run.log")"
+  if [ -n "$WATCHERS" ]; then
+    python3 -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:19555/metrics').read().decode())" \
+      > "$name-metrics.txt" 2>&1
+    kill -TERM $AGENT; for w in $WATCHERS; do kill -TERM $w 2>/dev/null; done; wait $AGENT $WATCHERS 2>/dev/null
+  fi
   sleep 8  # the job has ended: the findings must end too
   kill -TERM $REC; wait $REC
   kill $SMI $DMON 2>/dev/null; wait $SMI $DMON 2>/dev/null
@@ -54,5 +68,6 @@ run_one() {
 
 for s in ${SCENARIOS:?name the scenarios}; do run_one "$s"; done
 tar czf "$OUT/corpus-$BATCH.tgz" *.ttrec *.labels.jsonl *-smi.csv.gz *-dmon.txt.gz *-run.log *-job.log env.txt \
+  $(ls *-screen-*.txt *-metrics.txt *-agent.log 2>/dev/null) \
   $(ls -d ./*.captures 2>/dev/null)
 ls -la "$OUT"

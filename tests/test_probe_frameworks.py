@@ -249,3 +249,28 @@ def test_a_pause_settled_later_keeps_its_seconds():
     settled = probe_client.ProbeClient._shares(conn, msg)
     assert settled["time_train"] == pytest.approx(4.0)
     assert 0.9 * sum(held.values()) + 0.3 * sum(settled.values()) == pytest.approx(1.2)
+
+
+def test_a_rank_on_no_gpu_waiting_for_its_input_is_starved_by_the_measured_wait():
+    """A gloo DDP job on a host with no GPU: rank 1's loader keeps it waiting 95 % of the time, rank 0
+    waits for rank 1 in its all-reduce (collective, not input). The measured input wait decides."""
+    from traintop.monitor import Monitor
+    from traintop.samples import Frame, RankSample, SessionInfo
+
+    mon = Monitor(SessionInfo(kind="live", interval=0.5))
+
+    def frame(t, fed):
+        r0 = RankSample(pid=10, rank=0, world_size=2, cuda=False, loader=True, steps=int(t), input_wait=0.02,
+                        time_train=0.2, time_collective=0.78, time_input=0.02)
+        wait = 0.05 if fed else 0.95
+        r1 = RankSample(pid=11, rank=1, world_size=2, cuda=False, loader=True, steps=int(t), input_wait=wait,
+                        time_train=1.0 - wait, time_input=wait)
+        return Frame(t=1000.0 + t, gpus=(), ranks=(r0, r1))
+    for k in range(120):
+        mon.ingest(frame(k * 0.5, fed=k >= 80))
+    mon.engine.close_all(1060.0)
+    starved = [a for a in mon.engine.alerts if a.rule == "starvation"]
+    assert [a.subject for a in starved] == ["rank1"]
+    (a,) = starved
+    assert a.evidence.startswith("rank 1 (on no GPU) waits for its next batch") and "(measured in the job)" in a.evidence
+    assert 1000.0 < a.start < 1020.0 and a.end is not None and 1040.0 <= a.end < 1048.0  # fed from 40 s on

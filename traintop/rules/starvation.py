@@ -14,6 +14,7 @@ from traintop.rules.collective import collective_waits, waits_for_another_host
 from traintop.rules.declaration import HostRule
 from traintop.rules.engine import HOLDS, LAPSED, REVERSED, WEAK, Verdict, RuleContext, Severity
 from traintop.units import fmt_range
+from traintop.attribution import WorkerLoad
 
 
 def _idle_gaps(pairs: list[tuple[float, float]], idle: float) -> list[float]:
@@ -141,6 +142,32 @@ class Starvation(HostRule):
                 text += (f"; {who} waits for its next batch {wait * 100:.0f} % of the time over the last {w:.0f} s"
                          " (measured in the job)")
             yield Verdict(subject, text, state=HOLDS if holds else WEAK)
+        yield from self._ranks_on_no_gpu(ctx)
+
+    def _ranks_on_no_gpu(self, ctx: RuleContext):
+        """A rank on no GPU (a CPU job, a host whose GPUs traintop cannot see): the input wait the probe
+        measured in the job decides, as it does beside a GPU."""
+        c = ctx.config
+        w = c.starvation_window_s
+        on_gpus = {subject for i in ctx.gpu_indices() for subject, _ in ctx.feed(i).ranks}
+        process = ctx.store.latest.process if ctx.store.latest is not None else None
+        load = WorkerLoad(process.loader_workers if process is not None else (), c.starvation_busy_worker_cpu)
+        for subject, r in ctx.ranks():
+            if subject in on_gpus or r.loader is False:
+                continue
+            waits = ctx.rank_window(subject, "input_wait", w)
+            if len(waits) < 3:
+                continue
+            recent = ctx.rank_window(subject, "input_wait", self.RECENT_WAIT_S) or waits
+            wait, now = sum(waits) / len(waits), sum(recent) / len(recent)
+            measured = (f"waits for its next batch {wait * 100:.0f} % of the time over the last {w:.0f} s, "
+                        f"{now * 100:.0f} % over the last {self.RECENT_WAIT_S:.0f} s (measured in the job)")
+            if wait >= c.starvation_input_wait and now >= c.starvation_fed_input_wait:
+                text = f"{r.label} (on no GPU) {measured}"
+                yield Verdict(subject, text + (f", while {load.sentence()}" if load.saturated else ""))
+            elif ctx.is_active(self.id, subject):
+                fed = now < c.starvation_fed_input_wait
+                yield Verdict(subject, f"{r.label} no longer starved: it {measured}", state=REVERSED if fed else LAPSED)
 
     def _since(self, ctx: RuleContext, i: int, mu: float, recent_wait: float | None, wait: float | None,
                probe_says_fed: bool) -> Verdict:
