@@ -65,8 +65,29 @@ _COMPILE_FILES = ("/torch/_dynamo/convert_frame.py", "/torch/_inductor/compile_f
                   "/torch/_inductor/async_compile.py", "/torch/_functorch/_aot_autograd/", "/triton/compiler/")
 
 
+_PROBE_COUNTING = ("/torch/utils/flop_counter.py",)
+# (module, class or None, names, bucket): the calls timed on the training thread. fsync is a checkpoint's
+# too (torch.save returns before the data is on disk); safetensors' _flatten and serialize_file are
+# looked up at each call, so they time a save_file imported by name too; the frameworks' own save
+# methods hold their bookkeeping (configs, RNG and trainer state, old checkpoints rotated out).
+_TIMED = (
+    ("os", None, ("fsync",), "checkpoint"),
+    ("torch", None, ("save", "load"), "checkpoint"),
+    ("torch.distributed.checkpoint", None, ("save", "load", "async_save", "save_state_dict", "load_state_dict"),
+     "checkpoint"),
+    ("safetensors.torch", None, ("save_file", "save_model", "load_file", "load_model", "_flatten", "serialize_file"),
+     "checkpoint"),
+    ("transformers.trainer", "Trainer", ("_save_checkpoint", "save_model"), "checkpoint"),
+    ("transformers.modeling_utils", "PreTrainedModel", ("save_pretrained",), "checkpoint"),
+    ("lightning.pytorch.trainer.trainer", "Trainer", ("save_checkpoint",), "checkpoint"),
+    ("pytorch_lightning.trainer.trainer", "Trainer", ("save_checkpoint",), "checkpoint"),
+    ("accelerate.accelerator", "Accelerator", ("save_state", "save_model"), "checkpoint"),
+    ("torch.distributed", None, _COLLECTIVES, "collective"),
+)
+
+
 def stack_kind(frame, depth: int = 80) -> str | None:
-    """'checkpoint' or 'compile' where a function on the stack is in such code, else 'collective'
+    """'train' inside the probe's own FLOP count (a step, slower), 'checkpoint' or 'compile' where a function on the stack is in such code, else 'collective'
     where one is in torch.distributed's collectives (a checkpoint's own collectives are the
     checkpoint's), else None.
 
@@ -77,6 +98,8 @@ def stack_kind(frame, depth: int = 80) -> str | None:
         code = frame.f_code
         name = code.co_filename
         if code.co_name != "<module>" and not name.startswith("<frozen"):
+            if name.endswith(_PROBE_COUNTING):
+                return "train"  # the step the probe counts FLOPs of runs slower: it is still a step
             if any(p in name for p in _COMPILE_FILES) or (code.co_name == "compile"
                                                           and name.endswith("/torch/__init__.py")):
                 return "compile"
@@ -594,29 +617,27 @@ class Goodput:
         self._patched.add("compiler")
 
     def install(self) -> None:
-        """Wrap the checkpoint and collective calls of the torch modules imported so far (called each tick)."""
-        # fsync on the training thread is a checkpoint's too (torch.save returns before the data is on disk)
-        targets = (("os", ("fsync",), "checkpoint"), ("torch", ("save", "load"), "checkpoint"),
-                   ("torch.distributed.checkpoint", ("save", "load", "async_save", "save_state_dict",
-                                                     "load_state_dict"), "checkpoint"),
-                   ("torch.distributed", _COLLECTIVES, "collective"))
-        for modname, names, bucket in targets:
-            if modname in self._patched:
+        """Wrap the checkpoint and collective calls of the modules imported so far (called each tick)."""
+        for modname, clsname, names, bucket in _TIMED:
+            key = f"{modname}:{clsname}" if clsname else modname
+            if key in self._patched:
                 continue
             mod = sys.modules.get(modname)
             # a module still being imported (in sys.modules, its names not yet defined): the next tick
             if mod is None or getattr(getattr(mod, "__spec__", None), "_initializing", False) \
                     or (modname == "torch" and not hasattr(mod, "save")):
                 continue
+            owner = getattr(mod, clsname, None) if clsname else mod
+            if owner is None:
+                continue
             for name in names:
-                original = getattr(mod, name, None)
-                if original is None or getattr(original, "__traintop_probe__", False):
+                # a class's own attribute only: a subclass's override is wrapped where it is defined
+                original = (vars(owner).get(name) if clsname else getattr(owner, name, None))
+                if original is None or getattr(original, "__traintop_probe__", False) or not callable(original):
                     continue
-                if not callable(original):
-                    continue
-                setattr(mod, name, self.wrap_timed(original, bucket))
-                self._undo.append(functools.partial(setattr, mod, name, original))
-            self._patched.add(modname)
+                setattr(owner, name, self.wrap_timed(original, bucket))
+                self._undo.append(functools.partial(setattr, owner, name, original))
+            self._patched.add(key)
         self._install_methods()
 
     def _install_methods(self) -> None:
@@ -809,7 +830,7 @@ class Goodput:
         frame = sys._current_frames().get(self.train_thread or threading.main_thread().ident)
         kind = stack_kind(frame)
         if kind is not None:
-            return "startup" if kind == "collective" and not steps else kind
+            return "startup" if kind in ("collective", "train") and not steps else kind
         fwd = self._forward
         if fwd is not None and now - fwd[0] <= window + 0.05:
             return "eval" if not fwd[1] else "train"

@@ -97,7 +97,7 @@ class GPT(nn.Module):
         for block in self.h:
             x = block(x)
         logits = self.lm_head(self.ln_f(x))
-        return nn.functional.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
+        return nn.functional.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1))
 
     def flops_per_token(self, T: int) -> float:
         """nanoGPT's estimate_mfu: 6N + 12·L·H·Q·T (N without the position embeddings)."""
@@ -315,7 +315,8 @@ def _lightning(L, a, precision: str) -> None:
                            every_n_train_steps=n(300, 20), save_top_k=-1)
     trainer = pl.Trainer(accelerator="cpu" if CPU else "gpu", devices=1, precision=precision,
                          max_time={"seconds": a.scale * n(40, 8)}, max_epochs=10_000,
-                         val_check_interval=n(300, 20), limit_val_batches=n(60, 4), callbacks=[Phases(), ckpt],
+                         val_check_interval=n(300, 20), check_val_every_n_epoch=None, limit_val_batches=n(60, 4),
+                         callbacks=[Phases(), ckpt],
                          logger=False, enable_progress_bar=False, num_sanity_val_steps=0)
     L("startup")
     trainer.fit(Net(), loader, loader)
@@ -385,7 +386,8 @@ def _jpegs(count: int, size: int) -> list[bytes]:
     out = []
     for k in range(count):
         img = Image.effect_noise((size, size), 64 + k % 64).convert("RGB")
-        img = Image.merge("RGB", [c.point(lambda v, s=rng.randint(0, 80): min(255, v + s)) for c in img.split()])
+        shifts = [rng.randint(0, 80) for _ in range(3)]
+        img = Image.merge("RGB", [c.point([min(255, v + s) for v in range(256)]) for c, s in zip(img.split(), shifts)])
         buf = io.BytesIO()
         img.save(buf, format="JPEG", quality=90)
         out.append(buf.getvalue())
