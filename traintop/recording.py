@@ -316,6 +316,11 @@ MAX_ALERTS = 100_000
 MAX_CAPTURES = 1000
 
 
+def _ms(t: float) -> float:
+    """A time as a chunk stores its samples' times (codec: integer milliseconds)."""
+    return round(t * 1000) / 1000.0
+
+
 def readonly_uri(path: str) -> str:
     """An SQLite URI that opens exactly ``path``, read-only: '#', '?' and '%' in a name are
     quoted (unquoted, ``run#1.ttrec`` opened ``run`` read-write-create, and a FIFO named
@@ -382,7 +387,10 @@ class RecordingReader:
             rows = self._query("SELECT id, t0, t1, n, codec FROM chunks ORDER BY t0, id")
         except sqlite3.Error as e:
             raise self._error(e) from None
-        self._chunks = [r for r in rows if type(r[0]) is int and plausible.time_ok(r[1]) and plausible.time_ok(r[2])
+        # a chunk's first and last times to the millisecond, as its samples' times are stored: the
+        # writer keeps them exact, and a replay opened at the exact first time lost the first sample
+        self._chunks = [(r[0], _ms(r[1]), _ms(r[2]), r[3], r[4]) for r in rows
+                        if type(r[0]) is int and plausible.time_ok(r[1]) and plausible.time_ok(r[2])
                         and type(r[3]) is int and 0 <= r[3] <= MAX_CHUNK_SAMPLES and r[1] <= r[2]]
         self._t0s = [r[1] for r in self._chunks]
         self.skipped_chunks = len(rows) - len(self._chunks)  # rows no writer makes
