@@ -25,7 +25,7 @@ from traintop.stacks import why_taken
 from traintop.time_ledger import TimeLedger
 from traintop.time_ledger import render as render_ledger
 from traintop.text import plain
-from traintop.units import GiB, fmt_duration
+from traintop.units import GiB, fmt_clock, fmt_duration
 
 
 @dataclass
@@ -503,7 +503,8 @@ def render_text(r: Report) -> str:
         began = (f"from before the recording began ({fmt_duration(-start_s)} earlier)" if start_s < 0
                  else fmt_duration(start_s))
         out.append(f"[{fd.severity.label.upper()}] {fd.title} — {fd.subject.replace('gpu', 'GPU ')}, "
-                   f"{began} to {fmt_duration(r.at(fd.end))} ({fmt_duration(round(fd.end - fd.start, 1))})"
+                   f"{began} to {fmt_duration(r.at(fd.end))} ({fmt_duration(round(fd.end - fd.start, 1))}, "
+                   f"from {fmt_clock(fd.start)})"
                    + (f", {fd.gpu_hours:.3f} GPU-hours lost" if fd.gpu_hours else "")
                    + (f", {fd.energy_kwh:.3f} kWh drawn" if fd.energy_kwh else ""))
         out.append(f"  {fd.evidence}")

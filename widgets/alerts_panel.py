@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import time
-
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 
 from traintop.text import one_line
-from traintop.units import fmt_duration
+from traintop.units import fmt_clock, fmt_duration
 from traintop.findings import Finding
 from traintop.view import View
 from traintop.widgets.render import SEVERITY_ICON, SEVERITY_STYLE
@@ -21,8 +19,7 @@ from traintop.metrics import gpu_index
 Paragraph = tuple[Text | Line, int]  # a logical line and the indent of its wrapped continuation lines
 
 
-def _clock(t: float) -> str:
-    return time.strftime("%H:%M:%S", time.localtime(t))
+_clock = fmt_clock
 
 
 SUBJECT_NAMES = {"gpus": "all GPUs"}  # the rules' own subjects that are not a GPU, said as a user reads them
