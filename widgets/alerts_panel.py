@@ -22,6 +22,8 @@ Paragraph = tuple[Text | Line, int]  # a logical line and the indent of its wrap
 _clock = fmt_clock
 
 
+ENDED_SHOWN = 4  # the latest findings that ended, by name; the others are counted
+
 SUBJECT_NAMES = {"gpus": "all GPUs"}  # the rules' own subjects that are not a GPU, said as a user reads them
 
 
@@ -137,8 +139,11 @@ def alert_paragraphs(active, recent, now: float | None, compact: bool, watching:
     if recent and (not compact or not active):  # compact: where nothing is up, what just ended still shows
         out.append((Line(), 0))
         ended = "; ".join(f"{one_line(a.title, 200)} ({subject_label(a.subject)}) {_clock(a.start)}–{_clock(a.end)}"
-                          for a in recent[:4])
-        out.append((Line("Ended: ", "dim bold").append(ended, "dim bold dim"), 2))
+                          for a in recent[:ENDED_SHOWN])
+        line = Line("Ended: ", "dim bold").append(ended, "dim bold dim")
+        if len(recent) > ENDED_SHOWN:  # never cut silently
+            line.append(f"; +{len(recent) - ENDED_SHOWN} more", "dim bold")
+        out.append((line, 2))
     return out
 
 
