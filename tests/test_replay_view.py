@@ -39,3 +39,30 @@ def test_a_replay_shows_the_host_and_the_process_from_its_first_frame(tmp_path):
     assert at == 0 and first
     assert "no host data" not in host and "CPU" in host and "RAM" in host
     assert "No process was attached" not in process and "train.py" in process
+
+
+def test_the_slowest_speed_notice_goes_when_the_speed_changes(demo_app, screen_lines):
+    """'0.25× is the slowest replay speed.' stayed on the top line after ] had raised the speed."""
+    async def go():
+        app, monitor, feed = demo_app(30)
+        async with app.run_test(size=(160, 48)) as pilot:
+            await pilot.pause()
+            for _ in range(len(feed.SPEEDS)):
+                await pilot.press("left_square_bracket")
+                await app.workers.wait_for_complete()
+            await pilot.pause()
+            assert feed.speed == feed.SPEEDS[0]
+            assert "0.25× is the slowest replay speed." in screen_lines(app)[0]
+            await pilot.press("right_square_bracket")
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            top = screen_lines(app)[0]
+            assert feed.speed == feed.SPEEDS[1]
+            assert "slowest" not in top, top
+            app.say("Another message.")  # what another key said stays its time
+            await pilot.press("right_square_bracket")
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            return screen_lines(app)[0]
+
+    assert "Another message." in asyncio.run(go())
