@@ -358,10 +358,11 @@ def cmd_analyze(args) -> int:
 def cmd_replay(args) -> int:
     from traintop import sessions
 
+    from traintop.analyze import damage_summary
+
     session = sessions.replay_session(args.file, speed=args.speed, fields=_fields(args), config=args.thresholds)
-    skipped = cast("ReplayFeed", session.feed).reader.skipped_chunks
-    note = f" ({skipped} damaged chunk(s) skipped)" if skipped else ""
-    return _run_app(args, session, banner=f"Replaying {os.path.basename(args.file)}{note}. "
+    damage = damage_summary(cast("ReplayFeed", session.feed).reader)
+    return _run_app(args, session, banner=f"Replaying {os.path.basename(args.file)}. {damage + ' ' if damage else ''}"
                     "space: pause  ← →: seek  [ ]: speed  ?: help")
 
 
