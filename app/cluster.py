@@ -305,6 +305,9 @@ class ClusterApp(App):
 
     def action_pause(self) -> None:
         self.paused = not self.paused
+        if self.notice is not None:  # what an earlier key said would hide "PAUSED" for its six seconds
+            self._notice_timer.stop()
+            self.notice, self._notice_timer = None, None
         if not self.paused:
             self.resumed_at = time.monotonic()
             if self.poll:

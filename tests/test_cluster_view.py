@@ -41,7 +41,8 @@ def _screen(snap, size=(160, 48)):
 
 def test_after_a_pause_the_view_reads_at_once_and_is_not_called_stale(footer_text, monkeypatch):
     """Resumed after a pause longer than two refreshes, the top line said "STALE … no read for 11 s"
-    until the next refresh came round; while paused the footer still offered "p pause"."""
+    until the next refresh came round; while paused the footer still offered "p pause", and a line
+    another key had just put on the top line hid "PAUSED" for six seconds."""
     import types
 
     from traintop.app import cluster
@@ -61,6 +62,7 @@ def test_after_a_pause_the_view_reads_at_once_and_is_not_called_stale(footer_tex
             while app.snapshot is None:  # the first read (a hang guard: pytest's timeout)
                 await pilot.pause(0.05)
             assert "p pause" in footer_text(app) and "resume" not in footer_text(app)
+            await pilot.press("x")  # a line about another key: it must not hide the pause
             await pilot.press("p")
             await pilot.pause()
             paused = app.query_one("#status").text.plain, footer_text(app)
