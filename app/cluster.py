@@ -39,7 +39,7 @@ its agent cannot read its GPUs.
 
 [b]Keys[/b]
   q            quit                       ?       this help
-  p, space     pause (stop reading Prometheus)
+  p, space     pause (stop reading Prometheus) / resume
   ↑ ↓ PgUp PgDn  scroll the findings     shift+↑ ↓  scroll the hosts
   h / H        focus the next / previous host (of the job in focus)
   j            the next job (of the host in focus)
@@ -79,13 +79,13 @@ class ClusterApp(App):
     CSS_PATH = str(Path(__file__).with_name("traintop.tcss"))  # one stylesheet with the local dashboard
     TITLE = "traintop cluster"
     ENABLE_COMMAND_PALETTE = False
-    # many hosts must not push the findings off a small screen: each gets half
-    CSS = (".compact #gpus { height: 1fr; max-height: 50%; }  .compact #alerts { height: 1fr; }"
-           "  #gpus.-stale { text-opacity: 55%; }")
+    # the rows between the top line and the footer are shared by content (``_share_rows``)
+    CSS = "#gpus { height: 1fr; }  #alerts { height: 1fr; min-height: 3; }  #gpus.-stale { text-opacity: 55%; }"
     BINDINGS = [
         Binding("q", "quit", "quit"),
         Binding("question_mark", "help", "help"),
         Binding("p,space", "pause", "pause"),
+        Binding("p,space", "resume", "resume"),  # the footer says what p does now
         Binding("h", "host(1)", "next host"),
         Binding("H", "host(-1)", "prev host", show=False),
         Binding("j", "job", "next job"),
@@ -124,8 +124,10 @@ class ClusterApp(App):
         self.focus_job: str | None = job
         self.grouping = "host"  # the GPU list: by host, job or user (u)
         self.read_at: float | None = None  # monotonic time of the last good read
+        self.resumed_at: float | None = None  # monotonic time the view was last resumed: its data is as old as the pause
         self.failure: str | None = None  # why the view ended (a read that failed unexpectedly)
         self._was_stale = False
+        self._screen_size = (80, 24)
 
     def get_driver_class(self):
         from traintop.app.driver import quiet_driver_class
@@ -159,6 +161,7 @@ class ClusterApp(App):
 
     def _apply_size(self, size=None) -> None:
         size = size or self.size
+        self._screen_size = (size.width, size.height)  # on a resize event, self.size may still be the old one
         self.set_class(size.width < COMPACT_WIDTH or size.height < 36, "compact")
 
     def read_snapshot(self) -> None:
@@ -196,7 +199,8 @@ class ClusterApp(App):
         """Seconds since the last good read, once that is more than two refreshes (None: fresh)."""
         if not self.poll or self.paused or self.read_at is None:
             return None
-        age = time.monotonic() - self.read_at
+        # after a pause the reads start again at once: their data is due from the resume on
+        age = time.monotonic() - max(self.read_at, self.resumed_at or self.read_at)
         return age if age > 2 * self.refresh_s else None
 
     def _check_stale(self) -> None:
@@ -238,6 +242,32 @@ class ClusterApp(App):
                  if self.focus_host in (None, f.host) and (hosts is None or f.host in hosts)])
         alerts.border_title = f"Findings ({n} active)" if n else "Findings"
         alerts.set_class(bool(n), "-firing")
+        self._share_rows()
+
+    def _share_rows(self) -> None:
+        """The rows between the top line and the footer, shared by what the two panes hold: both
+        as tall as their content where that fits (the findings' frame takes what is left); where it
+        does not, each gets half, and a pane that needs less gives the rest to the other (a lone
+        finding left 30 empty rows under it while the GPUs scrolled)."""
+        hosts, findings = self.query_one("#gpus"), self.query_one("#alerts")
+        screen_w, screen_h = self._screen_size
+        rows = screen_h - 2  # the top line and the footer
+        if rows <= 0:
+            return
+        need_hosts = max(1, self.query_one(HostsBody).styles.height.cells or 1)
+        frame = findings.styles.gutter.height  # its border
+        width = screen_w - findings.styles.gutter.width  # the panes span the screen
+        need_findings = len(self.query_one(AlertsBody).text_lines(max(1, width))) + frame
+        if need_hosts + need_findings <= rows:
+            shown_hosts = need_hosts
+        elif need_findings <= rows // 2:
+            shown_hosts = rows - need_findings
+        else:
+            shown_hosts = min(need_hosts, rows - rows // 2)
+        shown_hosts = max(1, min(shown_hosts, rows - frame - 1))
+        if hosts.styles.height is None or hosts.styles.height.cells != shown_hosts:
+            hosts.styles.height = shown_hosts
+        findings.styles.height = "1fr"
 
     def _job_hosts(self, job: str | None) -> set[str] | None:
         """The hosts that run ranks of ``job`` (None: every host)."""
@@ -268,9 +298,24 @@ class ClusterApp(App):
     def action_help(self) -> None:
         self.push_screen(ClusterHelp())
 
+    def check_action(self, action: str, parameters: tuple) -> bool | None:
+        if action in ("pause", "resume"):
+            return self.paused == (action == "resume")
+        return True
+
     def action_pause(self) -> None:
         self.paused = not self.paused
+        if self.notice is not None:  # what an earlier key said would hide "PAUSED" for its six seconds
+            self._notice_timer.stop()
+            self.notice, self._notice_timer = None, None
+        if not self.paused:
+            self.resumed_at = time.monotonic()
+            if self.poll:
+                self.read_snapshot()  # now, not at the next refresh
+        self.refresh_bindings()
         self.redraw()
+
+    action_resume = action_pause
 
     def action_scroll_findings(self, lines: int) -> None:
         alerts = self.query_one("#alerts", VerticalScroll)

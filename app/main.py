@@ -314,10 +314,16 @@ class TraintopApp(App):
         if self.is_running:
             self.call_from_thread(self.refresh_view)
 
+    _speed_why: str | None = None  # "0.25× is the slowest replay speed.", while it is on the top line
+
     def _replay_command(self, name: str, *args) -> None:
         if self.replay is not None:
             if why := getattr(self.replay, name)(*args):  # a speed past the range says why not
                 self.say(why)
+                self._speed_why = why
+            elif name == "change_speed" and self._speed_why is not None:  # the speed changed: no longer true
+                self._notices.withdraw(self._speed_why)
+                self._speed_why = None
             self._show_replay_bar()
 
     def action_seek(self, seconds: float) -> None:

@@ -44,6 +44,13 @@ class Notices:
 
             self.app.set_timer(part_s - 0.5, next_part)
 
+    def withdraw(self, message: str) -> None:
+        """Take ``message`` off the line now if it is still there (it no longer holds)."""
+        if self.bar is not None and self.bar.notice == one_line(message, 1000):
+            if self._timer is not None:
+                self._timer.stop()
+            self._clear()
+
     def _clear(self) -> None:
         self._timer = None
         if self.bar is not None:

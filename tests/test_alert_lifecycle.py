@@ -49,7 +49,8 @@ def test_analyze_reports_creeping_memory_ending_when_it_was_freed():
     report = analyze(reader, rerun=True)
     reader.close()
     creep = [f for f in report.findings if f.rule == "memory_creep"]
-    assert len(creep) == 1 and round(creep[0].end - creep[0].start, 1) <= 20
+    # was 40 s and more; the rules judge once a second, so its start and end each move by up to one judgement
+    assert len(creep) == 1 and round(creep[0].end - creep[0].start, 1) <= 21
 
 
 def _rising_then_flat(t):
@@ -227,3 +228,83 @@ def test_on_an_h200_the_power_cap_alert_ends_within_seconds_of_a_spinning_kernel
     start_s, end_s = report.at(cap.start), report.at(cap.end)
     assert start_s < spin - 10  # raised during the real full load
     assert end_s <= spin + 5, (end_s - spin)  # and ended within seconds of the spin
+
+
+# -- a finding's start is one value everywhere ------------------------------------------------
+def _record_as_live(path, scenario="starved", seconds=120.0):
+    """A session sampled as live sampling does: times off the millisecond a recording keeps, each
+    sample a fraction of a millisecond early or late (the rules' judgement once a second then falls
+    on either side of a sample). Returns its findings as the session ended them (what `traintop run
+    --no-ui` sums up)."""
+    import dataclasses
+    import random
+
+    sim = Simulator(scenario, seed=3, t0=1_790_000_000.1234567)
+    jitter = random.Random(1)
+    monitor = Monitor(sim.info())
+    monitor.start_recording(path)
+    for _ in range(int(seconds / sim.interval)):
+        f = sim.next_frame()
+        monitor.ingest(dataclasses.replace(f, t=f.t + jitter.uniform(-0.0004, 0.0004)))
+    monitor.close()
+    return monitor.engine.alerts
+
+
+def _replayed_start(path, rule, seek_to=None):
+    """In the dashboard replaying ``path`` (from its start, or from a seek to ``seek_to`` seconds in,
+    then stepping on): the start of ``rule``'s finding once it is up, as the engine holds it and as
+    the alerts panel says it ("since HH:MM:SS")."""
+    import asyncio
+
+    from traintop.app.factory import build_app
+
+    async def go():
+        monitor, feed = sessions.replay_session(path)
+        feed.playing = False
+        if seek_to is not None:
+            feed.seek(feed.t_start + seek_to)
+        app = build_app(monitor, feed, mode="replay", start_feed=False)
+        async with app.run_test(size=(160, 48)) as pilot:
+            while not any(a.rule == rule for a in monitor.engine.active) and feed.peek() is not None:
+                feed.step(1)
+            app.refresh_view()
+            await pilot.pause()
+            (up,) = [a for a in monitor.engine.active if a.rule == rule]
+            return up.start, str(app.query_one("#alerts-body").render())
+
+    return asyncio.run(go())
+
+
+def test_a_findings_start_is_the_same_in_the_summary_analyze_its_rerun_and_the_replay(tmp_path):
+    """The --no-ui summary, analyze, analyze --rerun and the replay (played from the start, and after
+    seeks before, into and after the finding's start) gave up to five different start times: the
+    rules judged once a second counted from the first sample they saw (sub-millisecond jitter and a
+    replay that starts or seeks elsewhere moved every later judgement), and a replay after a seek
+    judged a finding again from the seek on."""
+    from traintop.analyze import render_text
+    from traintop.cli import findings_summary
+    from traintop.recording import RecordingReader
+    from traintop.units import fmt_clock
+
+    path = str(tmp_path / "live.ttrec")
+    live = [a for a in _record_as_live(path) if a.rule == "starvation"]
+    assert len(live) == 1
+    start = live[0].start
+    clock = fmt_clock(start)
+    summary = "\n".join(findings_summary(live))
+    assert f"from {clock}" in summary
+
+    reader = RecordingReader(path)
+    t0 = reader.t_start
+    assert [a.start for a in reader.alerts() if a.rule == "starvation"] == [start]
+    for rerun in (False, True):
+        report = analyze(RecordingReader(path), rerun=rerun)
+        assert [f.start for f in report.findings if f.rule == "starvation"] == [start], rerun
+        assert f"from {clock})" in render_text(report)
+
+    # played from the start; after seeks before it (the rules' raise delay still to run), just after
+    # it and well past it
+    for seek_to in (None, start - t0 - 4.0, start - t0 + 1.0, 90.0):
+        shown, panel = _replayed_start(path, "starvation", seek_to)
+        assert shown == start, seek_to
+        assert f"since {clock}" in panel, seek_to

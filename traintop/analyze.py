@@ -25,7 +25,7 @@ from traintop.stacks import why_taken
 from traintop.time_ledger import TimeLedger
 from traintop.time_ledger import render as render_ledger
 from traintop.text import plain
-from traintop.units import GiB, fmt_duration
+from traintop.units import GiB, fmt_clock, fmt_duration
 
 
 @dataclass
@@ -312,6 +312,7 @@ def _report(source, name, alerts, accs, first, last, n, notes=()) -> Report:
         total = getattr(source, "chunk_total", None)
         notes.append(f"{chunks}{f' of {total}' if total else ''} chunk(s) could not be read (damaged) and were "
                      "skipped: the findings cover the rest")
+    notes.extend(damage_notes(source, first, last))
     if lines:
         notes.append(f"{lines} unreadable line(s) skipped")
     energy = sum(g.energy_kwh(first, last) for g in gpus.values())
@@ -326,15 +327,63 @@ def _report(source, name, alerts, accs, first, last, n, notes=()) -> Report:
                   notes, None if energy is None else round(energy, 4), skipped_chunks=chunks, skipped_lines=lines, t0=first)
 
 
+def damage_notes(source, first: float, last: float | None = None) -> list[str]:
+    """What a damaged recording lost, told from ``first`` (its first sample read): the spans without
+    samples, and, where SQLite refused the file whole (cut short), that it was read part by part."""
+    out = []
+    if getattr(source, "salvaged", False):
+        cut = source.cut
+        how = (f"cut short: {cut[0]:,} of the {cut[1]:,} bytes its header counts" if cut else "damaged")
+        out.append(f"the file is {how}; SQLite refused it whole, so what it could still read was read chunk by "
+                   "chunk, and the rules judged that again (the findings recorded with it may be lost with the rest)")
+        if cut and last is not None:
+            out.append(f"whatever was recorded after {fmt_duration(last - first)} ({fmt_clock(last)}) is lost "
+                       "with the end of the file")
+    lost = source.lost() if getattr(source, "salvaged", False) or getattr(source, "skipped_chunks", 0) else []
+    if lost:
+        out.append("no samples could be read from " + "; ".join(
+            f"{fmt_duration(max(0.0, a - first))} to {fmt_duration(b - first)} ({fmt_duration(b - a)})" for a, b in lost[:8])
+            + (f"; and {len(lost) - 8} more span(s)" if len(lost) > 8 else ""))
+    return out
+
+
+def damage_summary(source) -> str:
+    """A damaged recording's losses in short sentences, told from its first sample ("" where none):
+    a replay says them in turn on its top line."""
+    first, end = getattr(source, "t_start", None), getattr(source, "t_end", None)
+    if first is None or end is None:
+        return ""
+    salvaged = getattr(source, "salvaged", False)
+    skipped = getattr(source, "skipped_chunks", 0)
+    lost = source.lost() if salvaged or skipped else []
+    for a, b in reversed(lost):  # the last sample read, where the chunks at the end are lost
+        if b >= end:
+            end = a
+    out = []
+    if salvaged:
+        out.append(f"It is cut short: nothing after {fmt_duration(end - first)}." if source.cut else "It is damaged.")
+    lost = [(a, b) for a, b in lost if a < end]
+    if lost:
+        out.append("No samples from " + ", ".join(f"{fmt_duration(max(0.0, a - first))} to {fmt_duration(b - first)}"
+                                                  for a, b in lost[:2]) + (" and more." if len(lost) > 2 else "."))
+    if skipped:
+        out.append(f"{skipped} damaged chunk(s) skipped.")
+    return " ".join(out)
+
+
 def _nothing_read(source, name: str):
     """No sample could be read: a report of "no findings" would pass a CI gate on a file that
     said nothing, so this is an error."""
     skipped = getattr(source, "skipped_chunks", 0)
     total = getattr(source, "chunk_total", skipped)
+    cut = getattr(source, "cut", None)
+    how = f" (cut short: {cut[0]:,} of the {cut[1]:,} bytes its header counts)" if cut else ""
     if skipped:
         why = getattr(source, "damage", None)
-        raise TraintopError(f"{name}: none of its {total} chunk(s) could be read ({why or 'all damaged'}); "
+        raise TraintopError(f"{name}{how}: none of its {total} chunk(s) could be read ({why or 'all damaged'}); "
                             "nothing to analyze")
+    if getattr(source, "salvaged", False):
+        raise TraintopError(f"{name} is damaged{how}: no sample in it could be read; nothing to analyze")
     raise TraintopError(f"{name} holds no samples; nothing to analyze")
 
 
@@ -504,7 +553,8 @@ def render_text(r: Report) -> str:
         began = (f"from before the recording began ({fmt_duration(-start_s)} earlier)" if start_s < 0
                  else fmt_duration(start_s))
         out.append(f"[{fd.severity.label.upper()}] {fd.title} — {fd.subject.replace('gpu', 'GPU ')}, "
-                   f"{began} to {fmt_duration(r.at(fd.end))} ({fmt_duration(round(fd.end - fd.start, 1))})"
+                   f"{began} to {fmt_duration(r.at(fd.end))} ({fmt_duration(round(fd.end - fd.start, 1))}, "
+                   f"from {fmt_clock(fd.start)})"
                    + (f", {fd.gpu_hours:.3f} GPU-hours lost" if fd.gpu_hours else "")
                    + (f", {fd.energy_kwh:.3f} kWh drawn" if fd.energy_kwh else ""))
         out.append(f"  {fd.evidence}")

@@ -239,14 +239,14 @@ def findings_summary(alerts, captures=()) -> list[str]:
     stronger finding explains), and where the evidence taken for them is; one line each."""
     from traintop.findings import Severity
     from traintop.text import one_line
-    from traintop.units import fmt_duration
+    from traintop.units import fmt_clock, fmt_duration
 
     shown = [a for a in alerts if a.severity >= Severity.WARNING and not a.explained_by]
     out = []
     for a in shown[:MAX_SUMMARY_FINDINGS]:
         took = f"for {fmt_duration(a.end - a.start)}" if a.end is not None else "until the end"
         out.append(f"found: [{a.severity.label}] {one_line(a.title, 100)} ({one_line(a.subject, 40)}, from "
-                   f"{time.strftime('%H:%M:%S', time.localtime(a.start))} {took})")
+                   f"{fmt_clock(a.start)} {took})")
     if len(shown) > MAX_SUMMARY_FINDINGS:
         out.append(f"found: {len(shown) - MAX_SUMMARY_FINDINGS} more")
     for c in list(captures)[-4:]:
@@ -358,10 +358,11 @@ def cmd_analyze(args) -> int:
 def cmd_replay(args) -> int:
     from traintop import sessions
 
+    from traintop.analyze import damage_summary
+
     session = sessions.replay_session(args.file, speed=args.speed, fields=_fields(args), config=args.thresholds)
-    skipped = cast("ReplayFeed", session.feed).reader.skipped_chunks
-    note = f" ({skipped} damaged chunk(s) skipped)" if skipped else ""
-    return _run_app(args, session, banner=f"Replaying {os.path.basename(args.file)}{note}. "
+    damage = damage_summary(cast("ReplayFeed", session.feed).reader)
+    return _run_app(args, session, banner=f"Replaying {os.path.basename(args.file)}. {damage + ' ' if damage else ''}"
                     "space: pause  ← →: seek  [ ]: speed  ?: help")
 
 

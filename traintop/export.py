@@ -86,24 +86,73 @@ def json_line(record: dict) -> str:
     return json.dumps(record, separators=(",", ":"), allow_nan=False)
 
 
-def csv_header() -> str:
+# What a CSV's rows are (``export --csv --rows``): GPUs, or the host, the attached job or the
+# probes' ranks, each with the sample's time and host first.
+CSV_ROWS = {"gpus": "a row a GPU a sample", "host": "a row a sample: the host",
+            "process": "a row a sample: the attached job (its tree counted: members, loader workers)",
+            "ranks": "a row a rank a sample: what its probe reports"}
+_HOST_COLUMNS = ["t", "host", *_HOST_FIELDS]
+_PROCESS_COLUMNS = ["t", "host", *_PROCESS_FIELDS, "members", "loader_workers"]
+_RANK_COLUMNS = ["t", "host", *_RANK_FIELDS]
+_COLUMNS = {"gpus": CSV_COLUMNS, "host": _HOST_COLUMNS, "process": _PROCESS_COLUMNS, "ranks": _RANK_COLUMNS}
+
+
+def csv_header(rows: str = "gpus") -> str:
     buf = io.StringIO()
-    csv.writer(buf, lineterminator="\n").writerow(CSV_COLUMNS)
+    csv.writer(buf, lineterminator="\n").writerow(_COLUMNS[rows])
     return buf.getvalue()
 
 
-def csv_rows(frame: Frame, info: SessionInfo) -> str:
-    """One row a GPU: the sample's time and host, the GPU's fields, its processes as pid:bytes
-    (pid:bytes:SM % where its share is known)."""
-    names = {g.index: g for g in info.gpus}
+def _cell(v: Any) -> Any:
+    """A value as a CSV cell: missing is empty; a list is its values, space-separated; text is data."""
+    v = _num(v)
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, tuple):
+        return " ".join(f"{x:g}" if isinstance(x, float) else str(x) for x in v)
+    if isinstance(v, str):
+        return one_line(v, 4096)
+    return v
+
+
+def csv_count(frame: Frame, rows: str = "gpus") -> int:
+    """How many rows ``csv_rows`` writes for ``frame``."""
+    if rows == "gpus":
+        return len(frame.gpus)
+    if rows == "ranks":
+        return len(frame.ranks)
+    return int((frame.host if rows == "host" else frame.process) is not None)
+
+
+def csv_rows(frame: Frame, info: SessionInfo, rows: str = "gpus") -> str:
+    """``rows`` of one sample (``CSV_ROWS``). GPUs: the sample's time and host, the GPU's fields,
+    its processes as pid:bytes (pid:bytes:SM % where its share is known)."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     host = one_line(info.hostname or "", 253)
+    head = [f"{frame.t:.3f}", host]
+    if rows == "host":
+        if frame.host is not None:
+            w.writerow(head + [_cell(getattr(frame.host, n)) for n in _HOST_FIELDS])
+        return buf.getvalue()
+    if rows == "process":
+        p = frame.process
+        if p is not None:
+            w.writerow(head + [_cell(getattr(p, n)) for n in _PROCESS_FIELDS]
+                       + [len(p.members), len(p.loader_workers)])
+        return buf.getvalue()
+    if rows == "ranks":
+        for r in frame.ranks:
+            w.writerow(head + [_cell(getattr(r, n)) for n in _RANK_FIELDS])
+        return buf.getvalue()
+    names = {g.index: g for g in info.gpus}
     for g in frame.gpus:
         gi = names.get(g.index)
         procs = " ".join(f"{p.pid}:{'' if p.used_bytes is None else p.used_bytes}"
                          f"{'' if p.sm_util is None else f':{p.sm_util:g}'}" for p in g.processes)
-        w.writerow([f"{frame.t:.3f}", host, g.index, one_line(gi.name, 96) if gi else "",
+        w.writerow([*head, g.index, one_line(gi.name, 96) if gi else "",
                     one_line(gi.uuid, 96) if gi and gi.uuid else "",
                     *("" if (v := _num(getattr(g, n))) is None else v for n in _CSV_FIELDS), procs,
                     *("" if (v := _num(getattr(g, n))) is None else v for n in _LATER),

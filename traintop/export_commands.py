@@ -83,22 +83,32 @@ def cmd_snapshot(args) -> int:
     return 0
 
 
+NOTHING_TO_EXPORT = {"gpus": "no GPU", "host": "no host sample", "process": "no attached process",
+                     "ranks": "no rank (no probe reported)"}
+
+
 def cmd_export(args) -> int:
     from traintop import sessions
 
+    if args.rows is not None and not args.csv:
+        raise TraintopError("--rows picks what a CSV's rows are (with --csv); a JSON line holds all of a sample")
+    rows = args.rows or "gpus"
     source = sessions.open_source(args.file)
     info = source.info
     from traintop.files import create_new
 
     # A new file, as `record` and `record --jsonl` write: a sample file is never written over.
     out = create_new(args.output, "export -o") if args.output not in (None, "-") else sys.stdout
-    written = 0
+    written = rows_written = 0
     try:
         if args.csv:
-            out.write(export.csv_header())
+            out.write(export.csv_header(rows))
         for frame in source.frames():
-            out.write(export.csv_rows(frame, info) if args.csv else export.json_line(export.sample_record(frame, info))
-                      + "\n")
+            if args.csv:
+                out.write(export.csv_rows(frame, info, rows))
+                rows_written += export.csv_count(frame, rows)
+            else:
+                out.write(export.json_line(export.sample_record(frame, info)) + "\n")
             written += 1
             if args.limit and written >= args.limit:
                 break
@@ -106,6 +116,11 @@ def cmd_export(args) -> int:
     finally:
         if out is not sys.stdout:
             out.close()
+    if args.csv and written and not rows_written:  # a bare header says nothing: say why, in one line
+        why = f" ({one_line(info.extra['no_gpu'], 200)})" if rows == "gpus" and info.extra.get("no_gpu") else ""
+        others = ", ".join(r for r in export.CSV_ROWS if r != rows)
+        print(f"traintop: {one_line(args.file, 300)} holds {NOTHING_TO_EXPORT[rows]} in its {written} sample(s)"
+              f"{why}: the CSV is its header only (--rows {others} export the rest)", file=sys.stderr)
     if args.output not in (None, "-"):
         print(f"traintop: {written} sample(s) written to {args.output}", file=sys.stderr)
     return 0
@@ -133,7 +148,10 @@ def add_export(sub) -> None:
     p.add_argument("file", metavar="FILE", help="a traintop recording (.ttrec) or an nvidia-smi CSV/dmon log")
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--jsonl", action="store_true", help="JSON lines, one sample a line (the default)")
-    fmt.add_argument("--csv", action="store_true", help="CSV: a header, then one row a GPU a sample")
+    fmt.add_argument("--csv", action="store_true", help="CSV: a header, then one row a GPU a sample (--rows: "
+                     "of something else)")
+    p.add_argument("--rows", choices=tuple(export.CSV_ROWS), help="with --csv, what a row is: "
+                   + "; ".join(f"{k}: {v}" for k, v in export.CSV_ROWS.items()) + " (default gpus)")
     p.add_argument("-o", "--output", metavar="OUT", help="write here instead of standard output")
     p.add_argument("--limit", type=positive_int, metavar="N", help="stop after N samples")
     p.set_defaults(handler=cmd_export)

@@ -168,16 +168,15 @@ class ReplayFeed(Feed):
         self._stack_times = [d.t for d in self._stacks]
         self._emitted_t: float | None = None
         self._judged = self._recorded_alerts is not None
+        if self._recorded_alerts is not None:
+            # each finding starts and ends where the recording says, played from the start or after a
+            # seek (what was up when `r` was pressed mid-session shows from the first sample), as
+            # analyze reports it; the rules give the figures of now
+            monitor.engine.follow(self._recorded_alerts, session_end=self.t_end)
         self.controls = ReplayControls(self)
         if self.t_start is not None:
             self._open_at(self.t_start)
             self._emit_until(self.t_start)  # something to show before the clock starts
-            if self._recorded_alerts is not None and any(
-                    a.start < self.t_start and (a.end is None or a.end > self.t_start) for a in self._recorded_alerts):
-                # what was already up when the recording began (`r` pressed mid-session): shown from
-                # the first sample, as analyze reports it, not left for the rules to find again
-                with self.monitor.lock:
-                    self.monitor.engine.restore(self._recorded_alerts, self.t_start, session_end=self.t_end)
 
     # -- iteration -----------------------------------------------------------
     def _open_at(self, t: float, after: bool = False) -> None:
@@ -273,6 +272,8 @@ class ReplayFeed(Feed):
             if not self._judged:
                 self._judged = True
                 self._recorded_alerts = self._judge_all()
+                if self._recorded_alerts is not None:  # from now on as played from the start
+                    self.monitor.engine.follow(self._recorded_alerts, session_end=self.t_end)
             self.monitor.reset()
             if self._recorded_alerts is not None:
                 # exactly the samples the view needs, decoded once (not the chunks around them),

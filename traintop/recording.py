@@ -311,9 +311,35 @@ _TABLES = {
     "alerts": ("id", "rule", "subject", "severity", "title", "start", "end", "evidence", "remedies"),
 }
 MAX_META_ROWS = 1000
+# A damaged file's chunk list is read by rowid ranges (``_salvaged_rows``), a batch at a time, a
+# row at a time near the damage; at most this many rows and queries (a week of chunks: ~2 500).
+SALVAGE_BATCH = 256
+MAX_SALVAGED_ROWS = 1_000_000
+MAX_SALVAGE_QUERIES = 20_000
 MAX_META_VALUE = 1 << 20  # a session's metadata is a few kB
 MAX_ALERTS = 100_000
 MAX_CAPTURES = 1000
+
+
+def _cut_short(path: str) -> tuple[int, int] | None:
+    """(its bytes, the bytes its SQLite header says) where the file is shorter than that."""
+    try:
+        with open_regular(path, "recording", RecordingError) as fh:
+            head = fh.read(100)
+            size = os.fstat(fh.fileno()).st_size
+    except (OSError, RecordingError):
+        return None
+    if len(head) < 100:
+        return None
+    page = int.from_bytes(head[16:18], "big")
+    page = 65536 if page == 1 else page
+    pages = int.from_bytes(head[28:32], "big")
+    return (size, page * pages) if 0 < size < page * pages else None
+
+
+def _ms(t: float) -> float:
+    """A time as a chunk stores its samples' times (codec: integer milliseconds)."""
+    return round(t * 1000) / 1000.0
 
 
 def readonly_uri(path: str) -> str:
@@ -353,9 +379,20 @@ class RecordingReader:
 
     def _open(self) -> None:
         path = self.path
+        self.cut: tuple[int, int] | None = None  # (bytes, bytes its header says) of a file cut short
+        self.salvaged = False  # SQLite refused the file whole: what it can still read was read chunk by chunk
+        self.lost_rows = False  # ... and the salvage stopped at its limits
+        self.damage: str | None = None
+        self._damaged_ids: set[int] = set()  # chunks whose samples could not be read
         try:
             self._harden()
-            self._has_alerts = self._check_schema()
+            try:
+                self._has_alerts = self._check_schema()
+            except sqlite3.DatabaseError as e:
+                if self._interrupted:
+                    raise
+                self._salvage_mode(e)
+                self._has_alerts = self._check_schema()
             rows = self._query(f"SELECT key, value FROM meta LIMIT {MAX_META_ROWS}")
             meta = {str(k): str(v) for k, v in rows}
         except (sqlite3.Error, ValueError, TypeError) as e:
@@ -380,16 +417,125 @@ class RecordingReader:
         self.meta = meta
         try:
             rows = self._query("SELECT id, t0, t1, n, codec FROM chunks ORDER BY t0, id")
-        except sqlite3.Error as e:
-            raise self._error(e) from None
-        self._chunks = [r for r in rows if type(r[0]) is int and plausible.time_ok(r[1]) and plausible.time_ok(r[2])
+        except sqlite3.DatabaseError as e:
+            if self._interrupted:
+                raise self._error(e) from None
+            try:
+                self._salvage_mode(e)
+                rows = sorted(self._salvaged_rows(), key=lambda r: (r[1], r[0]) if plausible.time_ok(r[1]) else (0, 0))
+            except sqlite3.Error as e2:
+                raise self._error(e2) from None
+        # a chunk's first and last times to the millisecond, as its samples' times are stored: the
+        # writer keeps them exact, and a replay opened at the exact first time lost the first sample
+        self._chunks = [(r[0], _ms(r[1]), _ms(r[2]), r[3], r[4]) for r in rows
+                        if type(r[0]) is int and plausible.time_ok(r[1]) and plausible.time_ok(r[2])
                         and type(r[3]) is int and 0 <= r[3] <= MAX_CHUNK_SAMPLES and r[1] <= r[2]]
         self._t0s = [r[1] for r in self._chunks]
         self.skipped_chunks = len(rows) - len(self._chunks)  # rows no writer makes
         # why the first damaged chunk could not be read (said when nothing could be)
-        self.damage = "a chunk's times or sample count are implausible" if self.skipped_chunks else None
+        self.damage = "a chunk's times or sample count are implausible" if self.skipped_chunks else self.damage
         self.chunk_total = len(rows)
         self._cache: dict[int, list[Frame]] = {}
+        if self.salvaged:
+            self._find_unreadable_chunks()
+
+    def _find_unreadable_chunks(self) -> None:
+        """In a damaged file, the chunks whose bytes SQLite cannot read (their last byte is reached
+        through every page of them): counted now, so what is lost is known before anything plays."""
+        for cid, *_ in self._chunks:
+            try:
+                self._query("SELECT substr(data, -1, 1) FROM chunks WHERE id = ?", (cid,))
+            except sqlite3.DatabaseError as e:
+                if self._interrupted:
+                    raise
+                self._damaged(e, cid)
+
+    # -- a damaged file: what SQLite can still read ----------------------------
+    def _salvage_mode(self, e: Exception) -> None:
+        """SQLite refused the file whole (``e``): read it again, part by part. A file shorter than its
+        header says (cut short) is refused whole unless the schema is "writable"; this connection stays
+        read-only and query-only, and each part read is checked as ever."""
+        self.salvaged = True
+        self.damage = self.damage or str(e)
+        self.cut = _cut_short(self.path)
+        self._query("PRAGMA writable_schema=ON")
+
+    def _try(self, sql: str, args: tuple) -> list | None:
+        """``sql``'s rows, or None where a page it needs cannot be read."""
+        try:
+            return self._query(sql, args)
+        except sqlite3.DatabaseError:
+            if self._interrupted:
+                raise
+            return None
+
+    def _salvaged_rows(self) -> list:
+        """The chunk list of a damaged file, by rowid: every row SQLite can read, past the pages it
+        cannot (a few hundred queries at most for each run of them)."""
+        first = "SELECT id, t0, t1, n, codec FROM chunks NOT INDEXED WHERE id > ? ORDER BY id LIMIT ?"
+        rows: list = []
+        after, batch, queries = -(1 << 63), SALVAGE_BATCH, 0
+        while len(rows) < MAX_SALVAGED_ROWS and queries < MAX_SALVAGE_QUERIES:
+            queries += 1
+            got = self._try(first, (after, batch))
+            if got is None and batch > 1:
+                batch = 1  # near the damage: a row at a time
+                continue
+            if got is None:
+                after, skipped = self._past_unreadable(after)
+                queries += skipped
+                if after is None:
+                    break
+                again = self._try("SELECT id, t0, t1, n, codec FROM chunks NOT INDEXED WHERE id = ?", (after,))
+                rows.extend(again or ())
+                continue
+            if not got:
+                break
+            rows.extend(got)
+            after, batch = got[-1][0], min(SALVAGE_BATCH, batch * 4)
+            if type(after) is not int:
+                break
+        self.lost_rows = queries >= MAX_SALVAGE_QUERIES or len(rows) >= MAX_SALVAGED_ROWS
+        return rows
+
+    def _past_unreadable(self, after: int) -> tuple[int | None, int]:
+        """The smallest rowid past ``after`` from which the table reads again (None: nowhere), and the
+        queries that took: doubling steps, then halving back between the last that failed and the first
+        that did not."""
+        sql = "SELECT id FROM chunks NOT INDEXED WHERE id > ? ORDER BY id LIMIT 1"
+        lo, step, queries = after, 1, 0
+        while True:
+            hi = after + step
+            if hi >= (1 << 63) - 1:
+                return None, queries
+            queries += 1
+            if self._try(sql, (hi,)) is not None:
+                break
+            lo, step = hi, step * 2
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            queries += 1
+            if self._try(sql, (mid,)) is None:
+                lo = mid
+            else:
+                hi = mid
+        return hi, queries
+
+    def lost(self) -> list[tuple[float, float]]:
+        """Spans of time whose samples could not be read: between two chunks read (a chunk lost
+        between them) and inside a chunk whose samples are damaged."""
+        spans = [(t0, t1) for cid, t0, t1, _, _ in self._chunks if cid in self._damaged_ids]
+        gap = 2.5 * self.info.interval
+        for (_, _, t1, _, _), (_, t0, _, _, _) in zip(self._chunks, self._chunks[1:]):
+            if t0 - t1 > gap:
+                spans.append((t1, t0))
+        out: list[list[float]] = []
+        for a, b in sorted(spans):
+            if out and a - out[-1][1] <= gap:  # one span across neighbouring chunks
+                out[-1][1] = max(out[-1][1], b)
+            else:
+                out.append([a, b])
+        return [(a, b) for a, b in out]
 
     # -- SQLite, hardened ------------------------------------------------------
     def _harden(self) -> None:
@@ -463,7 +609,7 @@ class RecordingReader:
                 raise RecordingError("unknown codec")
             return decoder(row[0], codec, t_from=t_from, t_to=t_to)
         except (RecordingError, sqlite3.Error, ValueError) as e:
-            self._damaged(e)
+            self._damaged(e, chunk_id)
             return None
 
     def _load(self, chunk_id: int, codec: str, t_from: float | None = None, t_to: float | None = None) -> list[Frame]:
@@ -532,7 +678,7 @@ class RecordingReader:
                 (blob,) = self._query("SELECT data FROM chunks WHERE id = ?", (chunk_id,))[0]
                 blob = bytes(blob)
             except (sqlite3.Error, TypeError, IndexError, ValueError) as e:
-                self._damaged(e)
+                self._damaged(e, chunk_id)
                 continue
             try:
                 got = decode_columns(blob, names, codec)
@@ -540,20 +686,27 @@ class RecordingReader:
                 try:
                     got = columns_of(decode(blob, codec), names, codec)
                 except RecordingError as e:
-                    self._damaged(e)
+                    self._damaged(e, chunk_id)
                     continue
             yield codec, *got
 
-    def _damaged(self, e: Exception) -> None:
+    def _damaged(self, e: Exception, chunk_id: int | None = None) -> None:
+        if chunk_id is not None:
+            if chunk_id in self._damaged_ids:  # counted once, however often it is read
+                return
+            self._damaged_ids.add(chunk_id)
         self.skipped_chunks += 1
         self.damage = self.damage or str(e)
 
     def judged_by(self, config=None) -> bool:
         """Were its recorded alerts made by these rules (this version, ``config`` or the default
-        thresholds)? Then they can stand for re-running the rules; an older file says nothing."""
+        thresholds)? Then they can stand for re-running the rules; an older file says nothing, nor
+        does a damaged one (its alerts may be lost with the rest, or cover what was lost)."""
         from traintop.rules import DEFAULT, RULES_VERSION
         from traintop.rules.config import host_values
 
+        if self.salvaged:
+            return False
         try:
             meta = json.loads(self.meta.get("rules", "null"))
         except (ValueError, RecursionError):

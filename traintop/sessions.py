@@ -178,7 +178,8 @@ def replay_session(path: str, *, loop: bool = False, kind: SessionKind | str = S
                    speed: float = 1.0, fields: list[str] | None = None, config: Thresholds | None = None) -> Session:
     reader = open_source(path, fields)
     if reader.t_start is None:
-        raise TraintopError(f"{path} holds no samples")
+        raise TraintopError(f"{path} is damaged: no sample in it could be read; nothing to replay"
+                            if getattr(reader, "salvaged", False) else f"{path} holds no samples")
     info = reader.info
     kind = SessionKind(kind)
     info = SessionInfo(kind=kind, gpus=info.gpus, driver=info.driver, cuda_driver=info.cuda_driver,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 GiB = 1024**3
 MiB = 1024**2
 
@@ -34,6 +36,11 @@ def fmt_duration(seconds: float | None) -> str:
         return f"{s // 60} min {s % 60:02d} s"
     h, rem = divmod(s, 3600)
     return f"{h} h {rem // 60:02d} min"
+
+
+def fmt_clock(t: float) -> str:
+    """The local clock time of ``t``: a finding's start reads the same in every report and view."""
+    return time.strftime("%H:%M:%S", time.localtime(t))
 
 
 def fmt_range(lo: float, hi: float, unit: str = "s") -> str:

@@ -172,7 +172,7 @@ def build_view(monitor: Monitor, points: int = SERIES_POINTS) -> View:
         infos = {g.index: g for g in info.gpus}
         # causes first, most severe first; what a stronger finding explains after them
         active = tuple(sorted(monitor.engine.active, key=lambda a: (a.explained_by is not None, -a.severity, a.start)))
-        recent = tuple([a for a in reversed(monitor.engine.alerts) if not a.active][:10])
+        recent = tuple(a for a in reversed(monitor.engine.alerts) if not a.active)  # all: the panel counts what it cuts
         gpus = []
         for g in frame.gpus if frame else ():
             i = g.index

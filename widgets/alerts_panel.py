@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import time
-
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 
 from traintop.text import one_line
-from traintop.units import fmt_duration
+from traintop.units import fmt_clock, fmt_duration
 from traintop.findings import Finding
 from traintop.view import View
 from traintop.widgets.render import SEVERITY_ICON, SEVERITY_STYLE
@@ -21,9 +19,10 @@ from traintop.metrics import gpu_index
 Paragraph = tuple[Text | Line, int]  # a logical line and the indent of its wrapped continuation lines
 
 
-def _clock(t: float) -> str:
-    return time.strftime("%H:%M:%S", time.localtime(t))
+_clock = fmt_clock
 
+
+ENDED_SHOWN = 4  # the latest findings that ended, by name; the others are counted
 
 SUBJECT_NAMES = {"gpus": "all GPUs"}  # the rules' own subjects that are not a GPU, said as a user reads them
 
@@ -140,8 +139,11 @@ def alert_paragraphs(active, recent, now: float | None, compact: bool, watching:
     if recent and (not compact or not active):  # compact: where nothing is up, what just ended still shows
         out.append((Line(), 0))
         ended = "; ".join(f"{one_line(a.title, 200)} ({subject_label(a.subject)}) {_clock(a.start)}–{_clock(a.end)}"
-                          for a in recent[:4])
-        out.append((Line("Ended: ", "dim bold").append(ended, "dim bold dim"), 2))
+                          for a in recent[:ENDED_SHOWN])
+        line = Line("Ended: ", "dim bold").append(ended, "dim bold dim")
+        if len(recent) > ENDED_SHOWN:  # never cut silently
+            line.append(f"; +{len(recent) - ENDED_SHOWN} more", "dim bold")
+        out.append((line, 2))
     return out
 
 

@@ -223,7 +223,6 @@ def hf_trainer(L, a):
     params = sum(p.numel() for p in model.parameters()) - model.transformer.wpe.weight.numel()
     flops_step = (6 * params + 12 * cfg.n_layer * cfg.n_embd * T) * T * B
     times = {"eval": 0.0, "checkpoint": 0.0}
-    state = {"steps": 0, "t": None}
 
     class Labelled(Trainer):
         """Phases from Trainer's own methods: its evaluation and its checkpoint saving."""

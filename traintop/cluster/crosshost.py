@@ -20,6 +20,7 @@ from traintop.rules.across_hosts import (CROSS_HOST_RULES, NODE_GPU_ERRORS, NODE
 from traintop.findings import Finding
 from traintop.rules.config import DEFAULT, Thresholds
 from traintop.samples import reason_names
+from traintop.units import fmt_duration
 
 EXACT_UP_TO = 32  # ranks; beyond, a job-wide figure (computed once per interval) stands for "the others"
 MIN_LAG_S = 0.005  # a step this much slower at least: below, timer noise of quick steps
@@ -152,7 +153,7 @@ def stragglers(data: ClusterData, config: Thresholds = DEFAULT) -> list[CrossFin
     """A rank (or all of one node's ranks) the others wait for: ``straggler`` and ``straggler_node``."""
     j = Judging(data, config)
     ratio = config.cluster_straggler_ratio
-    out = []
+    out: list[CrossFinding] = []
     for job, ranks in data.jobs().items():
         if len(ranks) < 2:
             continue
@@ -174,41 +175,60 @@ def stragglers(data: ClusterData, config: Thresholds = DEFAULT) -> list[CrossFin
         for rk, times in lag.items():
             for a, b in j.intervals(times):
                 lagging_hosts.setdefault(by_rank[rk].host, []).append((by_rank[rk], a, b))
-        n_hosts = len({r.host for r in ranks})
-        for host, items in lagging_hosts.items():
-            host_ranks = [r for r in ranks if r.host == host]
-            others = [r for r in ranks if r.host != host]
-            lagging = {r.rank for r, _, _ in items}
-            if len(host_ranks) > 1 and lagging == {r.rank for r in host_ranks} and n_hosts > 1:
-                a, b = min(x[1] for x in items), max(x[2] for x in items)
-                own = _mean(v for r in host_ranks for v in _between(r.step, a, b))
-                med = _median_step(j, others, a, b)
-                head = (f"all {len(host_ranks)} ranks on {host} lag: {_fmt(own)} a step vs {_fmt(med)} on the other "
-                        f"{len(others)} ranks of job {job}")
-                waiters = ""
-                if _in_step(own, med, ratio):
-                    head = (f"all {len(host_ranks)} ranks on {host} hold job {job} back: every rank steps at their "
-                            f"pace ({_fmt(own)} a step) and {_others_wait(len(others))} for them in collectives")
-                    waiters = _waiters(j, others, a, b)
-                out.append(found(STRAGGLER_NODE, host, f"job {job}", a, b,
-                                        head + _why(j, host, host_ranks, a, b, others) + waiters,
-                                        job, tuple(sorted(lagging))))
-                continue
-            for r, a, b in items:
-                own = _mean(_between(r.step, a, b))
-                rest = [x for x in ranks if x.rank != r.rank]
-                med = _median_step(j, rest, a, b)
-                waiters = ""
-                if _in_step(own, med, ratio):  # synchronous: the lag shows in what the ranks wait for, not the step time
-                    head = (f"rank {r.rank} of job {job} on {host} holds the job back: every rank steps at its pace "
-                            f"({_fmt(own)} a step) and {_others_wait(len(rest))} for it in collectives")
-                    waiters = _waiters(j, rest, a, b)
-                else:
-                    head = (f"rank {r.rank} of job {job} on {host}: {_fmt(own)} a step vs a median of "
-                            f"{_fmt(med)} over the other {len(rest)} ranks")
-                out.append(found(STRAGGLER, host, f"job {job} rank {r.rank}", a, b,
-                                        head + _why(j, host, [r], a, b, rest) + waiters, job, (r.rank,)))
+        for host, lags in lagging_hosts.items():
+            for items in _together(lags, data.step):  # a node lags while all its ranks do, never across a silence
+                _stragglers_of(j, job, ranks, host, items, ratio, out)
     return out
+
+
+def _together(lags: list, step: float) -> list[list]:
+    """(rank, first, last) spans as the runs that overlap in time (gaps of up to two steps bridged, as
+    ``spans`` bridges them): a node lags over one run, not from its first lag to its last."""
+    runs: list[list] = []  # [spans, last]
+    for lag in sorted(lags, key=lambda x: x[1]):
+        if runs and lag[1] - runs[-1][1] <= 2.5 * step:
+            runs[-1][0].append(lag)
+            runs[-1][1] = max(runs[-1][1], lag[2])
+        else:
+            runs.append([[lag], lag[2]])
+    return [items for items, _ in runs]
+
+
+def _stragglers_of(j: Judging, job: str, ranks: list[RankData], host: str, items: list, ratio: float,
+                   out: list) -> None:
+    """The findings of one run of lags on one host: the node's, where all its ranks lag, else each rank's."""
+    host_ranks = [r for r in ranks if r.host == host]
+    others = [r for r in ranks if r.host != host]
+    n_hosts = len({r.host for r in ranks})
+    lagging = {r.rank for r, _, _ in items}
+    if len(host_ranks) > 1 and lagging == {r.rank for r in host_ranks} and n_hosts > 1:
+        a, b = min(x[1] for x in items), max(x[2] for x in items)
+        own = _mean(v for r in host_ranks for v in _between(r.step, a, b))
+        med = _median_step(j, others, a, b)
+        head = (f"all {len(host_ranks)} ranks on {host} lag: {_fmt(own)} a step vs {_fmt(med)} on the other "
+                f"{len(others)} ranks of job {job}")
+        waiters = ""
+        if _in_step(own, med, ratio):
+            head = (f"all {len(host_ranks)} ranks on {host} hold job {job} back: every rank steps at their "
+                    f"pace ({_fmt(own)} a step) and {_others_wait(len(others))} for them in collectives")
+            waiters = _waiters(j, others, a, b)
+        out.append(found(STRAGGLER_NODE, host, f"job {job}", a, b,
+                         head + _why(j, host, host_ranks, a, b, others) + waiters, job, tuple(sorted(lagging))))
+        return
+    for r, a, b in items:
+        own = _mean(_between(r.step, a, b))
+        rest = [x for x in ranks if x.rank != r.rank]
+        med = _median_step(j, rest, a, b)
+        waiters = ""
+        if _in_step(own, med, ratio):  # synchronous: the lag shows in what the ranks wait for, not the step time
+            head = (f"rank {r.rank} of job {job} on {host} holds the job back: every rank steps at its pace "
+                    f"({_fmt(own)} a step) and {_others_wait(len(rest))} for it in collectives")
+            waiters = _waiters(j, rest, a, b)
+        else:
+            head = (f"rank {r.rank} of job {job} on {host}: {_fmt(own)} a step vs a median of "
+                    f"{_fmt(med)} over the other {len(rest)} ranks")
+        out.append(found(STRAGGLER, host, f"job {job} rank {r.rank}", a, b,
+                         head + _why(j, host, [r], a, b, rest) + waiters, job, (r.rank,)))
 
 
 def _others_wait(n: int) -> str:
@@ -454,16 +474,28 @@ def last_seen(data: ClusterData) -> dict[str, float]:
     return seen
 
 
-def silent_hosts(data: ClusterData, config: Thresholds = DEFAULT) -> dict[str, float]:
-    """Hosts whose series stopped: seconds since each one's last sample. Stopped while others go
-    on (as `missing_nodes` judges), or, where every host stopped, long before the window's end."""
+def silent_since(data: ClusterData, config: Thresholds = DEFAULT) -> dict[str, float]:
+    """Hosts whose series stopped, each with the time of its last sample (its own sample time where
+    Prometheus gave those: the grid carries a sample on for a while). Stopped while others go on
+    (as `missing_nodes` judges), or, where every host stopped, long before the window's end."""
     seen = last_seen(data)
     if not seen:
         return {}
     newest = max(seen.values())
     gap = _missing_after(data, config)
-    return {h: data.end - t for h, t in seen.items()
+    return {h: min(t, data.samples.last(h, t)) for h, t in seen.items()
             if newest - t > gap or data.end - t > max(6 * data.step, 60.0)}
+
+
+def silence(data: ClusterData, since: float) -> float:
+    """How long a host has been silent at the end of the read: the one age the host's line, its
+    finding's span and its evidence all say (to a tenth of a second, as the span is shown)."""
+    return round(data.end - since, 1)
+
+
+def silent_hosts(data: ClusterData, config: Thresholds = DEFAULT) -> dict[str, float]:
+    """Hosts whose series stopped: seconds since each one's last sample (``silence``)."""
+    return {h: silence(data, t) for h, t in silent_since(data, config).items()}
 
 
 def _missing_after(data: ClusterData, c: Thresholds) -> float:
@@ -490,9 +522,10 @@ def missing_nodes(data: ClusterData, config: Thresholds = DEFAULT) -> list[Cross
                                  f"then came back" + ran))
         if newest - t > gap:
             t = min(t, data.samples.last(h, t))  # the grid carried its last sample on for a while
-            out.append(found(NODE_MISSING, h, h, t, newest,
-                                    f"{h}'s series stopped at its last sample while the other nodes' go on "
-                                    f"({newest - t:.0f} s without it)" + ran))
+            # up to the end of the read, as the host's own line counts it: one age on the screen
+            out.append(found(NODE_MISSING, h, h, t, data.end,
+                             f"{h}'s series stopped at its last sample while the other nodes' go on "
+                             f"({fmt_duration(silence(data, t))} without it)" + ran))
     return out
 
 

@@ -32,6 +32,7 @@ older sentences stale). That is what a recording and ``analyze`` keep.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import re
 from dataclasses import dataclass, field
@@ -287,6 +288,12 @@ class RulesEngine:
     _next_id: int = 1
     _changed: dict = field(default_factory=dict)  # id -> the latest record of what changed this evaluation
     pause_stacks: dict = field(default_factory=dict)  # pid -> StackDump: the monitor keeps the probes' latest
+    # A replay of a recording these rules made (``follow``): its findings start and end where the
+    # recording says, by start; the rules still run for the evidence's figures of now.
+    _follow: list | None = None
+    _follow_ids: dict = field(default_factory=dict)  # id -> its recorded finding
+    _follow_next: int = 0  # the first of them not yet started
+    _follow_end: float | None = None  # the recording's last sample: what ends there was ended by the session
 
     @property
     def alerts(self) -> list[Finding]:
@@ -301,6 +308,25 @@ class RulesEngine:
         self._findings.clear()
         self._tracks.clear()
         self._last_eval = None
+        self._follow_next = 0
+
+    def follow(self, alerts: list[Finding] | None, session_end: float | None = None) -> None:
+        """From now on take the findings' starts and ends from ``alerts`` (a recording's, made by these
+        rules and thresholds), so a replay shows each where the live session raised and ended it,
+        whichever way it got there; None: judge again. Call it before playing from the start."""
+        self._follow = sorted(alerts, key=lambda a: (a.start, a.id)) if alerts is not None else None
+        self._follow_ids = {a.id: a for a in self._follow or ()}
+        self._follow_end = session_end
+        self._follow_next = 0
+
+    @property
+    def following(self) -> bool:
+        return self._follow is not None
+
+    def _ended_by(self, a: Finding, now: float) -> bool:
+        """Whether a recorded finding has ended at ``now``: one that ends at the recording's last
+        sample was closed because the session stopped, and is up to that sample."""
+        return a.end is not None and a.end <= now and not (self._follow_end is not None and a.end >= self._follow_end)
 
     def restore(self, alerts: list[Finding], now: float, session_end: float | None = None) -> None:
         """Take up the findings a recording says were raised by ``now`` (a replay's seek): those
@@ -323,6 +349,7 @@ class RulesEngine:
         self._findings = {a.id: a for a in kept[-self.max_history:]}
         self._next_id = max((a.id for a in alerts), default=0) + 1
         self._last_eval = None
+        self._follow_next = bisect.bisect_right([a.start for a in self._follow or ()], now)
 
     def _update(self, tr: _Track, **changes) -> Finding:
         """A new record of ``tr``'s finding with ``changes``, kept and counted as changed."""
@@ -340,10 +367,14 @@ class RulesEngine:
             now = store.t_last
         if now is None:
             return []
-        if not force and self._last_eval is not None and now - self._last_eval < self.eval_every_s:
+        if not force and self._last_eval is not None and (
+                now < self._last_eval or _period(now, self.eval_every_s) == _period(self._last_eval, self.eval_every_s)):
             return []
         self._last_eval = now
         self._changed = {}
+        following = self._follow is not None
+        if following:
+            self._take_recorded(now)
         holding_now: set[tuple[str, str]] = set()
         ctx = RuleContext(store=store, now=now, config=self.config, is_active=self._is_active,
                           is_holding=lambda rule_id, subject: (rule_id, subject) in holding_now,
@@ -371,7 +402,8 @@ class RulesEngine:
                     if tr.alert.evidence != verdict.evidence or tr.alert.severity != severity \
                             or tr.alert.remedies != remedies:
                         self._update(tr, evidence=verdict.evidence, severity=severity, remedies=remedies)
-                elif verdict.state == HOLDS and now - tr.first_true >= rule.raise_after and now_check(subject):
+                elif not following and verdict.state == HOLDS and now - tr.first_true >= rule.raise_after \
+                        and now_check(subject):
                     tr.alert = Finding(rule.id, rule.title, subject, severity, now, None, verdict.evidence,
                                        remedies, id=self._next_id)
                     tr.best, tr.best_remedies, tr.best_figures = verdict.evidence, remedies, None
@@ -389,6 +421,11 @@ class RulesEngine:
                 if not tr.up:
                     continue
                 verdict = verdicts.get(subject)
+                if following:  # it ends where the recording says; the figures follow now
+                    if subject not in holding and verdict is not None and verdict.state == LAPSED \
+                            and tr.alert.evidence != verdict.evidence:
+                        self._update(tr, evidence=verdict.evidence)
+                    continue
                 if verdict is not None and verdict.state == REVERSED:
                     self._update(tr, **tr.ended(now))
                     continue
@@ -417,6 +454,25 @@ class RulesEngine:
                 del self._findings[i]
             self.dropped += len(dropped)
         return list(self._changed.values())
+
+    def _take_recorded(self, now: float) -> None:
+        """Follow the recording to ``now``: its findings started by then are up (or ended, where
+        they ended by then), with their recorded id and start; those it ended by then end."""
+        follow = self._follow or []
+        while self._follow_next < len(follow) and follow[self._follow_next].start <= now:
+            a = follow[self._follow_next]
+            self._follow_next += 1
+            if self._ended_by(a, now):
+                self._findings[a.id] = self._changed[a.id] = a
+                continue
+            a = dataclasses.replace(a, end=None)
+            self._tracks[(a.rule, a.subject)] = _Track(first_true=a.start, last_true=now, alert=a,
+                                                       best=a.evidence, best_remedies=a.remedies, restored=True)
+            self._findings[a.id] = self._changed[a.id] = a
+        for tr in self._tracks.values():
+            a = self._follow_ids.get(tr.alert.id) if tr.up else None
+            if a is not None and self._ended_by(a, now):
+                self._update(tr, end=a.end, evidence=a.evidence, remedies=a.remedies)
 
     def _explain(self) -> None:
         """Mark each active finding that a stronger active one explains (see ``explains``)."""
@@ -456,6 +512,12 @@ def _before(cause: _Track, effect: _Track) -> bool:
     if cause.onset is None or effect.onset is None:  # taken up from a recording: its start is all there is
         return cause.alert.start <= effect.alert.start + CAUSE_SLACK_S
     return cause.onset <= effect.onset + CAUSE_SLACK_S
+
+
+def _period(t: float, every: float) -> int:
+    """The evaluation period ``t`` falls in, on a grid of absolute time counted in the milliseconds a
+    recording keeps: live, a re-run and a replay evaluate at the same samples however they began."""
+    return int(round(t * 1000)) // max(1, int(round(every * 1000)))
 
 
 def _interval(store: Store) -> float:
