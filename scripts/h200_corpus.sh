@@ -40,7 +40,7 @@ run_one() {
   nvidia-smi dmon -s puct -o DT > "$name-dmon.txt" 2>&1 & local DMON=$!
   python3 -m traintop run --no-ui --record "$name-probe.ttrec" --interval 0.1 --log "$name-job.log" -- \
     bash -c 'echo $$ > '"$name.pid"'; exec "$@"' _ $launcher "$WL" "$name" --scale "$SCALE" \
-    --labels "$WORK/$name.labels.jsonl" > "$name-run.log" 2>&1 & local RUN=$!
+    --labels "$WORK/$name.labels.jsonl" ${WL_ARGS:-} > "$name-run.log" 2>&1 & local RUN=$!
   for _ in $(seq 50); do [ -s "$name.pid" ] && break; sleep 0.1; done
   TRAINTOP_PROBE_DIR="$NOPROBE" python3 -m traintop record "$name-noprobe.ttrec" --interval 0.1 \
     --pid "$(cat "$name.pid")" > "$name-noprobe.log" 2>&1 & local REC=$!
