@@ -274,3 +274,31 @@ def test_a_rank_on_no_gpu_waiting_for_its_input_is_starved_by_the_measured_wait(
     (a,) = starved
     assert a.evidence.startswith("rank 1 (on no GPU) waits for its next batch") and "(measured in the job)" in a.evidence
     assert 1000.0 < a.start < 1020.0 and a.end is not None and 1040.0 <= a.end < 1048.0  # fed from 40 s on
+
+
+WRAPPED_FORWARD_JOB = textwrap.dedent("""
+    import json, time, torch, torch.nn as nn
+    import traintop.probe_goodput as g
+    g.PRECISION_EVERY_S = 0.2
+    from traintop.probe_agent import Probe
+    p = Probe(interval=0.1); assert p.start()
+    m = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 8))
+    plain = m.forward
+    def forward(x):  # as Accelerate and transformers' Trainer wrap a model's forward in autocast
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return plain(x)
+    m.forward = forward
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    end = time.time() + 3
+    while time.time() < end:
+        m(torch.randn(4, 32)).float().sum().backward(); opt.step(); opt.zero_grad(); time.sleep(0.01)
+    print(json.dumps(p.goodput.precision))
+    p.stop()
+""")
+
+
+@pytest.mark.system
+def test_the_precision_of_a_model_whose_forward_enters_autocast_itself(tmp_path):
+    pytest.importorskip("torch")
+    out = _run(tmp_path, WRAPPED_FORWARD_JOB, with_probe=True)
+    assert out["matmul"] == "bf16" and out["autocast"] == "bfloat16"

@@ -181,6 +181,11 @@ def _matmul_dtypes():
     return MatmulDtypes()
 
 
+def _computes(module) -> bool:
+    """A leaf module with weights of its own (a Linear, a convolution): where the matmuls run."""
+    return next(module.children(), None) is None and next(module.parameters(recurse=False), None) is not None
+
+
 def _hint(n) -> int:
     """A size as a plain int (a symbolic one by the value it had when traced)."""
     if isinstance(n, int):
@@ -684,11 +689,16 @@ class Goodput:
         try:
             if not self._on_training_thread():
                 return  # another thread's forward: leave the hook for the training thread's
+            leaf = _computes(module)
+            if self._armed_for == "precision" and not leaf:
+                # a leaf with weights does the math: a model whose forward enters autocast itself
+                # (Accelerate and transformers' Trainer wrap it so) is still outside it in its pre-hook
+                return
             self.disarm()
             torch = sys.modules["torch"]
             grad = torch.is_grad_enabled()
             self._forward = (self.clock(), grad)
-            if self._armed_for == "precision" or self.precision is None:
+            if (self._armed_for == "precision" or self.precision is None) and leaf:
                 self._read_precision(torch, module)
         except Exception:
             self.errors += 1

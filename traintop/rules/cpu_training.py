@@ -53,6 +53,8 @@ class TrainingOnCpu(HostRule):
             return
         if len(cpu) < 5 or mean_cpu < c.cpu_training_min_cpu:
             return
+        if frame.ranks and not any(r.steps for r in frame.ranks):
+            return  # the probe says no step yet: the job is starting (imports, data, model), not training
         pids = {m.pid for m in proc.members} | {proc.pid}
         if any(p.pid in pids and (p.used_bytes or 1) > 0 for g in frame.gpus for p in g.processes):
             return
