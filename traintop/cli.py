@@ -209,6 +209,8 @@ def cmd_run(args) -> int:
     restore = forward_signals(job, args.grace, then=None)
     try:
         where = f"its output goes to {job.log_path}" if ui else f"its output is also in {job.log_path}"
+        if job.log_appended:
+            where += " (after what that file held: an existing log is appended to, never cut)"
         echo(f"started PID {job.pid} with the probe: {one_line(shlex.join(cmd), 200)}; {where}")
         if not ui and not args.no_ui:
             echo("no terminal here: running without the dashboard (as with --no-ui)")
