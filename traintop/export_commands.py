@@ -93,6 +93,7 @@ def cmd_export(args) -> int:
     # A new file, as `record` and `record --jsonl` write: a sample file is never written over.
     out = create_new(args.output, "export -o") if args.output not in (None, "-") else sys.stdout
     written = 0
+    failed: OSError | None = None
     try:
         if args.csv:
             out.write(export.csv_header())
@@ -103,9 +104,19 @@ def cmd_export(args) -> int:
             if args.limit and written >= args.limit:
                 break
         out.flush()
+    except OSError as e:
+        if out is sys.stdout:
+            raise  # said by main, as for every command
+        failed = e
     finally:
         if out is not sys.stdout:
-            out.close()
+            try:
+                out.close()
+            except OSError as e:
+                failed = failed or e
+    if failed is not None:
+        raise TraintopError(f"writing {args.output} failed: {failed.strerror or failed} "
+                            f"({written} sample(s) given to it)")
     if args.output not in (None, "-"):
         print(f"traintop: {written} sample(s) written to {args.output}", file=sys.stderr)
     return 0
