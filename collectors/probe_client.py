@@ -268,7 +268,7 @@ class ProbeClient:
             del c.asked[kind]
         refused = msg.get("capture_refused")
         for r in refused[:8] if isinstance(refused, list) else ():
-            if isinstance(r, dict) and r.get("kind") in c.asked:
+            if isinstance(r, dict) and isinstance(r.get("kind"), str) and r["kind"] in c.asked:
                 del c.asked[r["kind"]]  # the probe said no: no answer will come
         records = msg.get("captures")
         for rec in records[:8] if isinstance(records, list) else ():

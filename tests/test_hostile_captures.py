@@ -145,9 +145,9 @@ def test_an_answer_comes_in_its_time_or_not_at_all(tmp_path):
     _say(probe, rec)
     client.sample({77})
     assert client.take_captures() == () and client.unasked_captures == 1
-    # a refusal ends the request: a record after it is not an answer
+    # a refusal ends the request: a record after it is not an answer (a refusal of no kind is nothing)
     client.request_capture("memory")
-    _say(probe, refused=[{"kind": "memory", "why": "no CUDA in this process"}])
+    _say(probe, refused=[{"kind": ["memory"]}, {"kind": {}}, "memory", {"kind": "memory", "why": "no CUDA here"}])
     client.sample({77})
     _say(probe, rec)
     client.sample({77})

@@ -16,11 +16,13 @@ import time
 
 import pytest
 
-from tests.test_hostile_captures import ATTACKER, VICTIM, _as_user, needs_root, small_disk  # noqa: F401
+from tests import test_hostile_captures
+from tests.test_hostile_captures import ATTACKER, VICTIM, _as_user, needs_root
 from traintop.recording import RecordingWriter
 from traintop.samples import Frame, GpuInfo, GpuSample, SessionInfo
 
 PY = sys.executable
+small_disk = test_hostile_captures.small_disk  # a fixture: a 16 MiB tmpfs
 
 
 def _env(tmp_path) -> dict:
