@@ -11,13 +11,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 import socket
 import stat
 import time
 
 from traintop import plausible
 from traintop.probe_agent import peer_pid, peer_uid, private_dir_problem, probe_dir
+from traintop.probe_capture import CAPTURE_NAME  # noqa: F401  (the names a capture's file may have)
 from traintop.samples import LEDGER_BUCKETS, MATMUL_MODES, backend_index, Capture, RankSample, StackDump, ThreadStack
 from traintop.stats import median
 from traintop.text import one_line
@@ -29,8 +29,9 @@ MAX_STEP_TIMES = 10_000  # what the probe keeps between two messages
 MAX_DEVICES = 64
 
 
-# (an older probe named its traces "...-trace.json")
-CAPTURE_NAME = re.compile(r"capture-\d{1,10}-\d{8}-\d{6}(-\d{1,4})?(\.pt\.trace\.json|-trace\.json|-memory\.pickle)")
+# A capture's answer is taken only from the probe that was asked, for the kind asked, this long after
+# the request: it covers a few steps (one of a slow job's takes minutes) and the file's writing.
+CAPTURE_ANSWER_S = 900.0
 RATE_S = 10.0  # the step rate is taken over this much
 RATE_MIN_S = 2.0
 
@@ -128,6 +129,8 @@ class _Conn:
         self.counts: list[tuple[float, int]] = []  # (when, step counter) over the last RATE_S: the step rate
         self.fresh = False  # a message arrived since the last sample
         self.prev: RankSample | None = None
+        self.asked: dict[str, float] = {}  # capture kind -> when this probe was asked for one
+        self.awaited: dict[str, str] = {}  # capture kind -> the path whose step time after is still to come
 
 
 def _vouched_job(sock: socket.socket, uid: int | None) -> str | None:
@@ -178,6 +181,7 @@ class ProbeClient:
         self._stacks: list[StackDump] = []  # received, not yet taken
         self._captures: list[Capture] = []  # received, not yet taken
         self.bad_messages = 0  # dropped: not JSON, or a field out of its type or range
+        self.unasked_captures = 0  # capture records no request of ours called for: dropped
         self._job_dirs: dict[int, str | None] = {}
         self.refused_dirs: dict[str, str] = {}  # directory -> why no probe there is read
 
@@ -258,11 +262,7 @@ class ProbeClient:
         c.last = msg
         c.last_seen = self._clock()
         c.fresh = True
-        for rec in (msg.get("captures") or [])[:8] if isinstance(msg.get("captures"), list) else ():
-            cap = capture_record(rec, msg, c.pid, os.path.join(c.directory, "captures"))
-            if cap is not None:
-                self._captures.append(cap)
-                del self._captures[:-32]
+        self._take_capture_records(c, msg)
         if msg.get("pause_stack"):
             self._stacks.append(pause_dump(msg, c.pid))
             del self._stacks[:-64]
@@ -271,6 +271,36 @@ class ProbeClient:
             if dump is not None:
                 self._stacks.append(dump)
                 del self._stacks[:-64]  # nobody took them: keep the latest
+
+    def _take_capture_records(self, c: _Conn, msg: dict) -> None:
+        """A probe's capture records, each kept only as the answer to our own request: the kind this
+        probe was asked for, within CAPTURE_ANSWER_S, once (then its one follow-up). A job that sends
+        records nobody asked for (to have traintop copy files beside a recording) is not heard."""
+        now = self._clock()
+        for kind in [k for k, t in c.asked.items() if now - t > CAPTURE_ANSWER_S]:
+            del c.asked[kind]
+        refused = msg.get("capture_refused")
+        for r in refused[:8] if isinstance(refused, list) else ():
+            if isinstance(r, dict) and isinstance(r.get("kind"), str) and r["kind"] in c.asked:
+                del c.asked[r["kind"]]  # the probe said no: no answer will come
+        records = msg.get("captures")
+        for rec in records[:8] if isinstance(records, list) else ():
+            cap = capture_record(rec, msg, c.pid, os.path.join(c.directory, "captures"))
+            if cap is None:
+                continue
+            if cap.follow_up:
+                asked = cap.path is not None and c.awaited.get(cap.kind) == cap.path
+                if asked:
+                    del c.awaited[cap.kind]
+            else:
+                asked = c.asked.pop(cap.kind, None) is not None
+                if asked and cap.path is not None and cap.error is None:
+                    c.awaited[cap.kind] = cap.path
+            if not asked:
+                self.unasked_captures += 1
+                continue
+            self._captures.append(cap)
+            del self._captures[:-32]
 
     def request_stacks(self) -> int:
         """Ask every connected probe for its threads' stacks; they arrive with its next message
@@ -291,6 +321,7 @@ class ProbeClient:
         for c in self._conns.values():
             try:
                 c.sock.send(f"capture {kind}\n".encode())
+                c.asked[kind] = self._clock()
                 asked += 1
             except OSError:
                 pass
@@ -439,6 +470,9 @@ def capture_record(rec, msg: dict, pid: int, folder: str) -> Capture | None:
     def secs(v):
         return float(v) if type(v) in (int, float) and plausible.number(v, (0.0, 1e5)) is not None else None
     t, rank, size, steps, error = rec.get("t"), msg.get("rank"), rec.get("bytes"), rec.get("steps"), rec.get("error")
+    removed = rec.get("removed")
+    removed = tuple(n for n in removed[:16] if isinstance(n, str) and CAPTURE_NAME.fullmatch(n)) \
+        if isinstance(removed, list) else ()
     return Capture(
         t=float(t) if type(t) in (int, float) and plausible.time_ok(t) else time.time(), pid=pid,
         kind=rec["kind"], rank=rank if type(rank) is int else None, path=path,
@@ -446,7 +480,7 @@ def capture_record(rec, msg: dict, pid: int, folder: str) -> Capture | None:
         steps=steps if type(steps) is int and 0 <= steps < 1000 else None,
         step_s_before=secs(rec.get("step_s_before")), step_s_after=secs(rec.get("step_s_after")),
         error=one_line(error, limit=200) if isinstance(error, str) else None,
-        follow_up="steps" not in rec)
+        follow_up="steps" not in rec, removed=removed)
 
 
 def pause_dump(msg: dict, pid: int) -> StackDump:

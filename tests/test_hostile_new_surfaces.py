@@ -85,18 +85,18 @@ def test_a_probe_cannot_make_traintop_copy_a_file_outside_its_captures_folder():
 def test_a_fifo_or_a_link_in_place_of_a_capture_is_refused_at_once(tmp_path):
     """Copying beside the recording never blocks on a FIFO nor follows a symlink; the monitor keeps
     the record with the reason."""
-    from traintop.evidence import keep_beside
+    from traintop.evidence import Keeper, NotKept
     from traintop.samples import Capture
 
-    rec = str(tmp_path / "run.ttrec")
+    keeper = Keeper(str(tmp_path / "run.ttrec"))
     fifo = tmp_path / "capture-1-20261202-101010-trace.json"
     os.mkfifo(fifo)
-    with pytest.raises(OSError, match="not a plain file"):
-        keep_beside(rec, Capture(t=0.0, pid=1, kind="trace", path=str(fifo)))
+    with pytest.raises(NotKept, match="not a plain file"):
+        keeper.copy(Capture(t=0.0, pid=1, kind="trace", path=str(fifo)))
     link = tmp_path / "capture-2-20261202-101010-trace.json"
     link.symlink_to("/etc/passwd")
     with pytest.raises(OSError):
-        keep_beside(rec, Capture(t=0.0, pid=1, kind="trace", path=str(link)))
+        keeper.copy(Capture(t=0.0, pid=1, kind="trace", path=str(link)))
     assert os.listdir(tmp_path / "run.ttrec.captures") == []
 
 

@@ -2,6 +2,7 @@
 the CUDA path on a fake torch.cuda.memory that records its calls."""
 
 import contextlib
+import gzip
 import json
 import os
 import pickle
@@ -159,10 +160,10 @@ def test_a_trace_of_a_cpu_training_loop_is_a_chrome_trace_of_its_steps(tmp_path)
         assert rec["step_s_after"] is None and abs(rec["t"] - time.time()) < 60
         path = rec["path"]
         assert os.path.dirname(path) == d
-        assert os.path.basename(path).startswith(f"capture-{os.getpid()}-") and path.endswith(".pt.trace.json")
+        assert os.path.basename(path).startswith(f"capture-{os.getpid()}-") and path.endswith(".pt.trace.json.gz")
         st = os.lstat(path)
         assert stat.S_IMODE(st.st_mode) == 0o600 and st.st_size == rec["bytes"] > 0
-        with open(path) as f:
+        with gzip.open(path, "rt") as f:  # as Perfetto and TensorBoard's profiler plugin read it
             trace = json.load(f)
         assert isinstance(trace, dict) and isinstance(trace["traceEvents"], list)
         names = [str(e.get("name", "")) for e in trace["traceEvents"]]
@@ -440,16 +441,17 @@ def test_an_existing_file_is_never_overwritten(tmp_path, fake_profile, monkeypat
     d = tmp_path / "c"
     cap = Capturer(str(d))
     base = f"capture-{os.getpid()}-20260101-000000"
-    (d / f"{base}.pt.trace.json").write_text("keep")
+    (d / f"{base}.pt.trace.json.gz").write_text("keep")
     outside = tmp_path / "outside"
-    (d / f"{base}-2.pt.trace.json").symlink_to(outside)
+    (d / f"{base}-2.pt.trace.json.gz").symlink_to(outside)
     assert cap.request("trace") is None
     for _ in range(STEPS + 1):
         cap.on_step()
     rec, = cap.poll()
-    assert rec["error"] is None and rec["path"] == str(d / f"{base}-3.pt.trace.json")
-    assert (d / f"{base}.pt.trace.json").read_text() == "keep" and not outside.exists()
-    assert sorted(os.listdir(d)) == sorted([f"{base}.pt.trace.json", f"{base}-2.pt.trace.json", f"{base}-3.pt.trace.json"])
+    assert rec["error"] is None and rec["path"] == str(d / f"{base}-3.pt.trace.json.gz")
+    assert (d / f"{base}.pt.trace.json.gz").read_text() == "keep" and not outside.exists()
+    assert sorted(os.listdir(d)) == sorted([f"{base}.pt.trace.json.gz", f"{base}-2.pt.trace.json.gz",
+                                            f"{base}-3.pt.trace.json.gz"])
 
 
 def test_a_trace_over_the_bound_is_deleted_and_reported(tmp_path, fake_profile, monkeypatch):

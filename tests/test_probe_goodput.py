@@ -1,5 +1,6 @@
 """The probe's time ledger, precision reading and per-step FLOPs, on a real (CPU) torch job."""
 
+import gzip
 import json
 import time
 import os
@@ -382,7 +383,8 @@ def test_a_finding_asks_the_job_for_a_trace_kept_beside_the_recording_and_listed
     cap, = RecordingReader(str(rec)).captures()
     assert cap.kind == "trace" and cap.error is None and cap.reason == "Data starvation"
     assert cap.path == str(tmp_path / "run.ttrec.captures" / os.path.basename(cap.path))
-    with open(cap.path) as f:
+    assert cap.path.endswith(".pt.trace.json.gz")  # compressed: Perfetto and TensorBoard open it as it is
+    with gzip.open(cap.path, "rt") as f:
         assert "traceEvents" in json.load(f)
     assert cap.step_s_before and cap.step_s_after
     text = render_text(analyze(RecordingReader(str(rec))))

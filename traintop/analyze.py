@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import json
+import stat
 from array import array
 from dataclasses import asdict, dataclass, field
 
@@ -20,7 +21,8 @@ from traintop.errors import TraintopError
 from traintop.findings import Finding
 from traintop.monitor import Monitor
 from traintop.rules import DEFAULT, Severity, Thresholds, default_engine
-from traintop.evidence import captures_dir, describe
+from traintop.evidence import captures_dir, describe, folder_problem
+from traintop.probe_capture import CAPTURE_NAME
 from traintop.stacks import why_taken
 from traintop.time_ledger import TimeLedger
 from traintop.time_ledger import render as render_ledger
@@ -177,17 +179,52 @@ def analyze(source, config: Thresholds | None = None, name: str = "", rerun: boo
 
 def _beside(source, cap):
     """A capture as it is now: beside the recording where it was moved with it, else where it was kept
-    (said missing when neither holds it)."""
+    (said missing when neither holds it). A file is pointed to only in a folder of the recording's
+    owner that no one else can write, as a plain file of that owner: a memory snapshot is a pickle,
+    and someone else's file put in its place would run code in whoever loads it."""
     if cap.path is None or cap.error:
         return cap
+    name = os.path.basename(cap.path)
+    if not CAPTURE_NAME.fullmatch(name):
+        return dataclasses.replace(cap, path=None, error=f"{name!r} is not a capture's name: not pointed to")
     here = getattr(source, "path", None)
+    try:
+        owner = os.lstat(here).st_uid if here else os.geteuid()
+    except OSError:
+        owner = os.geteuid()
     if here:
-        moved = os.path.join(captures_dir(here), os.path.basename(cap.path))
-        if os.path.isfile(moved):
-            return dataclasses.replace(cap, path=moved)
-    if not os.path.isfile(cap.path):
+        folder = captures_dir(here)
+        problem = _untrusted(folder, name, owner)
+        if problem is None:
+            return dataclasses.replace(cap, path=os.path.join(folder, name))
+        if problem != "missing":
+            return dataclasses.replace(cap, path=None, error=f"{problem}: not pointed to")
+    problem = _untrusted(os.path.dirname(cap.path), name, owner)
+    if problem == "missing":
         return dataclasses.replace(cap, error=f"its file is missing (was {cap.path})")
+    if problem is not None:
+        return dataclasses.replace(cap, path=None, error=f"{problem}: not pointed to")
     return cap
+
+
+def _untrusted(folder: str, name: str, owner: int) -> str | None:
+    """Why ``folder/name`` is not a capture to point to ("missing" when there is none), else None."""
+    try:
+        st = os.lstat(folder)
+    except OSError:
+        return "missing"
+    problem = folder_problem(st, owner)
+    if problem:
+        return f"{folder} {problem}"
+    try:
+        st = os.lstat(os.path.join(folder, name))
+    except OSError:
+        return "missing"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{os.path.join(folder, name)} is not a plain file"
+    if st.st_uid != owner or st.st_mode & 0o022:
+        return f"{os.path.join(folder, name)} is not the recording owner's alone"
+    return None
 
 
 def _captures(source, report: Report) -> list[dict]:
@@ -322,6 +359,9 @@ def _report(source, name, alerts, accs, first, last, n, notes=()) -> Report:
     bad = getattr(source, "meta", {}).get("probe_bad_messages", "")
     if bad.isdigit() and len(bad) < 12 and int(bad):
         notes.append(f"the probe sent {int(bad)} malformed message(s) while recording; they were dropped")
+    unasked = getattr(source, "meta", {}).get("probe_unasked_captures", "")
+    if unasked.isdigit() and len(unasked) < 12 and int(unasked):
+        notes.append(f"the job sent {int(unasked)} capture record(s) nobody asked for; they were ignored")
     return Report(name, getattr(source, "kind", "traintop recording"), round(duration, 1), n, info.interval, summaries,
                   findings, round(present, 4), round(sum(f.gpu_hours for f in findings), 4),
                   notes, None if energy is None else round(energy, 4), skipped_chunks=chunks, skipped_lines=lines, t0=first)

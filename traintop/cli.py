@@ -209,6 +209,8 @@ def cmd_run(args) -> int:
     restore = forward_signals(job, args.grace, then=None)
     try:
         where = f"its output goes to {job.log_path}" if ui else f"its output is also in {job.log_path}"
+        if job.log_appended:
+            where += " (after what that file held: an existing log is appended to, never cut)"
         echo(f"started PID {job.pid} with the probe: {one_line(shlex.join(cmd), 200)}; {where}")
         if not ui and not args.no_ui:
             echo("no terminal here: running without the dashboard (as with --no-ui)")
@@ -715,12 +717,55 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 CLUSTER_EXTRA = ("prometheus_client", "httpx")
 
 
+class _Stdout:
+    """Standard output, noting a write that fails: ``main`` tells a full or closed standard output
+    (one line, or quiet for a reader gone) from any other error."""
+
+    def __init__(self, out) -> None:
+        self._out = out
+        self.failed: OSError | None = None
+
+    def write(self, text: str) -> int:
+        try:
+            return self._out.write(text)
+        except OSError as e:
+            self.failed = e
+            raise
+
+    def flush(self) -> None:
+        try:
+            self._out.flush()
+        except OSError as e:
+            self.failed = e
+            raise
+
+    def __getattr__(self, name: str):
+        return getattr(self._out, name)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Every command ends here: a standard output that is closed (`traintop config | head -2`) ends it
+    quietly with 141, as a command killed by SIGPIPE; one that is full or fails (a full disk,
+    /dev/full) with one line and exit 2 — never a traceback."""
+    real = sys.stdout
+    out = _Stdout(real) if real is not None else None
+    sys.stdout = out
     try:
-        code = _main(argv)
-        if sys.stdout is not None:  # a reader that went away is found here, not in the interpreter's last flush
-            sys.stdout.flush()
-        return code
+        try:
+            code = _main(argv)
+        except SystemExit as e:  # argparse's --help and --version (its usage errors are said already)
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+        if out is None:
+            return code
+        seen = out.failed  # a failure the command met itself: record --jsonl says so, and fails
+        try:
+            out.flush()  # a reader that went away is found here, not in the interpreter's last flush
+        except OSError:
+            pass
+        if out.failed is None:
+            return code
+        _stdout_to_devnull()
+        return code if seen is not None and code != 0 else _stdout_failed(out.failed)
     except ModuleNotFoundError as e:
         missing = (e.name or "").partition(".")[0]
         if missing not in CLUSTER_EXTRA:
@@ -728,11 +773,24 @@ def main(argv: list[str] | None = None) -> int:
         echo(f"this command needs traintop's cluster extra ({missing} is not installed): "
              "pip install 'traintop[cluster]'")
         return 2
-    except BrokenPipeError:
-        # `traintop config | head -2`: the reader has what it wanted. No traceback; exit as a
-        # command killed by SIGPIPE would (128 + 13), as `yes | head` does.
-        _stdout_to_devnull()
+    except OSError as e:
+        if out is not None and out.failed is not None:
+            _stdout_to_devnull()
+            return _stdout_failed(out.failed)
+        if isinstance(e, BrokenPipeError):  # a pipe of the command's own (the hook, the job): as before
+            _stdout_to_devnull()
+            return 141
+        raise
+    finally:
+        sys.stdout = real
+
+
+def _stdout_failed(e: OSError) -> int:
+    if isinstance(e, BrokenPipeError):
+        # the reader has what it wanted: no traceback, no line; exit as `yes | head` does (128 + 13)
         return 141
+    echo(f"cannot write to standard output: {e.strerror or e}")
+    return 2
 
 
 def _stdout_to_devnull() -> None:

@@ -7,7 +7,8 @@ bytes, watts, °C, MHz, % (0-100) for utilizations, shares 0-1 for ``*_active`` 
 ``null`` (JSON) or an empty cell (CSV), never 0.
 
 A JSON string carries control characters escaped; CSV cells from outside (names, command
-lines) pass through ``text.one_line`` since a CSV is often printed to a terminal. No I/O here
+lines) pass through ``text.one_line`` since a CSV is often printed to a terminal, and ``csv_cell``
+since it is often opened in a spreadsheet. No I/O here
 but the bounded stream writer, which never blocks the sampler on a slow reader.
 """
 
@@ -17,6 +18,7 @@ import csv
 import io
 import json
 import queue
+import re
 import threading
 from dataclasses import fields
 from typing import IO, Any
@@ -86,6 +88,19 @@ def json_line(record: dict) -> str:
     return json.dumps(record, separators=(",", ":"), allow_nan=False)
 
 
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
+
+
+def csv_cell(value: Any) -> Any:
+    """A cell a spreadsheet will not run: a text starting with =, +, -, @, a tab or a carriage return
+    gets a leading ' (OWASP's advice for CSV injection: a GPU or host name from a recording or a log
+    is someone else's text). Numbers, and texts that are plain numbers (-1.5), stay as they are."""
+    if isinstance(value, str) and value.startswith(_FORMULA_START) and not _NUMBER.fullmatch(value):
+        return "'" + value
+    return value
+
+
 # What a CSV's rows are (``export --csv --rows``): GPUs, or the host, the attached job or the
 # probes' ranks, each with the sample's time and host first.
 CSV_ROWS = {"gpus": "a row a GPU a sample", "host": "a row a sample: the host",
@@ -113,7 +128,7 @@ def _cell(v: Any) -> Any:
     if isinstance(v, tuple):
         return " ".join(f"{x:g}" if isinstance(x, float) else str(x) for x in v)
     if isinstance(v, str):
-        return one_line(v, 4096)
+        return csv_cell(one_line(v, 4096))
     return v
 
 
@@ -131,7 +146,7 @@ def csv_rows(frame: Frame, info: SessionInfo, rows: str = "gpus") -> str:
     its processes as pid:bytes (pid:bytes:SM % where its share is known)."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    host = one_line(info.hostname or "", 253)
+    host = csv_cell(one_line(info.hostname or "", 253))
     head = [f"{frame.t:.3f}", host]
     if rows == "host":
         if frame.host is not None:
@@ -152,12 +167,12 @@ def csv_rows(frame: Frame, info: SessionInfo, rows: str = "gpus") -> str:
         gi = names.get(g.index)
         procs = " ".join(f"{p.pid}:{'' if p.used_bytes is None else p.used_bytes}"
                          f"{'' if p.sm_util is None else f':{p.sm_util:g}'}" for p in g.processes)
-        w.writerow([*head, g.index, one_line(gi.name, 96) if gi else "",
-                    one_line(gi.uuid, 96) if gi and gi.uuid else "",
-                    *("" if (v := _num(getattr(g, n))) is None else v for n in _CSV_FIELDS), procs,
-                    *("" if (v := _num(getattr(g, n))) is None else v for n in _LATER),
-                    one_line(gi.mig_profile, 32) if gi and gi.mig_profile else "",
-                    *("" if gi is None or v is None else v for v in ((gi.gi_id, gi.ci_id) if gi else (None, None)))])
+        row = [*head, g.index, one_line(gi.name, 96) if gi else "", one_line(gi.uuid, 96) if gi and gi.uuid else "",
+               *("" if (v := _num(getattr(g, n))) is None else v for n in _CSV_FIELDS), procs,
+               *("" if (v := _num(getattr(g, n))) is None else v for n in _LATER),
+               one_line(gi.mig_profile, 32) if gi and gi.mig_profile else "",
+               *("" if gi is None or v is None else v for v in ((gi.gi_id, gi.ci_id) if gi else (None, None)))]
+        w.writerow([csv_cell(v) for v in row])
     return buf.getvalue()
 
 

@@ -100,6 +100,7 @@ def cmd_export(args) -> int:
     # A new file, as `record` and `record --jsonl` write: a sample file is never written over.
     out = create_new(args.output, "export -o") if args.output not in (None, "-") else sys.stdout
     written = rows_written = 0
+    failed: OSError | None = None
     try:
         if args.csv:
             out.write(export.csv_header(rows))
@@ -113,9 +114,19 @@ def cmd_export(args) -> int:
             if args.limit and written >= args.limit:
                 break
         out.flush()
+    except OSError as e:
+        if out is sys.stdout:
+            raise  # said by main, as for every command
+        failed = e
     finally:
         if out is not sys.stdout:
-            out.close()
+            try:
+                out.close()
+            except OSError as e:
+                failed = failed or e
+    if failed is not None:
+        raise TraintopError(f"writing {args.output} failed: {failed.strerror or failed} "
+                            f"({written} sample(s) given to it)")
     if args.csv and written and not rows_written:  # a bare header says nothing: say why, in one line
         why = f" ({one_line(info.extra['no_gpu'], 200)})" if rows == "gpus" and info.extra.get("no_gpu") else ""
         others = ", ".join(r for r in export.CSV_ROWS if r != rows)

@@ -53,8 +53,9 @@ class JobEnd:
 
 class Job:
     def __init__(self, proc: subprocess.Popen, cmd: list[str], log_path: str,
-                 pumps: list[threading.Thread] | None = None) -> None:
+                 pumps: list[threading.Thread] | None = None, log_appended: bool = False) -> None:
         self.proc = proc
+        self.log_appended = log_appended  # --log named an existing file: the job's output follows what it held
         self.pid = proc.pid
         self.pgid = proc.pid  # started as the leader of its own process group
         self.cmd = cmd

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import hashlib
 import os
 import shutil
@@ -16,6 +18,7 @@ from importlib import resources
 
 from traintop import __version__
 from traintop.errors import TraintopError
+from traintop.files import _kind
 from traintop.job import Job
 from traintop.probe_agent import ensure_private_dir, probe_dir
 from traintop.units import fmt_bytes
@@ -86,11 +89,54 @@ def new_log(directory: str) -> tuple[int, str]:
     raise TraintopError(f"cannot make a new log file in {directory}")
 
 
-def _open_log(path: str) -> int:
+def open_log(path: str) -> tuple[int, bool]:
+    """``--log FILE``: (descriptor, created). A new file is created 0600; an existing one must be a
+    plain file of ours with no other name, and is appended to, never cut (its content is the user's:
+    traintop cuts only a log it created in this run). Refused in one line, before the job starts: a
+    symbolic link (another user's planted link would have the job's output, and the cut, go to its
+    target), a FIFO (it would hang), a device, a directory, another user's file, a hard link."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY
+    refuse = f"--log {path}"
+    for _ in range(8):  # a file removed between the two opens: again
+        try:
+            fd, created = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o600), True
+        except FileExistsError:
+            try:
+                fd, created = os.open(path, flags), False
+            except FileNotFoundError:
+                continue
+            except OSError as e:
+                raise TraintopError(_log_refusal(refuse, e)) from None
+        except OSError as e:
+            raise TraintopError(_log_refusal(refuse, e)) from None
+        break
+    else:
+        raise TraintopError(f"{refuse}: the file keeps changing; give another path")
     try:
-        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
-    except OSError as e:
-        raise TraintopError(f"cannot write the job's log {path}: {e.strerror}") from None
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise TraintopError(f"{refuse} is {_kind(st.st_mode)}: the job's log must be a regular file")
+        if not created and st.st_uid != os.geteuid():
+            raise TraintopError(f"{refuse} belongs to another user: give a path of your own")
+        if not created and st.st_nlink > 1:
+            raise TraintopError(f"{refuse} has other names (hard links): give a path of its own")
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    except BaseException:
+        os.close(fd)
+        if created:
+            os.unlink(path)
+        raise
+    return fd, created
+
+
+def _log_refusal(what: str, e: OSError) -> str:
+    if e.errno == errno.ELOOP:
+        return f"{what} is a symbolic link: give the log's own path (traintop never writes through a link)"
+    if e.errno == errno.ENXIO:
+        return f"{what} is a FIFO (named pipe) or a socket: the job's log must be a regular file"
+    if e.errno == errno.EISDIR:
+        return f"{what} is a directory: give a file's path"
+    return f"cannot write the job's log {what.removeprefix('--log ')}: {e.strerror or e}"
 
 
 def _editor(log: int, path: str) -> int | None:
@@ -231,8 +277,9 @@ def launch(cmd: list[str], log_path: str | None = None, *, base: str | None = No
         base, _ = private_base()
     if log_path is None:
         log, log_path = new_log(os.path.join(base, "logs"))
+        created = True
     else:
-        log = _open_log(log_path)
+        log, created = open_log(log_path)
     group = {"process_group": 0} if sys.version_info >= (3, 11) else {"start_new_session": True}
     stdin = subprocess.DEVNULL
     if passthrough and not os.isatty(0):
@@ -248,8 +295,9 @@ def launch(cmd: list[str], log_path: str | None = None, *, base: str | None = No
         os.close(log)
         raise TraintopError(f"not executable: {cmd[0]}") from None
     lock = threading.Lock() if passthrough else None
-    threading.Thread(target=_cap_log, args=(os.dup(log), _editor(log, log_path), proc.pid, lock),
-                     name="traintop-log-cap", daemon=True).start()
+    if created:  # an existing log is the user's: appended to, never cut
+        threading.Thread(target=_cap_log, args=(os.dup(log), _editor(log, log_path), proc.pid, lock),
+                         name="traintop-log-cap", daemon=True).start()
     pumps = []
     if passthrough:
         for pipe, fd in ((proc.stdout, 1), (proc.stderr, 2)):
@@ -262,4 +310,4 @@ def launch(cmd: list[str], log_path: str | None = None, *, base: str | None = No
         # process's exit closes it.
     else:
         os.close(log)
-    return Job(proc, cmd, log_path, pumps)
+    return Job(proc, cmd, log_path, pumps, log_appended=not created)

@@ -12,7 +12,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from traintop.errors import RecordingError, TraintopError
-from traintop.evidence import CAPTURE_ON, keep_beside
+from traintop.evidence import CAPTURE_ON
 from traintop.rules import RULES_VERSION, RulesEngine, default_engine
 from traintop.findings import Finding
 from traintop.rules.config import host_values
@@ -90,6 +90,8 @@ class Monitor:
             except RecordingError as e:
                 self.recording_error = str(e)
             self.recorder = recorder
+            if hasattr(recorder, "on_captures"):
+                recorder.on_captures = self._kept_beside
 
     def attach_finding_hook(self, hook, host: str | None = None) -> None:
         """Run ``hook`` (--on-finding) from now on; this monitor closes it."""
@@ -145,7 +147,8 @@ class Monitor:
                 self._capture_for[kind] = f.title
 
     def _took_evidence(self, frame: Frame) -> Frame:
-        """Keep the captures (with the finding that asked), beside the recording where there is one."""
+        """Keep the captures (with the finding that asked); a recorder copies their files beside it,
+        off this thread, and tells ``_kept_beside`` when each is done."""
         kept = []
         for cap in frame.captures:
             if cap.follow_up:
@@ -155,17 +158,20 @@ class Monitor:
                 kept.append(cap)
                 continue
             cap = dataclasses.replace(cap, reason=self._capture_for.get(cap.kind, ""))
-            rec = self.recorder
-            if rec is not None and not self.recording_error:
-                try:
-                    copied = keep_beside(rec.path, cap)
-                    if copied is not None:
-                        cap = dataclasses.replace(cap, path=copied)
-                except OSError as e:
-                    cap = dataclasses.replace(cap, error=f"not kept beside the recording ({e}); it is at {cap.path}")
             self.captures = (self.captures + [cap])[-16:]
             kept.append(cap)
         return dataclasses.replace(frame, captures=tuple(kept))
+
+    def _kept_beside(self, done: list, removed: list[str], why_removed: str) -> None:
+        """The recorder's copies: each capture's new path (or why it was not kept), and the copies
+        removed to hold the folder to its budget."""
+        with self.lock:
+            for cap in done:
+                self.captures = [dataclasses.replace(cap, step_s_after=c.step_s_after or cap.step_s_after)
+                                 if (c.pid, c.kind, c.t) == (cap.pid, cap.kind, cap.t) else c for c in self.captures]
+            gone = set(removed)
+            self.captures = [dataclasses.replace(c, error=why_removed) if c.path in gone and not c.error else c
+                             for c in self.captures]
 
     def ingest_many(self, frames: list[Frame]) -> None:
         """``ingest(f, evaluate=False)`` for each of ``frames``, the store filled in one go (a

@@ -15,16 +15,26 @@ trace's export and the snapshot's pickling happen in ``poll``, on the probe thre
 
 ``step_s_after`` (the mean period of the ``AROUND`` steps after the capture ended) is usually not
 known yet then: it is None, and one more record ``{"kind", "path", "step_s_after"}`` follows once
-it is. A failed capture (``error`` set, ``path`` None) has no follow-up.
+it is. A failed capture (``error`` set, ``path`` None) has no follow-up. A record may also carry
+``removed``: the names of older captures deleted to hold the folder to its budget.
+
+A trace is written gzipped (``.pt.trace.json.gz``: Perfetto and TensorBoard's profiler plugin open
+it as it is; a trace of a few steps is tens of MB of JSON). The captures folder is shared by the
+user's jobs and held to a budget (``budget_bytes``, 1 GiB unless TRAINTOP_CAPTURES_BUDGET_MB says
+otherwise): after each capture the oldest files go first, this process's own beyond half of it,
+then anyone's beyond all of it.
 """
 
 from __future__ import annotations
 
 import collections
 import errno
+import gzip
 import inspect
 import os
 import pickle
+import re
+import shutil
 import stat
 import sys
 import tempfile
@@ -38,8 +48,72 @@ AROUND = 40  # step durations before (mean) and after (mean) a capture
 SETTLE = 10  # steps right after a capture not measured: the GPU's queue refills
 MEMORY_ENTRIES = 100_000
 MAX_BYTES = {"trace": 256 << 20, "memory": 1 << 30}  # a bigger file is deleted and reported as an error
-# a trace ends in ".pt.trace.json": TensorBoard's PyTorch profiler plugin reads only such files
-_SUFFIX = {"trace": ".pt.trace.json", "memory": "-memory.pickle"}
+# a trace ends in ".pt.trace.json.gz": TensorBoard's PyTorch profiler plugin reads only "*.pt.trace.json"
+# and "*.pt.trace.json.gz"; the memory viewer reads torch's own pickle, kept as it is
+_SUFFIX = {"trace": ".pt.trace.json.gz", "memory": "-memory.pickle"}
+# every name a capture had (an older probe wrote "-trace.json", then ".pt.trace.json"): group 1 is the PID
+CAPTURE_NAME = re.compile(r"capture-(\d{1,10})-\d{8}-\d{6}(?:-\d{1,4})?(?:\.pt\.trace\.json(?:\.gz)?|-trace\.json"
+                          r"|-memory\.pickle)")
+BUDGET_BYTES = 1 << 30  # a captures folder's total, unless TRAINTOP_CAPTURES_BUDGET_MB says otherwise
+BUDGET_ENV = "TRAINTOP_CAPTURES_BUDGET_MB"
+MAX_REMOVED_NAMED = 16
+
+
+def budget_bytes(env=None) -> int:
+    """The captures folders' budget: TRAINTOP_CAPTURES_BUDGET_MB (a whole number of MiB, 1 to 10**6),
+    else 1 GiB."""
+    raw = (os.environ if env is None else env).get(BUDGET_ENV, "")
+    if raw.isdigit() and 1 <= int(raw) <= 10**6:
+        return int(raw) << 20
+    return BUDGET_BYTES
+
+
+def disk_bytes(st: os.stat_result) -> int:
+    """What a file takes on its disk (a budget is about space, not a sparse file's claimed size)."""
+    return st.st_blocks * 512 if getattr(st, "st_blocks", 0) else st.st_size
+
+
+def hold_budget(dir_fd: int, budget: int, keep: str, own_pid: int | None = None) -> list[str]:
+    """Delete the oldest captures in the folder open as ``dir_fd`` (ours, plain files with a capture's
+    name: nothing else is touched) until it holds at most ``budget`` bytes; with ``own_pid``, first
+    that process's own beyond half of it (one job cannot push out every other's). ``keep`` (the newest)
+    stays. Returns the names removed, oldest first."""
+    files = []
+    with os.scandir(dir_fd) as it:
+        for e in it:
+            m = CAPTURE_NAME.fullmatch(e.name)
+            if m is None or e.name == keep:
+                continue
+            try:
+                st = e.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+                files.append((st.st_mtime, e.name, disk_bytes(st), int(m.group(1))))
+    try:
+        kept = disk_bytes(os.stat(keep, dir_fd=dir_fd, follow_symlinks=False))
+    except OSError:
+        kept = 0
+    files.sort()
+    removed = []
+
+    def drop(limit: int, which) -> None:
+        total = kept + sum(f[2] for f in files if which(f))
+        for f in [f for f in files if which(f)]:
+            if total <= limit:
+                return
+            try:
+                os.unlink(f[1], dir_fd=dir_fd)
+            except FileNotFoundError:
+                pass
+            files.remove(f)
+            removed.append(f[1])
+            total -= f[2]
+
+    if own_pid is not None:
+        drop(budget // 2, lambda f: f[3] == own_pid)
+    drop(budget, lambda f: True)
+    return removed
 
 
 def dir_problem(path: str, owner: int | None = None) -> str | None:
@@ -323,9 +397,20 @@ class Capturer:
     def _write(self, cap: _Capture) -> dict:
         try:
             path, size = self._write_file(cap)
-            return self._record(cap, path, size)
         except Exception as e:
             return self._record(cap, error=_one_line(e))
+        rec = self._record(cap, path, size)
+        try:
+            fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+            try:
+                removed = hold_budget(fd, budget_bytes(), os.path.basename(path), own_pid=self.pid)
+            finally:
+                os.close(fd)
+        except OSError:
+            removed = []
+        if removed:
+            rec["removed"] = removed[-MAX_REMOVED_NAMED:]
+        return rec
 
     def _write_file(self, cap: _Capture) -> tuple[str, int]:
         """Into a fresh temp file of the directory, then linked under the final name: never
@@ -336,8 +421,7 @@ class Capturer:
         fd, tmp = tempfile.mkstemp(prefix=".capture-", suffix=".tmp", dir=self.directory)  # 0600, O_EXCL
         try:
             if cap.kind == "trace":
-                os.close(fd)
-                cap.handle.export_chrome_trace(tmp)
+                self._write_trace(cap, fd)
             else:
                 with os.fdopen(fd, "wb") as f:
                     pickle.dump(cap.handle, f)  # what torch.cuda.memory._dump_snapshot writes
@@ -369,5 +453,28 @@ class Capturer:
         finally:
             try:
                 os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+
+    def _write_trace(self, cap: _Capture, fd: int) -> None:
+        """The profiler's JSON into a temp file of its own, then gzipped into ``fd`` (zlib lets the
+        training thread run meanwhile); the JSON is bounded before it is compressed."""
+        raw_fd, raw = tempfile.mkstemp(prefix=".capture-", suffix=".json.tmp", dir=self.directory)
+        os.close(raw_fd)
+        try:
+            cap.handle.export_chrome_trace(raw)
+            size = os.lstat(raw).st_size
+            if size > MAX_BYTES["trace"]:
+                raise _Refused(f"the {KINDS['trace']} is {size / 2**20:.0f} MiB, over the "
+                               f"{MAX_BYTES['trace'] >> 20} MiB bound: deleted")
+            with open(raw, "rb") as src, os.fdopen(fd, "wb") as dst:
+                fd = -1
+                with gzip.GzipFile(filename="", mode="wb", fileobj=dst, compresslevel=6, mtime=int(cap.t)) as gz:
+                    shutil.copyfileobj(src, gz, 1 << 20)
+        finally:
+            if fd >= 0:
+                os.close(fd)
+            try:
+                os.unlink(raw)
             except FileNotFoundError:
                 pass

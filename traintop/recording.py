@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 from contextlib import contextmanager
+import dataclasses
 import json
 import os
 import sqlite3
@@ -24,6 +25,7 @@ from traintop import plausible
 from traintop.codec import (CODEC, CODECS, MAX_CHUNK_SAMPLES, columns_of, decode, decode_columns, decode_series, encode,
                             merge)
 from traintop.errors import RecordingError, TraintopError
+from traintop.evidence import Keeper, removed_error
 from traintop.files import check_regular, open_regular
 from traintop.findings import Finding, Severity
 from traintop.text import one_line
@@ -173,6 +175,10 @@ class RecordingWriter:
         self._dirty_alerts: dict[int, Finding] = {}
         self._stacks: list[StackDump] = []  # not yet committed
         self._captures: list[Capture] = []  # not yet committed
+        self._keeper: Keeper | None = None  # copies captures beside the recording, made at the first
+        self._copying: dict[tuple[int, str], float | None] = {}  # (pid, kind) being copied -> its step time after
+        self._removed: list[str] = []  # copies removed for the folder's budget, their rows not yet updated
+        self.on_captures = None  # called with the captures kept (or not) and the paths removed, as they are
         self._last_flush = clock()
         self.closed = False
 
@@ -196,7 +202,8 @@ class RecordingWriter:
     def add(self, frame: Frame) -> None:
         self._buf.append(frame)
         self._stacks.extend(frame.stacks)
-        self._captures.extend(frame.captures)
+        for c in frame.captures:
+            self._take_capture(c)
         if len(self._buf) >= self.chunk_frames or self._clock() - self._last_flush >= self.flush_every:
             self.flush()
 
@@ -204,6 +211,34 @@ class RecordingWriter:
         self._dirty_alerts[alert.id] = alert
         if self._clock() - self._last_flush >= self.flush_every:
             self.flush()
+
+    def _take_capture(self, c: Capture) -> None:
+        """A capture's file is copied beside the recording off this thread; its row is written once
+        the copy is done (with the new path, or why it was not kept)."""
+        key = (c.pid, c.kind)
+        if c.follow_up and key in self._copying:
+            self._copying[key] = c.step_s_after
+        elif not c.follow_up and c.path is not None and not c.error:
+            if self._keeper is None:
+                self._keeper = Keeper(self.path)
+            self._copying[key] = None
+            self._keeper.submit(c)
+        else:
+            self._captures.append(c)
+
+    def _kept_captures(self) -> None:
+        if self._keeper is None:
+            return
+        done, removed = self._keeper.take()
+        for c in done:
+            after = self._copying.pop((c.pid, c.kind), None)
+            self._captures.append(dataclasses.replace(c, step_s_after=after) if after is not None else c)
+        self._removed.extend(removed)
+        if (done or removed) and self.on_captures is not None:
+            self.on_captures(done, removed, self._removed_why())
+
+    def _removed_why(self) -> str:
+        return removed_error(self._keeper.folder, self._keeper.budget) if self._keeper is not None else ""
 
     @staticmethod
     def _row(frames: list[Frame]) -> tuple:
@@ -213,6 +248,7 @@ class RecordingWriter:
         """Commit new samples and changed alerts. Raises RecordingError (disk full, ...)."""
         if self.closed:
             return
+        self._kept_captures()
         pending = self._small_n + len(self._buf)
         merging = pending >= self.chunk_frames or (final and len(self._small_ids) + bool(self._buf) > 1)
         try:
@@ -251,6 +287,10 @@ class RecordingWriter:
                             "error, reason) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                             (c.t, c.pid, c.rank, c.kind, c.path, c.size, c.steps, c.step_s_before, c.step_s_after,
                              c.error, c.reason))
+                if self._removed:
+                    why = self._removed_why()
+                    self._db.executemany("UPDATE captures SET error=? WHERE path=? AND error IS NULL",
+                                         [(why, p) for p in self._removed])
         except sqlite3.Error as e:
             raise RecordingError(f"writing {self.path} failed: {e}") from None
         if merging:
@@ -265,22 +305,33 @@ class RecordingWriter:
         self._dirty_alerts.clear()
         self._stacks = []
         self._captures = []
+        self._removed = []
         self._last_flush = self._clock()
 
     def close(self) -> None:
+        """Write what is left and leave one self-contained file. Raises RecordingError when that fails
+        (a full disk): a recording that lost samples is never a success."""
         if self.closed:
             return
+        failed: sqlite3.Error | None = None
         try:
+            if self._keeper is not None:
+                self._keeper.close()
             self.flush(final=True)
-            self._db.executescript("PRAGMA incremental_vacuum;")  # runs to completion (execute frees one page)
-            # Leave one self-contained file behind (no -wal/-shm beside it).
-            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            self._db.execute("PRAGMA journal_mode=DELETE")
-        except sqlite3.Error:
-            pass
+            try:
+                self._db.executescript("PRAGMA incremental_vacuum;")  # runs to completion (execute frees one page)
+                # Leave one self-contained file behind (no -wal/-shm beside it).
+                self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                self._db.execute("PRAGMA journal_mode=DELETE")
+            except sqlite3.Error as e:
+                failed = e  # said below where samples are left outside the file (a reader holding it is no failure)
         finally:
             self._db.close()
             self.closed = True
+        wal = self.path + "-wal"
+        if failed is not None and os.path.exists(wal) and os.path.getsize(wal):
+            raise RecordingError(f"finishing {self.path} failed ({failed}): its newest samples are still in {wal}; "
+                                 "keep that file beside it")
 
 
 # SQLite limits for a file someone else may have written: the schema of ours is a few short

@@ -385,6 +385,7 @@ class Capture:
     error: str | None = None
     reason: str = ""  # the finding that asked for it
     follow_up: bool = False  # only step_s_after, for a capture reported before
+    removed: tuple[str, ...] = ()  # older captures deleted to hold their folder to its budget (names)
 
 
 @dataclass(frozen=True, slots=True)

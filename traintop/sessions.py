@@ -125,11 +125,15 @@ def agent_session(interval: float, record: str | None = None, config: Thresholds
 
 
 def _note_probe_errors(monitor: Monitor, probes) -> None:
-    """The recording says how many probe messages were dropped as malformed (analyze shows it)."""
-    if probes is None or not probes.bad_messages or monitor.recorder is None or monitor.recording_error:
+    """The recording says how many probe messages were dropped as malformed, and how many capture
+    records no request called for (analyze shows them)."""
+    if probes is None or monitor.recorder is None or monitor.recording_error:
         return
     try:
-        monitor.recorder.set_meta("probe_bad_messages", str(probes.bad_messages))
+        for key, count in (("probe_bad_messages", probes.bad_messages),
+                           ("probe_unasked_captures", getattr(probes, "unasked_captures", 0))):
+            if count:
+                monitor.recorder.set_meta(key, str(count))
     except RecordingError as e:
         monitor.recording_error = str(e)
 
