@@ -583,6 +583,21 @@ def test_a_narrow_pane_shows_the_input_wait(attached_app):
     run(go())
 
 
+def test_at_80_columns_the_process_line_keeps_goodput_mfu_and_input_wait_and_cuts_only_whole_parts(sim_app):
+    """The compact process line of a probed job: where its time goes first; what does not fit is
+    left out whole ("…"), never cut inside a figure ("bf16 · MF…")."""
+    async def go():
+        app, _, _ = sim_app("starved")
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            panel = app.query_one(ProcessPanel)
+            return "".join(seg.text for seg in panel.render_line(0)).rstrip()
+
+    shown = run(go())
+    assert re.search(r"goodput \d+ % · MFU \d+ % · input wait \d+ %", shown), shown
+    assert len(shown) <= 80 and not re.search(r"\S…", shown), shown  # whole parts, then " …"
+
+
 def test_messages_show_in_the_status_line_and_cover_no_panel(sim_app):
     from textual.widgets._toast import Toast
 

@@ -6,7 +6,7 @@ import time
 
 from rich.text import Text
 from traintop.widgets.line import Line
-from traintop.widgets.lines import TextLines, fit, join_lines
+from traintop.widgets.lines import TextLines, fit, fit_parts, join_lines
 
 from traintop.rules.config import DEFAULT, Thresholds
 from traintop.text import one_line
@@ -57,7 +57,7 @@ def rank_line(rv: RankView, thresholds: Thresholds = DEFAULT) -> Line:
         if r.ooms:
             out.append(f"  OOM {r.ooms}", "bold red")
     if r.steps:
-        out.append(f" · {r.steps_per_s or 0:.1f} steps/s")
+        out.append(f" · {steps_text(r)}")
         if r.step_time:
             out.append(f" ({r.step_time * 1000:.0f} ms)", "dim")
     wait = rv.input_wait_10s if rv.input_wait_10s is not None else r.input_wait
@@ -124,41 +124,49 @@ def ledger_ranks(ranks: list[RankView]) -> list[RankView]:
     return [min(with_ledger, key=lambda rv: rv.ledger.get("train", 0.0))]
 
 
-def compact_rank_line(rv: RankView, ranks: int, thresholds: Thresholds = DEFAULT) -> Line:
-    """One line for a narrow pane, most telling first: a narrow pane cuts from the right."""
+def compact_rank_line(rv: RankView, ranks: int, width: int, thresholds: Thresholds = DEFAULT) -> Line:
+    """One line for a narrow pane: where the time goes first (goodput, MFU, input wait), then the
+    rest; what does not fit is left out whole, least telling first."""
     r = rv.sample
     where = f" GPU {rv.gpu}" if rv.gpu is not None else ""
-    out = Line(f"{one_line(r.label, 40)}{where}", "bold")
+    head = Line(f"{one_line(r.label, 40)}{where}", "bold")
     if ranks > 1:
-        out.append(f" (+{ranks - 1})", "dim")
-    wait = rv.input_wait_10s if rv.input_wait_10s is not None else r.input_wait
-    if r.loader is False:
-        out.append(" · no DataLoader seen", "dim")
-    elif wait is not None:
-        out.append(f" · input wait {wait * 100:.0f} %",
-                   "bold yellow" if wait >= thresholds.starvation_input_wait else "")
-    if r.steps:
-        out.append(f" · {r.steps_per_s or 0:.1f} steps/s")
-        if r.step_time:
-            out.append(f" ({r.step_time * 1000:.0f} ms)", "dim")
+        head.append(f" (+{ranks - 1})", "dim")
+    parts: list[Line] = []
     if rv.ledger:
         g = rv.ledger.get("train", 0.0)
-        out.append(f" · goodput {g * 100:.0f} %", "green" if g >= 0.9 else "bold yellow")
-    if r.matmul_mode:
-        out.append(f" · {r.matmul_mode}", "bold yellow" if r.matmul_mode == "fp32" else "dim")
+        parts.append(Line(f"goodput {g * 100:.0f} %", "green" if g >= 0.9 else "bold yellow"))
     if rv.mfu is not None:
-        out.append(f" · MFU {rv.mfu * 100:.0f} %")
+        parts.append(Line(f"MFU {rv.mfu * 100:.0f} %"))
+    wait = rv.input_wait_10s if rv.input_wait_10s is not None else r.input_wait
+    if r.loader is False:
+        parts.append(Line("no DataLoader seen", "dim"))
+    elif wait is not None:
+        parts.append(Line(f"input wait {wait * 100:.0f} %",
+                          "bold yellow" if wait >= thresholds.starvation_input_wait else ""))
+    if r.steps:
+        steps = Line(steps_text(r))
+        if r.step_time:
+            steps.append(f" ({r.step_time * 1000:.0f} ms)", "dim")
+        parts.append(steps)
+    if r.matmul_mode:
+        parts.append(Line(r.matmul_mode, "bold yellow" if r.matmul_mode == "fp32" else "dim"))
     if not r.cuda:
-        out.append(" · no CUDA in this process", "yellow")
+        parts.append(Line("no CUDA in this process", "yellow"))
     else:
         gib = lambda b: "–" if b is None else f"{b / 2**30:.1f}"  # noqa: E731
-        out.append(f" · alloc {gib(r.allocated)}", "green")
-        out.append(f" / res {gib(r.reserved)} GiB", "yellow")
+        memory = Line(f"alloc {gib(r.allocated)}", "green").append(f" / res {gib(r.reserved)} GiB", "yellow")
         if r.ooms:
-            out.append(f"  OOM {r.ooms}", "bold red")
+            memory.append(f"  OOM {r.ooms}", "bold red")
         elif r.alloc_retries:
-            out.append(f"  retries {r.alloc_retries}", "bold yellow")
-    return out
+            memory.append(f"  retries {r.alloc_retries}", "bold yellow")
+        parts.append(memory)
+    return fit_parts(head, parts, width)
+
+
+def steps_text(r) -> str:
+    """"12.1 steps/s", or "– steps/s" while the rate is not known yet (never a 0 it did not measure)."""
+    return "– steps/s" if r.steps_per_s is None else f"{r.steps_per_s:.1f} steps/s"
 
 
 class ProcessPanel(TextLines):
@@ -219,7 +227,7 @@ class ProcessPanel(TextLines):
                             + (f"\u00a0(busy\u00a0{v.gpu_share[i]:.0f}\u00a0%)" if i in v.gpu_share else "")
                             for i, b in sorted(v.gpu_mem.items())) or "no GPU memory"
         if self.compact and v.ranks:
-            return [compact_rank_line(v.ranks[0], len(v.ranks), v.thresholds)], None
+            return [compact_rank_line(v.ranks[0], len(v.ranks), width, v.thresholds)], None
         if self.compact:
             out = Line(f"PID {p.pid} ", "bold").append(f"CPU {p.cpu_percent or 0:.0f} %")
             load = v.workers
