@@ -250,6 +250,11 @@ class TraintopApp(App):
             job = self.session.job
             self.push_screen(QuitJobScreen(job.pid, self.grace, job.log_path), self._quit_answered)
 
+    async def action_help_quit(self) -> None:
+        """Ctrl-C: what q does. (Textual binds it to a notice "Do you want to quit? Press ctrl+q",
+        its App.action_help_quit; a terminal user presses Ctrl-C to stop what runs in it.)"""
+        await self.action_quit()
+
     def _quit_answered(self, answer: str | None) -> None:
         if answer == "stop":
             self.stop_job()

@@ -598,6 +598,24 @@ def test_at_80_columns_the_process_line_keeps_goodput_mfu_and_input_wait_and_cut
     assert len(shown) <= 80 and not re.search(r"\S…", shown), shown  # whole parts, then " …"
 
 
+def test_ctrl_c_quits_as_q_does_from_the_dashboard_and_its_help(demo_app):
+    """Not Textual's stock notice ("Do you want to quit? Press ctrl+q"): Ctrl-C quits."""
+    async def go(keys):
+        app, _, _ = demo_app(100)
+        said = []
+        app.say = lambda message, *a, **k: said.append(message)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            await pilot.press(*keys)
+            await pilot.pause()
+            return app.is_running, app.return_code, said
+
+    for keys in (["ctrl+c"], ["question_mark", "ctrl+c"], ["s", "ctrl+c"]):
+        running, code, said = run(go(keys))
+        assert not running and code == 0, (keys, said)
+        assert not any("quit" in s for s in said), said
+
+
 def test_messages_show_in_the_status_line_and_cover_no_panel(sim_app):
     from textual.widgets._toast import Toast
 
