@@ -1354,6 +1354,7 @@ def test_the_process_panel_shows_the_ledger_mfu_and_the_latest_capture_as_text(s
             text = app.query_one(ProcessPanel).render().plain
             assert "goodput" in text and "MFU" in text and "bf16" in text
             words = " ".join(text.split())  # the panel wraps the line
-            assert "captured trace on Data starvation: /tmp/[bold]x[/bold]\\x1b[2J.json (steps +0.4 %)" in words
+            assert ("captured trace on Data starvation: /tmp/[bold]x[/bold]\\x1b[2J.json (step time 25.0 ms before, "
+                    "25.1 ms after it: +0.4 %)") in words  # what "+0.4 %" compares, in words
             assert "\x1b" not in text
     run(go())
