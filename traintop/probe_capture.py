@@ -21,13 +21,16 @@ it is. A failed capture (``error`` set, ``path`` None) has no follow-up.
 from __future__ import annotations
 
 import collections
+import contextlib
 import errno
 import inspect
 import os
 import pickle
+import re
 import stat
 import sys
 import tempfile
+import threading
 import time
 from typing import Any
 
@@ -40,6 +43,61 @@ MEMORY_ENTRIES = 100_000
 MAX_BYTES = {"trace": 256 << 20, "memory": 1 << 30}  # a bigger file is deleted and reported as an error
 # a trace ends in ".pt.trace.json": TensorBoard's PyTorch profiler plugin reads only such files
 _SUFFIX = {"trace": ".pt.trace.json", "memory": "-memory.pickle"}
+
+
+# What libkineto (the profiler's C++ side) writes on stderr as a trace starts and stops: "USDT:2026-12-04
+# 17:56:41 32295:32295 SyncActivityProfilerHandler.cpp:52] profiler_start", and (some versions) "STAGE:...
+# Completed Stage: Warm Up". Its level is read from KINETO_LOG_LEVEL once per process, and silencing
+# these lines there would silence its errors too, for the whole job: the lines are dropped instead.
+KINETO_CHATTER = re.compile(rb"(?:USDT|STAGE|INFO|VERBOSE):\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \d+:\d+ [^\]\n]*\] ")
+_quiet_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def kineto_quiet():
+    """While the profiler starts, stops or exports: the process's stderr (fd 2) goes to a temporary
+    file, then everything written meanwhile goes on to stderr but libkineto's own chatter. Whatever
+    the job's threads write in that window reaches its stderr, a moment later."""
+    if not _quiet_lock.acquire(blocking=False):  # another thread is in one: its window covers this
+        yield
+        return
+    try:
+        with contextlib.ExitStack() as stack:
+            try:
+                saved = os.dup(2)
+                stack.callback(os.close, saved)
+                held = stack.enter_context(tempfile.TemporaryFile())
+                _flush_stderr()
+                os.dup2(held.fileno(), 2)
+            except OSError:
+                yield  # no stderr to take, or no room for the file: the lines stay
+                return
+            try:
+                yield
+            finally:
+                _flush_stderr()
+                os.dup2(saved, 2)
+                _pass_on(held)
+    finally:
+        _quiet_lock.release()
+
+
+def _flush_stderr() -> None:
+    try:
+        sys.stderr.flush()
+    except (AttributeError, OSError, ValueError):
+        pass
+
+
+def _pass_on(held) -> None:
+    """What was written to stderr in the window, less libkineto's chatter, to stderr."""
+    try:
+        held.seek(0)
+        out = b"".join(line for line in held if not KINETO_CHATTER.match(line))
+        while out:
+            out = out[os.write(2, out):]
+    except OSError:
+        pass
 
 
 def dir_problem(path: str, owner: int | None = None) -> str | None:
@@ -280,7 +338,8 @@ class Capturer:
             pass
         cap.handle = profiler.profile(activities=activities, record_shapes=False, with_stack=False,
                                       profile_memory=False, **extra)
-        cap.handle.start()
+        with kineto_quiet():
+            cap.handle.start()
 
     def _stop(self, cap: _Capture) -> None:
         if cap.kind == "memory":
@@ -290,7 +349,8 @@ class Capturer:
             finally:
                 memory._record_memory_history(enabled=None)
         else:
-            cap.handle.stop()
+            with kineto_quiet():
+                cap.handle.stop()
 
     def _fail(self, cap: _Capture, e: Exception) -> None:
         if cap.phase in ("asked", "running"):
@@ -308,7 +368,8 @@ class Capturer:
                 if memory is not None and cap.phase == "running":
                     memory._record_memory_history(enabled=None)
             elif handle is not None:
-                handle.stop()
+                with kineto_quiet():
+                    handle.stop()
         except Exception:
             pass
 
@@ -337,7 +398,8 @@ class Capturer:
         try:
             if cap.kind == "trace":
                 os.close(fd)
-                cap.handle.export_chrome_trace(tmp)
+                with kineto_quiet():
+                    cap.handle.export_chrome_trace(tmp)
             else:
                 with os.fdopen(fd, "wb") as f:
                     pickle.dump(cap.handle, f)  # what torch.cuda.memory._dump_snapshot writes
