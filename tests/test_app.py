@@ -654,6 +654,33 @@ def test_a_banner_too_long_for_80_columns_is_said_a_sentence_at_a_time(demo_app,
     run(go())
 
 
+def test_the_demo_names_itself_neutrally_and_its_top_line_fits_160_and_80_columns(demo_app, screen_lines):
+    """No path of the machine it was recorded on; at 160 columns its top line whole, banner and all;
+    at 80 whole parts left out (the driver first), never one cut inside."""
+    from traintop.cli import DEMO_BANNER
+    from traintop.recording import RecordingReader
+    from traintop.sessions import demo_path
+
+    reader = RecordingReader(demo_path())
+    assert reader.info.label == "demo: a real H200 session"
+    cmdlines = {f.process.cmdline for f in reader.frames() if f.process is not None}
+    assert cmdlines and not any(word.startswith("/") for c in cmdlines for word in c.split()), cmdlines
+
+    async def top(size, banner):
+        app, _, _ = demo_app(100, banner=DEMO_BANNER if banner else None)
+        async with app.run_test(size=size) as pilot:
+            await pilot.pause()
+            return screen_lines(app)[0].rstrip()
+
+    wide = run(top((160, 48), banner=True))  # the first seconds of `traintop demo`
+    assert DEMO_BANNER in wide and "h200 · 1× NVIDIA H200 · driver 580.159.04 · demo: a real H200 session" in wide
+    assert "…" not in wide and "/" not in wide, wide
+    with_banner, after = run(top((80, 24), banner=True)), run(top((80, 24), banner=False))
+    assert DEMO_BANNER in with_banner and len(with_banner) <= 80 and "…" not in with_banner, with_banner
+    assert len(after) <= 80 and "…" not in after, after
+    assert "1× NVIDIA H200 · demo: a real H200 session" in after and "driver" not in after, after
+
+
 MIX = "healthy,starved,underused,thermal,memory_creep,idle,healthy,healthy"
 
 

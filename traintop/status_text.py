@@ -13,8 +13,13 @@ from traintop.samples import SessionKind
 from traintop.text import one_line
 
 
-def session_line(view, kind: SessionKind) -> str:
-    """Host, GPUs, driver and (not live) the source's label, "·" between them, each said once."""
+# Where the top line is short, these go first (the GPUs stay): the driver, then the host, then the label.
+SESSION_DROP = ("driver", "host", "label")
+
+
+def session_parts(view, kind: SessionKind) -> list[tuple[str, str]]:
+    """(what, text) of the top line's session part, in the order shown: host, GPUs, driver and
+    (not live) the source's label, each said once."""
     names: dict[str, int] = {}
     mig = sum(1 for g in view.gpus if g.info.parent is not None)
     for g in view.gpus:
@@ -25,12 +30,30 @@ def session_line(view, kind: SessionKind) -> str:
     gpus = ", ".join(f"{n}× {name}" for name, n in names.items()) or "no GPU"
     if mig:
         gpus += f" ({mig} MIG device{'s' if mig != 1 else ''})"
-    bits = [one_line(view.hostname or "", 200), gpus]
+    bits = [("host", one_line(view.hostname or "", 200)), ("gpus", gpus)]
     if view.driver:
-        bits.append(f"driver {one_line(view.driver, 100)}")
+        bits.append(("driver", f"driver {one_line(view.driver, 100)}"))
     if kind != SessionKind.LIVE and view.label:
-        bits.append(one_line(view.label, 200))
-    return " · ".join(dict.fromkeys(b for b in bits if b))  # a GPU-less recording's label is "no GPU" too
+        bits.append(("label", one_line(view.label, 200)))
+    seen: set[str] = set()
+    out = []
+    for what, text in bits:  # a GPU-less recording's label is "no GPU" too
+        if text and text not in seen:
+            seen.add(text)
+            out.append((what, text))
+    return out
+
+
+def fit_session(parts: list[tuple[str, str]], room: int) -> str:
+    """The parts joined by " · " in at most ``room`` cells, whole parts left out where the line is
+    short (SESSION_DROP's order); "" where even the GPUs do not fit (never a name cut inside)."""
+    parts = list(parts)
+    for what in SESSION_DROP:
+        if len(" · ".join(t for _, t in parts)) <= room:
+            break
+        parts = [p for p in parts if p[0] != what]
+    line = " · ".join(t for _, t in parts)
+    return line if len(line) <= room else ""
 
 
 def problem_line(view) -> str | None:
