@@ -504,6 +504,41 @@ def test_a_gpu_less_recording_says_no_gpu_once_and_claims_no_gpu_figures(tmp_pat
     run(go())
 
 
+def test_a_job_on_a_host_without_a_gpu_gets_its_processes_and_memory_over_time_not_blank_rows():
+    """Without a GPU memory chart (no GPU, no CUDA in the job) the process panel's rows go to the
+    job's processes, the busiest first, and its resident memory over time."""
+    from traintop import sessions
+    from traintop.app.factory import build_app
+    from traintop.feeds import Feed
+    from traintop.samples import Frame, HostSample, ProcInfo, ProcessSample, RankSample
+
+    monitor = sessions._monitor(sessions.no_gpu_info(1.0, "NVML: no GPU"), 1.0, None)
+    for k in range(60):
+        members = (ProcInfo(100, "python", 60.0, 900 << 20, 9),
+                   ProcInfo(101, "pt_data_worker", 99.0, 300 << 20, 2, is_loader_worker=True, ppid=100),
+                   ProcInfo(102, "pt_data_worker", 97.0, (300 << 20) + k * (8 << 20), 2, is_loader_worker=True, ppid=100))
+        proc = ProcessSample(pid=100, alive=True, name="python", cmdline="python train.py", cpu_percent=256.0,
+                             rss=sum(m.rss for m in members), threads=13, members=members)
+        rank = RankSample(pid=100, cuda=False, steps=10 * k, steps_per_s=10.0, input_wait=0.6, loader=True)
+        monitor.ingest(Frame(t=1_000_000.0 + k, host=HostSample(cpu_percent=80.0, per_core=(80.0, 80.0)),
+                             process=proc, ranks=(rank,)))
+    app = build_app(monitor, Feed(monitor, 1.0), mode="live", start_feed=False)
+
+    async def go():
+        async with app.run_test(size=(160, 48)) as pilot:
+            await pilot.pause()
+            panel = app.query_one(ProcessPanel)
+            return panel.render().plain.splitlines(), panel.content_size.height
+
+    lines, height = run(go())
+    text = "\n".join(lines)
+    assert "3 processes, the busiest first" in text
+    rows = [x for x in lines if re.match(r"PID \d+ ", x)]
+    assert [r.split()[1] for r in rows] == ["101", "102", "100"] and "loader worker" in rows[0], text
+    assert "RSS of the job's processes (host memory)" in text  # its chart, below
+    assert len(lines) >= height - 1 and sum(not x.strip() for x in lines) <= 2, text  # no run of blank rows
+
+
 def test_big_terminals_give_the_alerts_the_rows_the_gpus_leave(sim_app):
     async def go():
         app, _, _ = sim_app("starved,memory_creep", gpus=2)

@@ -14,7 +14,7 @@ from traintop.units import fmt_bytes, fmt_duration, fmt_rate
 from traintop.evidence import short
 from traintop.samples import LEDGER_BUCKETS
 from traintop.view import LEDGER_WINDOW_S, ProcessView, RankView
-from traintop.widgets.memory_chart import memory_chart
+from traintop.widgets.memory_chart import memory_chart, rss_chart
 from traintop.widgets.owner_text import owner_text, proc_text
 
 # plotext costs 15-55 ms a chart, more than all the rest of a frame: the chart spans 240
@@ -23,7 +23,8 @@ CHART_EVERY_S = 10.0
 CHART_IDLE_S = 30.0
 CHART_STEP_BYTES = 64 * 2**20  # a move smaller than this does not redraw the chart
 WORKERS_SHOWN = 12  # loader workers' CPU figures on the line; "… +N" says how many more
-from traintop.widgets.render import level_style, spark
+PROCESSES_SHOWN = 12  # rows of the job's processes where no GPU memory chart takes the room
+from traintop.widgets.render import bar, level_style, spark
 from traintop.widgets.wrap import keep_units
 
 NO_PROBE = ("No probe in this job: NVML's per-process figure is an upper bound (reserved + CUDA context "
@@ -194,7 +195,29 @@ class ProcessPanel(TextLines):
         room = (self.content_size.height or 0) - len(lines) - 1
         if rank is not None and room >= 6:  # the chart's rows are never wider than the panel
             lines.extend(self._chart(rank, width, room))
+        elif not self.compact and room >= 2 and self.view is not None and self.view.sample is not None:
+            lines.extend(self._host_side(width, room))
         return lines
+
+    def _host_side(self, width: int, room: int) -> list[Line]:
+        """The rows no GPU memory chart takes (a job without CUDA, a host without a GPU): the job's
+        processes, the busiest first (which loader worker or rank holds a core), then its resident
+        memory over time (a leak on the host side: loader workers copying the dataset)."""
+        v = self.view
+        members = sorted(v.sample.members, key=lambda m: -(m.cpu_percent or 0))
+        out: list[Line] = []
+        if len(members) >= 2:
+            rows = min(len(members), PROCESSES_SHOWN, room - 1)
+            shown = members if rows == len(members) else members[: max(0, rows - 1)]
+            out.append(Line(f"{len(members)} processes, the busiest first (CPU: 100 % is one core)", "dim"))
+            out.extend(member_line(m, width) for m in shown)
+            if len(shown) < len(members):
+                out.append(Line(f"… +{len(members) - len(shown)} more", "dim"))
+        left = room - len(out) - (1 if out else 0)
+        if left >= 6 and sum(x is not None for x in v.rss) >= 2:
+            out += [Line()] if out else []
+            out += self._cached("rss", (width, left, v.sample.pid), (v.rss,), lambda: rss_chart(v.rss, width, left))
+        return out
 
     def render(self) -> Text:
         """The whole panel as one Text (tests and tools)."""
@@ -310,24 +333,42 @@ class ProcessPanel(TextLines):
             lines += [ledger_line(rv, width) for rv in ledger_ranks(v.ranks)]
         return lines
 
-    _chart_cache: tuple | None = None
+    _charts: dict | None = None  # kind -> (key, when drawn, rows, the series' bands)
 
     def _chart(self, rank: RankView, width: int, height: int) -> list[Line]:
-        """The chart's lines. Rebuilt (at most every CHART_EVERY_S) when a series leaves the band
+        series = (rank.allocated, rank.reserved, rank.nvml)
+        return self._cached("gpu", (width, height, rank.sample.pid), series,
+                            lambda: memory_chart(rank.allocated, rank.reserved, rank.nvml, width, height))
+
+    def _cached(self, kind: str, key: tuple, series: tuple, draw) -> list[Line]:
+        """A chart's lines. Rebuilt (at most every CHART_EVERY_S) when a series leaves the band
         it was drawn in: memory that rises, falls or steps; memory that only wobbles inside its
         band (a step's activations come and go) is redrawn every CHART_IDLE_S so it keeps
         scrolling; and on resize. Never changed in place."""
         now = time.monotonic()
-        key = (width, height, rank.sample.pid)
-        series = (rank.allocated, rank.reserved, rank.nvml)
-        cached = self._chart_cache
+        charts = self._charts if self._charts is not None else {}
+        self._charts = charts
+        cached = charts.get(kind)
         if cached is not None and cached[0] == key:
             age = now - cached[1]
             if age < CHART_EVERY_S or (age < CHART_IDLE_S and not _left_band(series, cached[3])):
                 return cached[2]
-        chart = memory_chart(rank.allocated, rank.reserved, rank.nvml, width, height)
-        self._chart_cache = (key, now, chart, [_band(s) for s in series])
-        return chart
+        rows = draw()
+        charts[kind] = (key, now, rows, [_band(s) for s in series])
+        return rows
+
+
+def member_line(m, width: int) -> Line:
+    """One process of the job: its PID, name, CPU (a bar to one core) and resident memory."""
+    c = m.cpu_percent or 0.0
+    out = Line(f"PID {m.pid:<7} ", "bold").append(f"{one_line(m.name, 16):<16} ")
+    out.extend(bar(c / 100, max(4, min(20, width - 60)), level_style(c / 100, 0.85, 0.95)))
+    out.append(f" {c:4.0f}\u00a0%  RSS {fmt_bytes(m.rss)}")
+    if m.threads:
+        out.append(f"  {m.threads} threads", "dim")
+    if m.is_loader_worker:
+        out.append("  loader worker", "dim")
+    return out.truncate(width)
 
 
 def _band(values: list) -> tuple[float, float] | None:
