@@ -689,6 +689,17 @@ def test_a_banner_too_long_for_80_columns_is_said_a_sentence_at_a_time(demo_app,
     run(go())
 
 
+def test_a_short_top_line_keeps_the_gpus_and_whichever_other_parts_fit_whole():
+    from traintop.status_text import fit_session
+
+    parts = [("host", "simulated"), ("gpus", "16× NVIDIA H200"), ("driver", "driver 580.159.04 (simulated)"),
+             ("label", "simulated: healthy,starved,underused,thermal,memory_creep,idle,healthy,healthy")]
+    assert fit_session(parts, 200) == " · ".join(t for _, t in parts)
+    assert fit_session(parts, 58) == "simulated · 16× NVIDIA H200"  # the label does not fit; the host still does
+    assert fit_session(parts, 60) == "simulated · 16× NVIDIA H200 · driver 580.159.04 (simulated)"
+    assert fit_session(parts, 15) == "16× NVIDIA H200" and fit_session(parts, 14) == ""  # never a name cut
+
+
 def test_the_demo_names_itself_neutrally_and_its_top_line_fits_160_and_80_columns(demo_app, screen_lines):
     """No path of the machine it was recorded on; at 160 columns its top line whole, banner and all;
     at 80 whole parts left out (the driver first), never one cut inside."""

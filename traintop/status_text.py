@@ -13,8 +13,9 @@ from traintop.samples import SessionKind
 from traintop.text import one_line
 
 
-# Where the top line is short, these go first (the GPUs stay): the driver, then the host, then the label.
-SESSION_DROP = ("driver", "host", "label")
+# Where the top line is short, the GPUs stay and the other parts come back in this order, each
+# where it still fits: the source's label, the host, the driver.
+SESSION_KEEP = ("label", "host", "driver")
 
 
 def session_parts(view, kind: SessionKind) -> list[tuple[str, str]]:
@@ -45,14 +46,17 @@ def session_parts(view, kind: SessionKind) -> list[tuple[str, str]]:
 
 
 def fit_session(parts: list[tuple[str, str]], room: int) -> str:
-    """The parts joined by " · " in at most ``room`` cells, whole parts left out where the line is
-    short (SESSION_DROP's order); "" where even the GPUs do not fit (never a name cut inside)."""
-    parts = list(parts)
-    for what in SESSION_DROP:
-        if len(" · ".join(t for _, t in parts)) <= room:
-            break
-        parts = [p for p in parts if p[0] != what]
-    line = " · ".join(t for _, t in parts)
+    """The parts, " · " between them, in at most ``room`` cells: the GPUs, then as many of the
+    others as fit (SESSION_KEEP's order), whole and in their places; "" where even the GPUs do
+    not fit (never a name cut inside)."""
+    def joined(kept: set[str]) -> str:
+        return " · ".join(t for what, t in parts if what in kept)
+
+    kept = {"gpus"}
+    for what in SESSION_KEEP:
+        if len(joined(kept | {what})) <= room:
+            kept.add(what)
+    line = joined(kept)
     return line if len(line) <= room else ""
 
 

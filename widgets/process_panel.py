@@ -209,7 +209,10 @@ class ProcessPanel(TextLines):
         if len(members) >= 2:
             rows = min(len(members), PROCESSES_SHOWN, room - 1)
             shown = members if rows == len(members) else members[: max(0, rows - 1)]
-            out.append(Line(f"{len(members)} processes, the busiest first (CPU: 100 % is one core)", "dim"))
+            head = Line(f"{len(members)} processes, the busiest first", "dim")
+            if head.cell_len + 25 <= width:
+                head.append(" (CPU: 100\u00a0% is one core)", "dim")
+            out.append(head)
             out.extend(member_line(m, width) for m in shown)
             if len(shown) < len(members):
                 out.append(Line(f"… +{len(members) - len(shown)} more", "dim"))
@@ -359,16 +362,17 @@ class ProcessPanel(TextLines):
 
 
 def member_line(m, width: int) -> Line:
-    """One process of the job: its PID, name, CPU (a bar to one core) and resident memory."""
+    """One process of the job: its PID and name, then its CPU (a bar to one core), resident
+    memory and threads as far as they fit, whole."""
     c = m.cpu_percent or 0.0
-    out = Line(f"PID {m.pid:<7} ", "bold").append(f"{one_line(m.name, 16):<16} ")
-    out.extend(bar(c / 100, max(4, min(20, width - 60)), level_style(c / 100, 0.85, 0.95)))
-    out.append(f" {c:4.0f}\u00a0%  RSS {fmt_bytes(m.rss)}")
+    head = Line(f"PID {m.pid:<7} ", "bold").append(f"{one_line(m.name, 16):<16}")
+    cpu = bar(c / 100, max(4, min(20, width - 60)), level_style(c / 100, 0.85, 0.95)).append(f" {c:4.0f}\u00a0%")
+    parts = [cpu, Line(f"RSS {fmt_bytes(m.rss)}")]
     if m.threads:
-        out.append(f"  {m.threads} threads", "dim")
+        parts.append(Line(f"{m.threads} threads", "dim"))
     if m.is_loader_worker:
-        out.append("  loader worker", "dim")
-    return out.truncate(width)
+        parts.append(Line("loader worker", "dim"))
+    return fit_parts(head, parts, width, sep="  ")
 
 
 def _band(values: list) -> tuple[float, float] | None:
