@@ -295,6 +295,10 @@ class ClusterApp(App):
         self.redraw()
 
     # -- keys --------------------------------------------------------------------
+    async def action_help_quit(self) -> None:
+        """Ctrl-C quits, as q does (Textual's own binding only says to press ctrl+q)."""
+        await self.action_quit()
+
     def action_help(self) -> None:
         self.push_screen(ClusterHelp())
 

@@ -18,7 +18,7 @@ from traintop.app.redraw import RedrawPacer
 from traintop.app.screen import DashboardScreen
 from traintop.errors import RecordingError, TraintopError
 from traintop.session import Session
-from traintop.status_text import banner_parts, problem_line, recording_saved, session_line, short_path
+from traintop.status_text import banner_parts, problem_line, recording_saved, session_parts, short_path
 from traintop.text import one_line
 from traintop.view import View, build_view
 from traintop.widgets.alerts_panel import AlertsPanel
@@ -200,7 +200,7 @@ class TraintopApp(App):
     def _show_status(self, view: View) -> None:
         path = self.session.recording_path
         self._status.show(
-            mode=self.session.kind, text=session_line(view, self.session.kind), t=view.t, paused=self.paused,
+            mode=self.session.kind, text=session_parts(view, self.session.kind), t=view.t, paused=self.paused,
             recording=one_line(short_path(path)) if path is not None and not view.recording_error else None,
             problem=problem_line(view),
             replay="end of recording" if self.replay is not None and self.replay.at_end else None)
@@ -249,6 +249,11 @@ class TraintopApp(App):
         elif not isinstance(self.screen, QuitJobScreen):
             job = self.session.job
             self.push_screen(QuitJobScreen(job.pid, self.grace, job.log_path), self._quit_answered)
+
+    async def action_help_quit(self) -> None:
+        """Ctrl-C: what q does. (Textual binds it to a notice "Do you want to quit? Press ctrl+q",
+        its App.action_help_quit; a terminal user presses Ctrl-C to stop what runs in it.)"""
+        await self.action_quit()
 
     def _quit_answered(self, answer: str | None) -> None:
         if answer == "stop":

@@ -8,6 +8,7 @@ and restarting, and traintop itself restarting.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import os
@@ -111,6 +112,46 @@ def _job(v) -> str | None:
     return (one_line(v, limit=64) or None) if isinstance(v, str) else None
 
 
+class StepRate:
+    """A rank's steps a second over the last RATE_S: its step counter's rise over that much of
+    our clock, and before there is RATE_MIN_S of it, the mean of the step periods received so far
+    (the current gap counted once it is longer than their mean). Never one message's count: a
+    starved job steps in bursts, and a message holds a burst or none (36 then 0.0 steps/s for a
+    job making 18)."""
+
+    __slots__ = ("counts", "periods", "seen")
+
+    def __init__(self) -> None:
+        self.counts: list[tuple[float, int]] = []  # (when, step counter) over the last RATE_S
+        self.periods: collections.deque[float] = collections.deque()  # the latest step periods, RATE_S of them
+        self.seen = 0.0
+
+    def rate(self, now: float, steps: int | None, periods: list[float], since_step: float | None) -> float | None:
+        self.seen = now
+        self.periods.extend(periods)
+        span = sum(self.periods)
+        while len(self.periods) > 2 and span - self.periods[0] >= RATE_S:
+            span -= self.periods.popleft()
+        if steps is None:
+            return None
+        if self.counts and steps < self.counts[-1][1]:  # a new process under the PID: a new count
+            self.counts.clear()
+            self.periods.clear()
+        self.counts.append((now, steps))
+        while len(self.counts) > 2 and now - self.counts[1][0] >= RATE_S:
+            del self.counts[0]
+        t0, s0 = self.counts[0]
+        if now - t0 >= RATE_MIN_S:
+            return (steps - s0) / (now - t0)
+        n = len(self.periods)
+        if n == 0:
+            return 0.0 if since_step is not None and since_step >= RATE_MIN_S else None
+        total = sum(self.periods)
+        if since_step is not None and since_step > total / n:
+            total += since_step
+        return n / total if total > 0 else None
+
+
 class _Conn:
     def __init__(self, pid: int, sock: socket.socket, uid: int | None = None, directory: str = "",
                  slurm_job: str | None = None) -> None:
@@ -126,7 +167,6 @@ class _Conn:
         self.wait = 0.0
         self.window = 0.0
         self.ledger = dict.fromkeys(LEDGER_BUCKETS, 0.0)  # seconds in each bucket since the last sample
-        self.counts: list[tuple[float, int]] = []  # (when, step counter) over the last RATE_S: the step rate
         self.fresh = False  # a message arrived since the last sample
         self.prev: RankSample | None = None
         self.asked: dict[str, float] = {}  # capture kind -> when this probe was asked for one
@@ -183,6 +223,9 @@ class ProbeClient:
         self.bad_messages = 0  # dropped: not JSON, or a field out of its type or range
         self.unasked_captures = 0  # capture records no request of ours called for: dropped
         self._job_dirs: dict[int, str | None] = {}
+        # PID -> its step rate's history: kept across a reconnection (a reader the probe dropped
+        # for falling behind connects again), which would otherwise start the rate afresh
+        self._rates: dict[int, StepRate] = {}
         self.refused_dirs: dict[str, str] = {}  # directory -> why no probe there is read
 
     def _directories(self, pid: int) -> list[str]:
@@ -347,6 +390,8 @@ class ProbeClient:
                 self._connect(pid)
         out = []
         now = self._clock()
+        for pid in [p for p, r in self._rates.items() if p not in self._conns and now - r.seen >= RATE_S]:
+            del self._rates[pid]
         for pid, c in list(self._conns.items()):
             if not self._read(c) or pid not in pids:
                 c.sock.close()
@@ -392,9 +437,8 @@ class ProbeClient:
         i = self._int
         step_time = median(c.step_times) if c.step_times else None
         job = _job(m.get("job"))
-        steps_per_s = self._rate(c, now, i(m.get("steps")))
-        if steps_per_s is None:
-            steps_per_s = len(c.step_times) / c.window if c.window > 0 and c.step_times else (0.0 if c.window else None)
+        steps_per_s = self._rates.setdefault(c.pid, StepRate()).rate(
+            now, i(m.get("steps")), c.step_times, plausible.number(m.get("since_step"), (0.0, 1e9)))
         return RankSample(
             pid=c.pid, rank=i(m.get("rank")), world_size=i(m.get("world_size")), device=i(main.get("device")),
             cuda=bool(m.get("cuda")), allocated=i(main.get("allocated")), reserved=i(main.get("reserved")),
@@ -411,20 +455,6 @@ class ProbeClient:
             step_flops=float(flops["flops"]) if flops else None, backend=backend_index(m.get("backend")),
             **self._shares(c, m),
         )
-
-    @staticmethod
-    def _rate(c: _Conn, now: float, steps: int | None) -> float | None:
-        """Steps a second over the last RATE_S (at least RATE_MIN_S): one message's window holds a
-        handful of steps, and a job that syncs every N steps bunches them."""
-        if steps is None:
-            return None
-        c.counts.append((now, steps))
-        while len(c.counts) > 2 and now - c.counts[1][0] >= RATE_S:
-            del c.counts[0]
-        t0, s0 = c.counts[0]
-        if now - t0 < RATE_MIN_S or steps < s0:
-            return None
-        return (steps - s0) / (now - t0)
 
     @staticmethod
     def _shares(c: _Conn, m: dict) -> dict:

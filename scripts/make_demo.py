@@ -6,6 +6,8 @@
 Keeps every Nth frame (10 Hz -> 2 Hz, traintop's default rate); the windowed
 utilization min/max of each kept frame becomes the min/max of the N raw samples it
 stands for. Phase offsets go into the metadata (the screenshot script uses them).
+The demo names itself neutrally and shows no path of the machine it was recorded on:
+the job's command line keeps each file's name, not its folder.
 """
 
 from __future__ import annotations
@@ -18,7 +20,17 @@ import os
 from traintop.recording import RecordingReader, RecordingWriter
 from traintop.samples import SessionInfo
 
-LABEL = "recorded on an H200 with the probe: bf16 MLP training, healthy → data-starved → tiny batches → leak → idle"
+LABEL = "demo: a real H200 session"
+WHAT = "bf16 MLP training with the probe: healthy → data-starved → tiny batches → leak → idle"
+
+
+def neutral(frame):
+    """``frame`` with the job's command line free of the recording machine's folders."""
+    p = frame.process
+    if p is None:
+        return frame
+    cmdline = " ".join(os.path.basename(a) if a.startswith("/") else a for a in p.cmdline.split(" "))
+    return dataclasses.replace(frame, process=dataclasses.replace(p, cmdline=cmdline))
 
 
 def main() -> int:
@@ -45,11 +57,11 @@ def main() -> int:
             utils = [f.gpus[j].util for f in group if j < len(f.gpus) and f.gpus[j].util is not None]
             gpus.append(dataclasses.replace(g, util_min=min(utils) if utils else None,
                                             util_max=max(utils) if utils else None))
-        kept.append(dataclasses.replace(last, gpus=tuple(gpus)))
+        kept.append(neutral(dataclasses.replace(last, gpus=tuple(gpus))))
     info = r.info
     info = SessionInfo(kind="demo", gpus=info.gpus, driver=info.driver, cuda_driver=info.cuda_driver,
                        hostname="h200", interval=info.interval * args.every, label=LABEL,
-                       extra={"phases": mids, "phase_bounds": bounds,
+                       extra={"what": WHAT, "phases": mids, "phase_bounds": bounds,
                               "source": os.path.basename(args.recording), "downsampled_every": args.every})
     if os.path.exists(args.out):
         os.unlink(args.out)

@@ -504,6 +504,41 @@ def test_a_gpu_less_recording_says_no_gpu_once_and_claims_no_gpu_figures(tmp_pat
     run(go())
 
 
+def test_a_job_on_a_host_without_a_gpu_gets_its_processes_and_memory_over_time_not_blank_rows():
+    """Without a GPU memory chart (no GPU, no CUDA in the job) the process panel's rows go to the
+    job's processes, the busiest first, and its resident memory over time."""
+    from traintop import sessions
+    from traintop.app.factory import build_app
+    from traintop.feeds import Feed
+    from traintop.samples import Frame, HostSample, ProcInfo, ProcessSample, RankSample
+
+    monitor = sessions._monitor(sessions.no_gpu_info(1.0, "NVML: no GPU"), 1.0, None)
+    for k in range(60):
+        members = (ProcInfo(100, "python", 60.0, 900 << 20, 9),
+                   ProcInfo(101, "pt_data_worker", 99.0, 300 << 20, 2, is_loader_worker=True, ppid=100),
+                   ProcInfo(102, "pt_data_worker", 97.0, (300 << 20) + k * (8 << 20), 2, is_loader_worker=True, ppid=100))
+        proc = ProcessSample(pid=100, alive=True, name="python", cmdline="python train.py", cpu_percent=256.0,
+                             rss=sum(m.rss for m in members), threads=13, members=members)
+        rank = RankSample(pid=100, cuda=False, steps=10 * k, steps_per_s=10.0, input_wait=0.6, loader=True)
+        monitor.ingest(Frame(t=1_000_000.0 + k, host=HostSample(cpu_percent=80.0, per_core=(80.0, 80.0)),
+                             process=proc, ranks=(rank,)))
+    app = build_app(monitor, Feed(monitor, 1.0), mode="live", start_feed=False)
+
+    async def go():
+        async with app.run_test(size=(160, 48)) as pilot:
+            await pilot.pause()
+            panel = app.query_one(ProcessPanel)
+            return panel.render().plain.splitlines(), panel.content_size.height
+
+    lines, height = run(go())
+    text = "\n".join(lines)
+    assert "3 processes, the busiest first" in text
+    rows = [x for x in lines if re.match(r"PID \d+ ", x)]
+    assert [r.split()[1] for r in rows] == ["101", "102", "100"] and "loader worker" in rows[0], text
+    assert "RSS of the job's processes (host memory)" in text  # its chart, below
+    assert len(lines) >= height - 1 and sum(not x.strip() for x in lines) <= 2, text  # no run of blank rows
+
+
 def test_big_terminals_give_the_alerts_the_rows_the_gpus_leave(sim_app):
     async def go():
         app, _, _ = sim_app("starved,memory_creep", gpus=2)
@@ -583,6 +618,39 @@ def test_a_narrow_pane_shows_the_input_wait(attached_app):
     run(go())
 
 
+def test_at_80_columns_the_process_line_keeps_goodput_mfu_and_input_wait_and_cuts_only_whole_parts(sim_app):
+    """The compact process line of a probed job: where its time goes first; what does not fit is
+    left out whole ("…"), never cut inside a figure ("bf16 · MF…")."""
+    async def go():
+        app, _, _ = sim_app("starved")
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            panel = app.query_one(ProcessPanel)
+            return "".join(seg.text for seg in panel.render_line(0)).rstrip()
+
+    shown = run(go())
+    assert re.search(r"goodput \d+ % · MFU \d+ % · input wait \d+ %", shown), shown
+    assert len(shown) <= 80 and not re.search(r"\S…", shown), shown  # whole parts, then " …"
+
+
+def test_ctrl_c_quits_as_q_does_from_the_dashboard_and_its_help(demo_app):
+    """Not Textual's stock notice ("Do you want to quit? Press ctrl+q"): Ctrl-C quits."""
+    async def go(keys):
+        app, _, _ = demo_app(100)
+        said = []
+        app.say = lambda message, *a, **k: said.append(message)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            await pilot.press(*keys)
+            await pilot.pause()
+            return app.is_running, app.return_code, said
+
+    for keys in (["ctrl+c"], ["question_mark", "ctrl+c"], ["s", "ctrl+c"]):
+        running, code, said = run(go(keys))
+        assert not running and code == 0, (keys, said)
+        assert not any("quit" in s for s in said), said
+
+
 def test_messages_show_in_the_status_line_and_cover_no_panel(sim_app):
     from textual.widgets._toast import Toast
 
@@ -619,6 +687,44 @@ def test_a_banner_too_long_for_80_columns_is_said_a_sentence_at_a_time(demo_app,
             await pilot.pause()
             assert banner in screen_lines(app)[0]
     run(go())
+
+
+def test_a_short_top_line_keeps_the_gpus_and_whichever_other_parts_fit_whole():
+    from traintop.status_text import fit_session
+
+    parts = [("host", "simulated"), ("gpus", "16× NVIDIA H200"), ("driver", "driver 580.159.04 (simulated)"),
+             ("label", "simulated: healthy,starved,underused,thermal,memory_creep,idle,healthy,healthy")]
+    assert fit_session(parts, 200) == " · ".join(t for _, t in parts)
+    assert fit_session(parts, 58) == "simulated · 16× NVIDIA H200"  # the label does not fit; the host still does
+    assert fit_session(parts, 60) == "simulated · 16× NVIDIA H200 · driver 580.159.04 (simulated)"
+    assert fit_session(parts, 15) == "16× NVIDIA H200" and fit_session(parts, 14) == ""  # never a name cut
+
+
+def test_the_demo_names_itself_neutrally_and_its_top_line_fits_160_and_80_columns(demo_app, screen_lines):
+    """No path of the machine it was recorded on; at 160 columns its top line whole, banner and all;
+    at 80 whole parts left out (the driver first), never one cut inside."""
+    from traintop.cli import DEMO_BANNER
+    from traintop.recording import RecordingReader
+    from traintop.sessions import demo_path
+
+    reader = RecordingReader(demo_path())
+    assert reader.info.label == "demo: a real H200 session"
+    cmdlines = {f.process.cmdline for f in reader.frames() if f.process is not None}
+    assert cmdlines and not any(word.startswith("/") for c in cmdlines for word in c.split()), cmdlines
+
+    async def top(size, banner):
+        app, _, _ = demo_app(100, banner=DEMO_BANNER if banner else None)
+        async with app.run_test(size=size) as pilot:
+            await pilot.pause()
+            return screen_lines(app)[0].rstrip()
+
+    wide = run(top((160, 48), banner=True))  # the first seconds of `traintop demo`
+    assert DEMO_BANNER in wide and "h200 · 1× NVIDIA H200 · driver 580.159.04 · demo: a real H200 session" in wide
+    assert "…" not in wide and "/" not in wide, wide
+    with_banner, after = run(top((80, 24), banner=True)), run(top((80, 24), banner=False))
+    assert DEMO_BANNER in with_banner and len(with_banner) <= 80 and "…" not in with_banner, with_banner
+    assert len(after) <= 80 and "…" not in after, after
+    assert "1× NVIDIA H200 · demo: a real H200 session" in after and "driver" not in after, after
 
 
 MIX = "healthy,starved,underused,thermal,memory_creep,idle,healthy,healthy"
@@ -1321,6 +1427,7 @@ def test_the_process_panel_shows_the_ledger_mfu_and_the_latest_capture_as_text(s
             text = app.query_one(ProcessPanel).render().plain
             assert "goodput" in text and "MFU" in text and "bf16" in text
             words = " ".join(text.split())  # the panel wraps the line
-            assert "captured trace on Data starvation: /tmp/[bold]x[/bold]\\x1b[2J.json (steps +0.4 %)" in words
+            assert ("captured trace on Data starvation: /tmp/[bold]x[/bold]\\x1b[2J.json (step time 25.0 ms before, "
+                    "25.1 ms after it: +0.4 %)") in words  # what "+0.4 %" compares, in words
             assert "\x1b" not in text
     run(go())

@@ -77,6 +77,18 @@ def test_cluster_dashboard(snap_compare, size):
     assert snap_compare(shown_app(), terminal_size=size)
 
 
+def test_ctrl_c_quits_the_cluster_view_as_q_does():
+    async def go():
+        a = shown_app()
+        async with a.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            await pilot.press("ctrl+c")
+            await pilot.pause()
+            return a.is_running, a.return_code
+
+    assert asyncio.run(go()) == (False, 0)
+
+
 def test_keys_focus_a_host_then_all_again():
     asyncio.run(_keys())
 

@@ -90,9 +90,9 @@ def test_without_a_dataloader_the_client_reports_no_input_wait():
     assert parse_message(json.dumps(base).encode()) is not None
     assert parse_message(json.dumps(dict(base, loader="yes")).encode()) is None  # outside input: checked
     client = ProbeClient.__new__(ProbeClient)
-    client._clock = time.monotonic
+    client._clock, client._rates = time.monotonic, {}
     conn = types.SimpleNamespace(pid=42, last=base, step_times=[], wait=0.0, window=1.0, last_seen=time.monotonic(),
-                                 uid=None, counts=[], ledger={})
+                                 uid=None, ledger={})
     r = client._rank(conn, time.monotonic())
     assert r.input_wait is None and r.loader is False and r.torch is True
     conn.last = dict(base, loader=True)
@@ -484,8 +484,47 @@ def test_the_step_rate_is_taken_over_seconds_not_one_message():
     time is over RATE_S, so it neither swings between 0 and 30 steps/s nor contradicts the step time."""
     from traintop.collectors import probe_client
 
-    conn = types.SimpleNamespace(counts=[])
-    rates = [probe_client.ProbeClient._rate(conn, t * 0.33, (int(t * 0.33 / 2.0)) * 10) for t in range(100)]
+    rate = probe_client.StepRate()
+    rates = [rate.rate(t * 0.33, (int(t * 0.33 / 2.0)) * 10, [], 0.0) for t in range(100)]
     settled = [r for r in rates[40:] if r is not None]
     assert settled and all(abs(r - 5.0) < 1.2 for r in settled)
-    assert rates[0] is None  # not yet RATE_MIN_S of history
+    assert rates[0] is None  # not yet RATE_MIN_S of history, nor a step period
+
+
+def test_a_starved_jobs_step_rate_stays_near_its_mean_however_its_steps_bunch_and_readers_reconnect(probe_dir):
+    """A starved job steps in bursts (12 steps in a third of a second, then as long with none: 18
+    steps/s on average). Its probe drops a reader that falls behind, which reconnects: the rate
+    shown must stay near the mean, never 0.0 for a message with no step end nor 36 for a burst."""
+    probe_dir.mkdir(mode=0o700)
+    path = probe_dir / "probe-4343.sock"
+    srv = socket.socket(socket.AF_UNIX)
+    srv.bind(str(path))
+    srv.listen(4)
+    now = [1000.0]
+    client = ProbeClient(clock=lambda: now[0])
+    client.sample({4343})
+    conn, _ = srv.accept()
+    steps, rates = 0, []
+    try:
+        for k in range(60):  # a message every 1/3 s, the reader dropped every 2 s
+            burst = 12 if k % 2 else 0
+            times = ([2 / 3 - 11 / 36] + [1 / 36] * 11) if burst else []  # the first after the gap
+            steps += burst
+            since = 0.0 if burst else 1 / 3
+            conn.sendall(json.dumps({"v": 1, "pid": 4343, "steps": steps, "step_times": times, "window": 1 / 3,
+                                     "since_step": since}).encode() + b"\n")
+            time.sleep(0.01)
+            now[0] += 1 / 3
+            rates += [r.steps_per_s for r in client.sample({4343})]
+            if k % 6 == 5:
+                conn.close()
+                client.sample({4343})  # sees the end of the connection
+                client.sample({4343})  # and connects again
+                conn, _ = srv.accept()
+    finally:
+        conn.close()
+        srv.close()
+        client.close()
+    shown = [r for r in rates[2:] if r is not None]
+    assert len(shown) > 40
+    assert all(12.0 <= r <= 25.0 for r in shown), shown

@@ -513,3 +513,40 @@ def test_the_step_time_before_leaves_out_the_pause_that_started_the_capture():
     sync_every_10 = ([0.001] * 9 + [0.25]) * 4  # a job that waits for the GPU every 10 steps
     assert probe_capture._usual(sync_every_10) == sync_every_10  # its long gaps are its pace
     assert probe_capture._usual([0.05] * 39 + [4.0]) == [0.05] * 39  # a 4-s checkpoint before the capture
+
+
+def test_the_profilers_own_start_and_stop_lines_stay_out_of_the_jobs_stderr(tmp_path, capfd, monkeypatch):
+    """libkineto writes "USDT:... profiler_start" (and stop) on stderr as a trace starts and stops:
+    in the job's own output and log. The capture drops those lines, and only those: what the job
+    writes meanwhile still reaches its stderr."""
+    import torch.profiler as profiler
+
+    real = profiler.profile
+
+    class JobWritesMeanwhile(real):
+        def start(self):
+            os.write(2, b"the job's own line\n")  # another thread of the job, in the window
+            super().start()
+
+    monkeypatch.setattr(profiler, "profile", JobWritesMeanwhile)
+    cap = Capturer(str(tmp_path / "captures"))
+    step = make_job()
+    with hooked(cap):
+        assert cap.request("trace", timed_steps(step, 5)) is None
+        records = []
+        for _ in range(STEPS + 2):
+            step()
+            records += cap.poll()
+    assert len(records) == 1 and records[0]["error"] is None and os.path.exists(records[0]["path"])
+    err = capfd.readouterr().err
+    assert "USDT" not in err and "profiler_start" not in err and "profiler_stop" not in err, err
+    assert "the job's own line" in err
+
+
+def test_kineto_chatter_is_told_from_the_jobs_lines():
+    chatter = probe_capture.KINETO_CHATTER
+    assert chatter.match(b"USDT:2026-12-04 17:56:41 32295:32295 SyncActivityProfilerHandler.cpp:52] profiler_start\n")
+    assert chatter.match(b"STAGE:2024-01-02 03:04:05 1:2 ActivityProfilerController.cpp:314] Completed Stage: Warm Up\n")
+    assert not chatter.match(b"ERROR:2026-12-04 17:56:41 1:1 CuptiActivityApi.cpp:10] CUPTI could not start\n")
+    assert not chatter.match(b"USDT is a word the job may print\n")
+    assert not chatter.match(b"step 500 loss 0.1\n")

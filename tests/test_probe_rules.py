@@ -266,7 +266,7 @@ def test_the_process_line_says_no_dataloader_seen_instead_of_an_input_wait_of_no
 
     r = RankSample(pid=10, rank=0, cuda=True, steps=30, steps_per_s=3.0, input_wait=None, loader=False)
     for line in (rank_line(RankView(r, 0, None, [], [], [], [], 0.0)),
-                 compact_rank_line(RankView(r, 0, None, [], [], [], [], 0.0), 1)):
+                 compact_rank_line(RankView(r, 0, None, [], [], [], [], 0.0), 1, 200)):
         text = line.to_text().plain
         assert "no DataLoader seen" in text and "input wait" not in text
     fed = dataclasses.replace(r, input_wait=0.4, loader=True)

@@ -321,6 +321,31 @@ def test_q_in_the_dashboard_asks_whether_to_stop_the_job(answer, env, tmp_path):
                 os.killpg(pgid, signal.SIGKILL)
 
 
+def test_ctrl_c_in_the_dashboard_asks_what_q_asks_and_stops_the_job_on_s(env, tmp_path):
+    """In a real terminal Ctrl-C is a key (raw mode), not SIGINT: it opens the stop/leave/cancel
+    question q opens, never Textual's "Do you want to quit? Press ctrl+q"."""
+    marker = tmp_path / "pgid"
+    with _job_in_terminal(tmp_path, env, marker) as term:
+        term.wait_text("LIVE", "Job started (PID")
+        wait_for(lambda: marker.exists() and marker.read_text().strip(), what="the job's pid")
+        pgid = int(marker.read_text())
+        try:
+            term.press("ctrl+c")
+            term.wait_text("is still running", "stop the job", "leave it running", "cancel")
+            assert "ctrl+q" not in term.text()
+            term.press("c")
+            term.wait_for(lambda s: "is still running" not in s, "the question gone")
+            assert term.alive() and not group_gone(pgid)
+            term.press("ctrl+c")
+            term.wait_text("is still running")
+            term.press("s")
+            assert term.wait_exit() == 143
+            assert group_gone(pgid)
+        finally:
+            if not group_gone(pgid):
+                os.killpg(pgid, signal.SIGKILL)
+
+
 def test_the_help_says_where_the_jobs_output_and_recordings_go(env, tmp_path):
     marker = tmp_path / "pgid"
     with _job_in_terminal(tmp_path, env, marker, cols=160, rows=48) as term:

@@ -173,11 +173,13 @@ def _gpu_use_note(session, pid: int) -> str | None:
             "watching it anyway — a job that stays so is training on the CPU")
 
 
+DEMO_BANNER = "Demo: a real H200 session, replayed in a loop."
+
+
 def cmd_demo(args) -> int:
     from traintop import sessions
 
-    return _run_app(args, sessions.demo_session(config=args.thresholds),
-                    banner="Demo: a recorded H200 session, replayed in a loop.")
+    return _run_app(args, sessions.demo_session(config=args.thresholds), banner=DEMO_BANNER)
 
 
 def cmd_simulate(args) -> int:

@@ -28,6 +28,7 @@ then anyone's beyond all of it.
 from __future__ import annotations
 
 import collections
+import contextlib
 import errno
 import gzip
 import inspect
@@ -38,6 +39,7 @@ import shutil
 import stat
 import sys
 import tempfile
+import threading
 import time
 from typing import Any
 
@@ -114,6 +116,61 @@ def hold_budget(dir_fd: int, budget: int, keep: str, own_pid: int | None = None)
         drop(budget // 2, lambda f: f[3] == own_pid)
     drop(budget, lambda f: True)
     return removed
+
+
+# What libkineto (the profiler's C++ side) writes on stderr as a trace starts and stops: "USDT:2026-12-04
+# 17:56:41 32295:32295 SyncActivityProfilerHandler.cpp:52] profiler_start", and (some versions) "STAGE:...
+# Completed Stage: Warm Up". Its level is read from KINETO_LOG_LEVEL once per process, and silencing
+# these lines there would silence its errors too, for the whole job: the lines are dropped instead.
+KINETO_CHATTER = re.compile(rb"(?:USDT|STAGE|INFO|VERBOSE):\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \d+:\d+ [^\]\n]*\] ")
+_quiet_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def kineto_quiet():
+    """While the profiler starts, stops or exports: the process's stderr (fd 2) goes to a temporary
+    file, then everything written meanwhile goes on to stderr but libkineto's own chatter. Whatever
+    the job's threads write in that window reaches its stderr, a moment later."""
+    if not _quiet_lock.acquire(blocking=False):  # another thread is in one: its window covers this
+        yield
+        return
+    try:
+        with contextlib.ExitStack() as stack:
+            try:
+                saved = os.dup(2)
+                stack.callback(os.close, saved)
+                held = stack.enter_context(tempfile.TemporaryFile())
+                _flush_stderr()
+                os.dup2(held.fileno(), 2)
+            except OSError:
+                yield  # no stderr to take, or no room for the file: the lines stay
+                return
+            try:
+                yield
+            finally:
+                _flush_stderr()
+                os.dup2(saved, 2)
+                _pass_on(held)
+    finally:
+        _quiet_lock.release()
+
+
+def _flush_stderr() -> None:
+    try:
+        sys.stderr.flush()
+    except (AttributeError, OSError, ValueError):
+        pass
+
+
+def _pass_on(held) -> None:
+    """What was written to stderr in the window, less libkineto's chatter, to stderr."""
+    try:
+        held.seek(0)
+        out = b"".join(line for line in held if not KINETO_CHATTER.match(line))
+        while out:
+            out = out[os.write(2, out):]
+    except OSError:
+        pass
 
 
 def dir_problem(path: str, owner: int | None = None) -> str | None:
@@ -354,7 +411,8 @@ class Capturer:
             pass
         cap.handle = profiler.profile(activities=activities, record_shapes=False, with_stack=False,
                                       profile_memory=False, **extra)
-        cap.handle.start()
+        with kineto_quiet():
+            cap.handle.start()
 
     def _stop(self, cap: _Capture) -> None:
         if cap.kind == "memory":
@@ -364,7 +422,8 @@ class Capturer:
             finally:
                 memory._record_memory_history(enabled=None)
         else:
-            cap.handle.stop()
+            with kineto_quiet():
+                cap.handle.stop()
 
     def _fail(self, cap: _Capture, e: Exception) -> None:
         if cap.phase in ("asked", "running"):
@@ -382,7 +441,8 @@ class Capturer:
                 if memory is not None and cap.phase == "running":
                     memory._record_memory_history(enabled=None)
             elif handle is not None:
-                handle.stop()
+                with kineto_quiet():
+                    handle.stop()
         except Exception:
             pass
 
@@ -462,7 +522,8 @@ class Capturer:
         raw_fd, raw = tempfile.mkstemp(prefix=".capture-", suffix=".json.tmp", dir=self.directory)
         os.close(raw_fd)
         try:
-            cap.handle.export_chrome_trace(raw)
+            with kineto_quiet():
+                cap.handle.export_chrome_trace(raw)
             size = os.lstat(raw).st_size
             if size > MAX_BYTES["trace"]:
                 raise _Refused(f"the {KINDS['trace']} is {size / 2**20:.0f} MiB, over the "

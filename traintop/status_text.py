@@ -13,8 +13,14 @@ from traintop.samples import SessionKind
 from traintop.text import one_line
 
 
-def session_line(view, kind: SessionKind) -> str:
-    """Host, GPUs, driver and (not live) the source's label, "·" between them, each said once."""
+# Where the top line is short, the GPUs stay and the other parts come back in this order, each
+# where it still fits: the source's label, the host, the driver.
+SESSION_KEEP = ("label", "host", "driver")
+
+
+def session_parts(view, kind: SessionKind) -> list[tuple[str, str]]:
+    """(what, text) of the top line's session part, in the order shown: host, GPUs, driver and
+    (not live) the source's label, each said once."""
     names: dict[str, int] = {}
     mig = sum(1 for g in view.gpus if g.info.parent is not None)
     for g in view.gpus:
@@ -25,12 +31,33 @@ def session_line(view, kind: SessionKind) -> str:
     gpus = ", ".join(f"{n}× {name}" for name, n in names.items()) or "no GPU"
     if mig:
         gpus += f" ({mig} MIG device{'s' if mig != 1 else ''})"
-    bits = [one_line(view.hostname or "", 200), gpus]
+    bits = [("host", one_line(view.hostname or "", 200)), ("gpus", gpus)]
     if view.driver:
-        bits.append(f"driver {one_line(view.driver, 100)}")
+        bits.append(("driver", f"driver {one_line(view.driver, 100)}"))
     if kind != SessionKind.LIVE and view.label:
-        bits.append(one_line(view.label, 200))
-    return " · ".join(dict.fromkeys(b for b in bits if b))  # a GPU-less recording's label is "no GPU" too
+        bits.append(("label", one_line(view.label, 200)))
+    seen: set[str] = set()
+    out = []
+    for what, text in bits:  # a GPU-less recording's label is "no GPU" too
+        if text and text not in seen:
+            seen.add(text)
+            out.append((what, text))
+    return out
+
+
+def fit_session(parts: list[tuple[str, str]], room: int) -> str:
+    """The parts, " · " between them, in at most ``room`` cells: the GPUs, then as many of the
+    others as fit (SESSION_KEEP's order), whole and in their places; "" where even the GPUs do
+    not fit (never a name cut inside)."""
+    def joined(kept: set[str]) -> str:
+        return " · ".join(t for what, t in parts if what in kept)
+
+    kept = {"gpus"}
+    for what in SESSION_KEEP:
+        if len(joined(kept | {what})) <= room:
+            kept.add(what)
+    line = joined(kept)
+    return line if len(line) <= room else ""
 
 
 def problem_line(view) -> str | None:

@@ -107,6 +107,7 @@ class ProcessView:
     owners: tuple[Owner, ...] = ()  # whose the tree's GPU processes are (distinct; none where not looked up)
     gpu_procs: tuple[GpuProcView, ...] = ()  # every GPU's processes, the busiest first (shown with none attached)
     ranks_last_seen: bool = False  # the job has ended: ``ranks`` are as its probes last reported them
+    rss: list = field(default_factory=list)  # the tree's resident memory over time (bytes)
 
 
 @dataclass(frozen=True)
@@ -243,7 +244,7 @@ def build_view(monitor: Monitor, points: int = SERIES_POINTS) -> View:
                             and monitor.probe_seen_at is not None else None, ranks_last_seen=last_seen,
                             live=info.kind in ("live", "simulated"), gpu_share=gpu_share,
                             capture=monitor.captures[-1] if monitor.captures else None,
-                            owners=_distinct_owners(owners),
+                            owners=_distinct_owners(owners), rss=store.last(proc_key("rss"), points),
                             gpu_procs=tuple(sorted((p for gv in gpus for p in gv.procs), key=busiest_first)))
         if frame is not None and frame.stale_gpus and not monitor.source_error:
             stale = f"GPU {', '.join(map(str, frame.stale_gpus))}: the driver did not answer in time (data stale)"

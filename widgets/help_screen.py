@@ -33,7 +33,7 @@ HELP = """\
 and says what is wrong and what to try.
 
 [b]Keys[/b] (the footer shows those that apply now)
-  q, Ctrl-Q    quit (traintop run: asks whether to stop the job)
+  q, Ctrl-C    quit (traintop run: asks whether to stop the job)
   ?            this help
   p, space     pause/resume the display (live: sampling and recording go on)
   ↑ ↓ PgUp PgDn  scroll the alerts
@@ -141,7 +141,8 @@ class HelpScreen(ModalScreen):
     """Scrolling keys scroll; Esc, q and ? close; every other key does nothing (a modal screen
     keeps the dashboard's keys away)."""
 
-    BINDINGS = [Binding("escape,q,question_mark", "close", "close")]
+    BINDINGS = [Binding("escape,q,question_mark", "close", "close"),
+                Binding("ctrl+c", "app.quit", show=False)]  # Ctrl-C quits from here too (as q does on the dashboard)
 
     def __init__(self, where: list[tuple[str, str]] | None = None) -> None:
         """``where``: (what, path) pairs said under "Where things go" (recordings, the job's output)."""

@@ -20,7 +20,7 @@ from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 
-from traintop.widgets.line import Line, fit_lines, line_strip
+from traintop.widgets.line import Line, cells, fit_lines, line_strip
 
 # False once Textual's styles cache turned out to differ inside: every widget then draws
 # through Textual's own path for good (see TextLines.render_lines).
@@ -44,6 +44,23 @@ def fit(line: Line, width: int, console, wrap: bool = False) -> list[Text | Line
     if wrap:  # a word too long for a row is cut with "…", not folded
         return line.wrap(max(1, width))
     return [line.truncate(width)]
+
+
+def fit_parts(head: Line, parts: list[Line], width: int, sep: str = " · ") -> Line:
+    """``head``, then as many of ``parts`` as fit in ``width`` cells, whole, in their order (most
+    important first), "sep" between them; " …" says that some were left out. Only a head too wide
+    for the row is cut."""
+    if head.cell_len >= width:
+        return head.truncate(width)
+    out = Line().extend(head)
+    used, gap, more = head.cell_len, cells(sep), " …"
+    for k, part in enumerate(parts):
+        room = width - (0 if k == len(parts) - 1 else len(more))  # the mark fits after any part shown
+        if used + gap + part.cell_len > room:
+            return out.append(more, "dim") if used + len(more) <= width else out
+        out.append(sep).extend(part)
+        used += gap + part.cell_len
+    return out
 
 
 def join_lines(lines: list[Text | Line]) -> Text:

@@ -6,7 +6,7 @@ import time
 
 from rich.text import Text
 from traintop.widgets.line import Line
-from traintop.widgets.lines import TextLines, fit, join_lines
+from traintop.widgets.lines import TextLines, fit, fit_parts, join_lines
 
 from traintop.rules.config import DEFAULT, Thresholds
 from traintop.text import one_line
@@ -14,7 +14,7 @@ from traintop.units import fmt_bytes, fmt_duration, fmt_rate
 from traintop.evidence import short
 from traintop.samples import LEDGER_BUCKETS
 from traintop.view import LEDGER_WINDOW_S, ProcessView, RankView
-from traintop.widgets.memory_chart import memory_chart
+from traintop.widgets.memory_chart import memory_chart, rss_chart
 from traintop.widgets.owner_text import owner_text, proc_text
 
 # plotext costs 15-55 ms a chart, more than all the rest of a frame: the chart spans 240
@@ -23,7 +23,8 @@ CHART_EVERY_S = 10.0
 CHART_IDLE_S = 30.0
 CHART_STEP_BYTES = 64 * 2**20  # a move smaller than this does not redraw the chart
 WORKERS_SHOWN = 12  # loader workers' CPU figures on the line; "… +N" says how many more
-from traintop.widgets.render import level_style, spark
+PROCESSES_SHOWN = 12  # rows of the job's processes where no GPU memory chart takes the room
+from traintop.widgets.render import bar, level_style, spark
 from traintop.widgets.wrap import keep_units
 
 NO_PROBE = ("No probe in this job: NVML's per-process figure is an upper bound (reserved + CUDA context "
@@ -57,7 +58,7 @@ def rank_line(rv: RankView, thresholds: Thresholds = DEFAULT) -> Line:
         if r.ooms:
             out.append(f"  OOM {r.ooms}", "bold red")
     if r.steps:
-        out.append(f" · {r.steps_per_s or 0:.1f} steps/s")
+        out.append(f" · {steps_text(r)}")
         if r.step_time:
             out.append(f" ({r.step_time * 1000:.0f} ms)", "dim")
     wait = rv.input_wait_10s if rv.input_wait_10s is not None else r.input_wait
@@ -124,41 +125,49 @@ def ledger_ranks(ranks: list[RankView]) -> list[RankView]:
     return [min(with_ledger, key=lambda rv: rv.ledger.get("train", 0.0))]
 
 
-def compact_rank_line(rv: RankView, ranks: int, thresholds: Thresholds = DEFAULT) -> Line:
-    """One line for a narrow pane, most telling first: a narrow pane cuts from the right."""
+def compact_rank_line(rv: RankView, ranks: int, width: int, thresholds: Thresholds = DEFAULT) -> Line:
+    """One line for a narrow pane: where the time goes first (goodput, MFU, input wait), then the
+    rest; what does not fit is left out whole, least telling first."""
     r = rv.sample
     where = f" GPU {rv.gpu}" if rv.gpu is not None else ""
-    out = Line(f"{one_line(r.label, 40)}{where}", "bold")
+    head = Line(f"{one_line(r.label, 40)}{where}", "bold")
     if ranks > 1:
-        out.append(f" (+{ranks - 1})", "dim")
-    wait = rv.input_wait_10s if rv.input_wait_10s is not None else r.input_wait
-    if r.loader is False:
-        out.append(" · no DataLoader seen", "dim")
-    elif wait is not None:
-        out.append(f" · input wait {wait * 100:.0f} %",
-                   "bold yellow" if wait >= thresholds.starvation_input_wait else "")
-    if r.steps:
-        out.append(f" · {r.steps_per_s or 0:.1f} steps/s")
-        if r.step_time:
-            out.append(f" ({r.step_time * 1000:.0f} ms)", "dim")
+        head.append(f" (+{ranks - 1})", "dim")
+    parts: list[Line] = []
     if rv.ledger:
         g = rv.ledger.get("train", 0.0)
-        out.append(f" · goodput {g * 100:.0f} %", "green" if g >= 0.9 else "bold yellow")
-    if r.matmul_mode:
-        out.append(f" · {r.matmul_mode}", "bold yellow" if r.matmul_mode == "fp32" else "dim")
+        parts.append(Line(f"goodput {g * 100:.0f} %", "green" if g >= 0.9 else "bold yellow"))
     if rv.mfu is not None:
-        out.append(f" · MFU {rv.mfu * 100:.0f} %")
+        parts.append(Line(f"MFU {rv.mfu * 100:.0f} %"))
+    wait = rv.input_wait_10s if rv.input_wait_10s is not None else r.input_wait
+    if r.loader is False:
+        parts.append(Line("no DataLoader seen", "dim"))
+    elif wait is not None:
+        parts.append(Line(f"input wait {wait * 100:.0f} %",
+                          "bold yellow" if wait >= thresholds.starvation_input_wait else ""))
+    if r.steps:
+        steps = Line(steps_text(r))
+        if r.step_time:
+            steps.append(f" ({r.step_time * 1000:.0f} ms)", "dim")
+        parts.append(steps)
+    if r.matmul_mode:
+        parts.append(Line(r.matmul_mode, "bold yellow" if r.matmul_mode == "fp32" else "dim"))
     if not r.cuda:
-        out.append(" · no CUDA in this process", "yellow")
+        parts.append(Line("no CUDA in this process", "yellow"))
     else:
         gib = lambda b: "–" if b is None else f"{b / 2**30:.1f}"  # noqa: E731
-        out.append(f" · alloc {gib(r.allocated)}", "green")
-        out.append(f" / res {gib(r.reserved)} GiB", "yellow")
+        memory = Line(f"alloc {gib(r.allocated)}", "green").append(f" / res {gib(r.reserved)} GiB", "yellow")
         if r.ooms:
-            out.append(f"  OOM {r.ooms}", "bold red")
+            memory.append(f"  OOM {r.ooms}", "bold red")
         elif r.alloc_retries:
-            out.append(f"  retries {r.alloc_retries}", "bold yellow")
-    return out
+            memory.append(f"  retries {r.alloc_retries}", "bold yellow")
+        parts.append(memory)
+    return fit_parts(head, parts, width)
+
+
+def steps_text(r) -> str:
+    """"12.1 steps/s", or "– steps/s" while the rate is not known yet (never a 0 it did not measure)."""
+    return "– steps/s" if r.steps_per_s is None else f"{r.steps_per_s:.1f} steps/s"
 
 
 class ProcessPanel(TextLines):
@@ -186,7 +195,32 @@ class ProcessPanel(TextLines):
         room = (self.content_size.height or 0) - len(lines) - 1
         if rank is not None and room >= 6:  # the chart's rows are never wider than the panel
             lines.extend(self._chart(rank, width, room))
+        elif not self.compact and room >= 2 and self.view is not None and self.view.sample is not None:
+            lines.extend(self._host_side(width, room))
         return lines
+
+    def _host_side(self, width: int, room: int) -> list[Line]:
+        """The rows no GPU memory chart takes (a job without CUDA, a host without a GPU): the job's
+        processes, the busiest first (which loader worker or rank holds a core), then its resident
+        memory over time (a leak on the host side: loader workers copying the dataset)."""
+        v = self.view
+        members = sorted(v.sample.members, key=lambda m: -(m.cpu_percent or 0))
+        out: list[Line] = []
+        if len(members) >= 2:
+            rows = min(len(members), PROCESSES_SHOWN, room - 1)
+            shown = members if rows == len(members) else members[: max(0, rows - 1)]
+            head = Line(f"{len(members)} processes, the busiest first", "dim")
+            if head.cell_len + 25 <= width:
+                head.append(" (CPU: 100\u00a0% is one core)", "dim")
+            out.append(head)
+            out.extend(member_line(m, width) for m in shown)
+            if len(shown) < len(members):
+                out.append(Line(f"… +{len(members) - len(shown)} more", "dim"))
+        left = room - len(out) - (1 if out else 0)
+        if left >= 6 and sum(x is not None for x in v.rss) >= 2:
+            out += [Line()] if out else []
+            out += self._cached("rss", (width, left, v.sample.pid), (v.rss,), lambda: rss_chart(v.rss, width, left))
+        return out
 
     def render(self) -> Text:
         """The whole panel as one Text (tests and tools)."""
@@ -219,7 +253,7 @@ class ProcessPanel(TextLines):
                             + (f"\u00a0(busy\u00a0{v.gpu_share[i]:.0f}\u00a0%)" if i in v.gpu_share else "")
                             for i, b in sorted(v.gpu_mem.items())) or "no GPU memory"
         if self.compact and v.ranks:
-            return [compact_rank_line(v.ranks[0], len(v.ranks), v.thresholds)], None
+            return [compact_rank_line(v.ranks[0], len(v.ranks), width, v.thresholds)], None
         if self.compact:
             out = Line(f"PID {p.pid} ", "bold").append(f"CPU {p.cpu_percent or 0:.0f} %")
             load = v.workers
@@ -302,24 +336,43 @@ class ProcessPanel(TextLines):
             lines += [ledger_line(rv, width) for rv in ledger_ranks(v.ranks)]
         return lines
 
-    _chart_cache: tuple | None = None
+    _charts: dict | None = None  # kind -> (key, when drawn, rows, the series' bands)
 
     def _chart(self, rank: RankView, width: int, height: int) -> list[Line]:
-        """The chart's lines. Rebuilt (at most every CHART_EVERY_S) when a series leaves the band
+        series = (rank.allocated, rank.reserved, rank.nvml)
+        return self._cached("gpu", (width, height, rank.sample.pid), series,
+                            lambda: memory_chart(rank.allocated, rank.reserved, rank.nvml, width, height))
+
+    def _cached(self, kind: str, key: tuple, series: tuple, draw) -> list[Line]:
+        """A chart's lines. Rebuilt (at most every CHART_EVERY_S) when a series leaves the band
         it was drawn in: memory that rises, falls or steps; memory that only wobbles inside its
         band (a step's activations come and go) is redrawn every CHART_IDLE_S so it keeps
         scrolling; and on resize. Never changed in place."""
         now = time.monotonic()
-        key = (width, height, rank.sample.pid)
-        series = (rank.allocated, rank.reserved, rank.nvml)
-        cached = self._chart_cache
+        charts = self._charts if self._charts is not None else {}
+        self._charts = charts
+        cached = charts.get(kind)
         if cached is not None and cached[0] == key:
             age = now - cached[1]
             if age < CHART_EVERY_S or (age < CHART_IDLE_S and not _left_band(series, cached[3])):
                 return cached[2]
-        chart = memory_chart(rank.allocated, rank.reserved, rank.nvml, width, height)
-        self._chart_cache = (key, now, chart, [_band(s) for s in series])
-        return chart
+        rows = draw()
+        charts[kind] = (key, now, rows, [_band(s) for s in series])
+        return rows
+
+
+def member_line(m, width: int) -> Line:
+    """One process of the job: its PID and name, then its CPU (a bar to one core), resident
+    memory and threads as far as they fit, whole."""
+    c = m.cpu_percent or 0.0
+    head = Line(f"PID {m.pid:<7} ", "bold").append(f"{one_line(m.name, 16):<16}")
+    cpu = bar(c / 100, max(4, min(20, width - 60)), level_style(c / 100, 0.85, 0.95)).append(f" {c:4.0f}\u00a0%")
+    parts = [cpu, Line(f"RSS {fmt_bytes(m.rss)}")]
+    if m.threads:
+        parts.append(Line(f"{m.threads} threads", "dim"))
+    if m.is_loader_worker:
+        parts.append(Line("loader worker", "dim"))
+    return fit_parts(head, parts, width, sep="  ")
 
 
 def _band(values: list) -> tuple[float, float] | None:

@@ -98,10 +98,13 @@ class StacksScreen(ModalScreen):
         if self.app.screen_stack[-1:] == [self]:
             self.dismiss()
 
-    def on_key(self, event) -> None:
+    async def on_key(self, event) -> None:
         # Any other key closes it, as it says; stopping the event here also stops the screen's
         # own bindings, so Esc, q and s must close through this path too.
         event.stop()  # a modal screen keeps the dashboard's keys away
+        if event.key == "ctrl+c":  # quits, as from the dashboard
+            await self.app.run_action("app.quit")
+            return
         scroll = SCROLL_KEYS.get(event.key)
         if scroll is not None:  # many threads, or a small terminal: the stacks run past the screen
             box = self.query_one("#help-box", VerticalScroll)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from rich.text import Text
+from traintop.status_text import fit_session
 from traintop.widgets.line import Line
 from traintop.widgets.lines import TextLines, join_lines
 
@@ -20,7 +21,7 @@ class StatusBar(TextLines):
     def __init__(self, **kw) -> None:
         super().__init__(id="status", **kw)
         self.mode = "live"
-        self.text = ""
+        self.text: list[tuple[str, str]] = []  # the session's own part: (what, text) (status_text.session_parts)
         self.t: float | None = None
         self.paused = False
         self.recording: str | None = None
@@ -29,7 +30,7 @@ class StatusBar(TextLines):
         self.notice: str | None = None
         self.notice_severity = "information"
 
-    def show(self, *, mode: str, text: str, t: float | None, paused: bool, recording: str | None,
+    def show(self, *, mode: str, text: list[tuple[str, str]], t: float | None, paused: bool, recording: str | None,
              problem: str | None, replay: str | None = None) -> None:
         self.mode, self.text, self.t, self.paused = mode, text, t, paused
         self.recording, self.problem, self.replay = recording, problem, replay
@@ -68,7 +69,9 @@ class StatusBar(TextLines):
             out.append("  ● REC ", "bold red")
             if not (self.notice and self.recording in self.notice):  # the notice names it already
                 out.append(self.recording, "dim")
-        out.append("  " + self.text, "dim")
+        session = fit_session(self.text, width - out.cell_len - 2)
+        if session:
+            out.append("  " + session, "dim")
         return [out.truncate(max(1, width))]
 
     def render(self) -> Text:
