@@ -17,6 +17,7 @@ from traintop.samples import LEDGER_BUCKETS
 TiB = 1 << 40
 MAX_GPUS = 64  # GPU indices 0..63 (NVML reports far fewer on any host today)
 MAX_RANKS = 1024  # probes of one job on one host
+MAX_GPU_PROCESSES = 4096  # processes on one GPU at one time (what a recording keeps of its list)
 # Sample times, seconds since the epoch: a time outside this window is damage (a chunk time of
 # 10**20 ms, a log line from year 9999). Recordings written by tests and the simulator may start
 # at 0; logs are checked against the years 2000..2100 (LOG_T_MIN).
