@@ -88,9 +88,9 @@ def info_from_json(doc: str) -> SessionInfo:
     if not isinstance(interval, (int, float)) or not 0 < interval < 3600:
         raise ValueError("bad interval")
     extra = d.get("extra")
-    # what a writer puts there: a few short facts (the source of an import, why no GPU was seen)
-    extra = {k[:64]: v[:256] for k, v in list(extra.items())[:64] if isinstance(k, str) and isinstance(v, str)} \
-        if isinstance(extra, dict) else {}
+    # what a writer puts there: a few facts (the source of an import, the demo's phases), bounded
+    # with the session itself
+    extra = {k[:64]: v for k, v in list(extra.items())[:64] if isinstance(k, str)} if isinstance(extra, dict) else {}
     return SessionInfo(kind=text(d.get("kind")) or "replay", gpus=tuple(gpus), driver=text(d.get("driver")),
                        cuda_driver=text(d.get("cuda_driver")), hostname=text(d.get("hostname")),
                        interval=float(interval), label=text(d.get("label")) or "", extra=extra)
@@ -368,7 +368,7 @@ class RecordingReader:
             self._harden()
             self._has_alerts = self._check_schema()
             # a value longer than any we read is cut (then refused where it matters: the session)
-            rows = self._query(f"SELECT substr(key, 1, 256), substr(value, 1, {MAX_META_VALUE + 1}) FROM meta "
+            rows = self._query(f"SELECT {_cut('key', 256)}, {_cut('value', MAX_META_VALUE + 1)} FROM meta "
                                f"LIMIT {MAX_META_ROWS}")
             meta = {str(k): str(v) for k, v in rows}
         except (sqlite3.Error, ValueError, TypeError) as e:
@@ -586,10 +586,10 @@ class RecordingReader:
             # explained_by came with version 8 of the rules: older files have no such column
             have = {str(r[1]) for r in self._query("PRAGMA table_xinfo(alerts)")}
             explained = "explained_by" if "explained_by" in have else "NULL"
-            cut = ", ".join(f"substr({c}, 1, {ALERT_TEXT})" for c in ("rule", "subject", "severity", "title"))
+            cut = ", ".join(_cut(c, ALERT_TEXT) for c in ("rule", "subject", "severity", "title"))
             rows = self._cursor(
-                f"SELECT id, {cut}, start, end, substr(evidence, 1, {ALERT_TEXT}), "
-                f"CASE WHEN length(remedies) <= {ALERT_REMEDIES} THEN remedies END, substr({explained}, 1, 1024) "
+                f"SELECT id, {cut}, start, end, {_cut('evidence', ALERT_TEXT)}, "
+                f"CASE WHEN {_bytes('remedies')} <= {ALERT_REMEDIES} THEN remedies END, {_cut(explained, 1024)} "
                 f"FROM alerts ORDER BY start LIMIT {MAX_ALERTS}")
             budget = TEXT_BUDGET
             for aid, rule, subject, sev, title, start, end, evidence, remedies, by in rows:
@@ -616,8 +616,8 @@ class RecordingReader:
     def captures(self) -> list[Capture]:
         """The evidence captured during the session (none in recordings made before captures existed)."""
         try:
-            rows = self._cursor("SELECT t, pid, rank, substr(kind, 1, 16), substr(path, 1, 4096), size, steps, "
-                                "step_s_before, step_s_after, substr(error, 1, 1024), substr(reason, 1, 1024) "
+            rows = self._cursor(f"SELECT t, pid, rank, {_cut('kind', 16)}, {_cut('path', 4096)}, size, steps, "
+                                f"step_s_before, step_s_after, {_cut('error', 1024)}, {_cut('reason', 1024)} "
                                 f"FROM captures ORDER BY t, id LIMIT {MAX_CAPTURES}").fetchall()
         except sqlite3.Error:
             return []
@@ -637,8 +637,8 @@ class RecordingReader:
         """The thread stacks the job's probes sent (none in recordings made before they existed)."""
         out: list[StackDump] = []
         try:  # the newest first: within the limits, those are the ones a reader wants
-            rows = self._cursor(f"SELECT t, pid, rank, substr(reason, 1, 16), since_step, "
-                                f"CASE WHEN length(threads) <= {STACK_JSON} THEN threads END "
+            rows = self._cursor(f"SELECT t, pid, rank, {_cut('reason', 16)}, since_step, "
+                                f"CASE WHEN {_bytes('threads')} <= {STACK_JSON} THEN threads END "
                                 f"FROM stacks ORDER BY t DESC, id DESC LIMIT {MAX_STACK_DUMPS}")
             budget = TEXT_BUDGET
             for t, pid, rank, reason, since, threads in rows:
@@ -655,6 +655,17 @@ class RecordingReader:
 
     def close(self) -> None:
         self._db.close()
+
+
+def _bytes(column: str) -> str:
+    """SQL: a value's length in bytes (SQLite's length() of text stops at a NUL)."""
+    return f"length(CAST({column} AS BLOB))"
+
+
+def _cut(column: str, most: int) -> str:
+    """SQL: a text value whole when it is short, else its first ``most`` characters (substr()
+    stops at a NUL: a short value, which may hold one, is never passed through it)."""
+    return f"CASE WHEN {_bytes(column)} <= {most} THEN {column} ELSE substr({column}, 1, {most}) END"
 
 
 def _int(v, bounds) -> int | None:
