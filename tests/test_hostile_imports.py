@@ -147,3 +147,23 @@ def test_an_absurd_prometheus_sample_time_is_read_as_unknown(absurd):
     assert p.returncode == 0 and "Traceback" not in p.stderr and not p.stderr, p.stderr[-3000:]
     assert "2 host(s)" in p.stdout
     assert "outside their plausible range and were read as unknown (sample_time)" in p.stdout
+
+
+def test_alerts_past_their_text_budget_do_not_stand_for_the_rules(tmp_path, monkeypatch):
+    """A recording's alerts are read up to a budget of text (gigabytes of forged alerts would
+    otherwise fill the memory); cut there, they are incomplete, so the rules run again."""
+    from traintop import recording
+    from traintop.analyze import analyze
+    from traintop.monitor import Monitor
+
+    sim = Simulator("starved", gpus=1, interval=0.5)
+    path = str(tmp_path / "alerts.ttrec")
+    monitor = Monitor(sim.info(), recorder=RecordingWriter(path, sim.info()))
+    for f in sim.frames(240):
+        monitor.ingest(f)
+    monitor.close()
+    assert recording.RecordingReader(path).judged_by()
+    monkeypatch.setattr(recording, "ALERT_BUDGET", 10)
+    r = recording.RecordingReader(path)
+    assert not r.judged_by()
+    assert any(f.rule == "starvation" for f in analyze(r).findings)  # found again by the rules

@@ -323,8 +323,10 @@ MAX_STACK_DUMPS = 10_000  # the newest are read
 ALERT_TEXT = 16 * 1024
 ALERT_REMEDIES = 64 * 1024
 STACK_JSON = 4 << 20
-# what all alerts or all stack dumps of a file may hold together: past it, the rest is left out
-TEXT_BUDGET = 256 << 20
+# what all alerts, or all stack dumps, of a file may hold together. Past it the other dumps are
+# left out; and the alerts, incomplete, cannot stand for the rules: they are run again.
+ALERT_BUDGET = 64 << 20  # about 40 000 alerts as the writer makes them
+STACK_BUDGET = 256 << 20
 
 
 def readonly_uri(path: str) -> str:
@@ -403,6 +405,8 @@ class RecordingReader:
         self.damage = "a chunk's times or sample count are implausible" if self.skipped_chunks else None
         self.chunk_total = len(rows)
         self._cache: dict[int, list[Frame]] = {}
+        self._alerts: list[Finding] | None = None
+        self._alerts_whole = True  # every alert row was read (none left out past ALERT_BUDGET)
 
     # -- SQLite, hardened ------------------------------------------------------
     def _harden(self) -> None:
@@ -567,7 +571,8 @@ class RecordingReader:
 
     def judged_by(self, config=None) -> bool:
         """Were its recorded alerts made by these rules (this version, ``config`` or the default
-        thresholds)? Then they can stand for re-running the rules; an older file says nothing."""
+        thresholds), and can all be read? Then they can stand for re-running the rules; an older
+        file says nothing."""
         from traintop.rules import DEFAULT, RULES_VERSION
         from traintop.rules.config import host_values
 
@@ -576,9 +581,18 @@ class RecordingReader:
         except ValueError:
             return False
         return isinstance(meta, dict) and meta.get("version") == RULES_VERSION \
-            and meta.get("thresholds") == host_values(config or DEFAULT)
+            and meta.get("thresholds") == host_values(config or DEFAULT) and self._all_alerts_read()
+
+    def _all_alerts_read(self) -> bool:
+        self.alerts()
+        return self._alerts_whole
 
     def alerts(self) -> list[Finding]:
+        if self._alerts is None:
+            self._alerts = self._read_alerts()
+        return list(self._alerts)
+
+    def _read_alerts(self) -> list[Finding]:
         out: list[Finding] = []
         try:
             if not self._has_alerts:
@@ -591,10 +605,11 @@ class RecordingReader:
                 f"SELECT id, {cut}, start, end, {_cut('evidence', ALERT_TEXT)}, "
                 f"CASE WHEN {_bytes('remedies')} <= {ALERT_REMEDIES} THEN remedies END, {_cut(explained, 1024)} "
                 f"FROM alerts ORDER BY start LIMIT {MAX_ALERTS}")
-            budget = TEXT_BUDGET
+            budget = ALERT_BUDGET
             for aid, rule, subject, sev, title, start, end, evidence, remedies, by in rows:
                 budget -= sum(len(v) for v in (rule, subject, sev, title, evidence, remedies, by) if isinstance(v, str))
                 if budget < 0:
+                    self._alerts_whole = False
                     break
                 alert = _alert(aid, rule, subject, sev, title, start, end, evidence, remedies, by)
                 if alert is not None:
@@ -640,7 +655,7 @@ class RecordingReader:
             rows = self._cursor(f"SELECT t, pid, rank, {_cut('reason', 16)}, since_step, "
                                 f"CASE WHEN {_bytes('threads')} <= {STACK_JSON} THEN threads END "
                                 f"FROM stacks ORDER BY t DESC, id DESC LIMIT {MAX_STACK_DUMPS}")
-            budget = TEXT_BUDGET
+            budget = STACK_BUDGET
             for t, pid, rank, reason, since, threads in rows:
                 budget -= len(threads) if isinstance(threads, str) else 0
                 if budget < 0:
