@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import json
 import os
 import socket
 import stat
@@ -24,8 +23,8 @@ from traintop.stats import median
 from traintop.text import one_line
 
 MAX_LINE = 1 << 20
-MAX_THREADS = 256
-MAX_STACK_CHARS = 64 * 1024
+MAX_THREADS = plausible.MAX_THREADS
+MAX_STACK_CHARS = plausible.MAX_STACK_CHARS
 MAX_STEP_TIMES = 10_000  # what the probe keeps between two messages
 MAX_DEVICES = 64
 
@@ -37,10 +36,6 @@ RATE_S = 10.0  # the step rate is taken over this much
 RATE_MIN_S = 2.0
 
 
-def _reject_constant(name):
-    raise ValueError(f"{name} is not a number")
-
-
 def _count(v, bounds=(0, plausible.MAX_COUNT)) -> bool:
     return v is None or (type(v) is int and bounds[0] <= v <= bounds[1])
 
@@ -49,28 +44,46 @@ def _seconds(v) -> bool:
     return v is None or (type(v) in (int, float) and plausible.number(v, (0.0, 1e6)) is not None)
 
 
+def _flag_ok(v) -> bool:
+    return v is None or type(v) is bool
+
+
+def _time_ok(v) -> bool:
+    return v is None or plausible.time_ok(v)
+
+
+def _counted(bounds):
+    return lambda v: _count(v, bounds)
+
+
 _MEMORY_FIELDS = ("allocated", "reserved", "peak", "active", "inactive_split")
 _RANK = plausible.RANK
+# A message's plain fields and what each must be (absent or null: unknown); one that is not drops
+# the message. The structured ones (lists, objects, texts) are checked below them.
+FIELDS = {
+    "pid": _counted(plausible.PID), "ppid": _counted((0, plausible.PID[1])), "rank": _counted(_RANK["rank"]), "local_rank": _counted(_RANK["rank"]),
+    "world_size": _counted(_RANK["world_size"]), "steps": _count, "drops": _count,
+    "cuda": _flag_ok, "hooks": _flag_ok, "torch": _flag_ok, "loader": _flag_ok,
+    "input_wait": _seconds, "window": _seconds, "t": _time_ok,
+}
+MEMORY_FIELDS = {"device": _counted(_RANK["device"]), **{k: _counted(_RANK[k]) for k in _MEMORY_FIELDS},
+                 "alloc_retries": _count, "ooms": _count}
+# read where they are used, each checked there: a bad one is left out, not the message
+STRUCTURED = ("step_times", "ledger", "precision", "flops", "pause_stack", "memory", "stacks", "stacks_reason",
+              "since_step", "captures", "job", "backend")
 
 
 def parse_message(line: bytes) -> dict | None:
     """A probe message checked field by field (None: drop it). JSON's NaN and Infinity are
-    refused, every number must be of its type and in its range, lists are bounded."""
+    refused, nesting is bounded, every number must be of its type and in its range, lists are
+    bounded."""
     try:
-        msg = json.loads(line, parse_constant=_reject_constant)
-    except (ValueError, RecursionError):
+        msg = plausible.json_doc(line, MAX_LINE)
+    except ValueError:
         return None
     if not isinstance(msg, dict) or msg.get("v") != 1 or type(msg.get("v")) is not int:
         return None
-    ok = (_count(msg.get("pid"), plausible.PID) and _count(msg.get("ppid"), (0, plausible.PID[1]))
-          and _count(msg.get("rank"), _RANK["rank"])
-          and _count(msg.get("local_rank"), _RANK["rank"]) and _count(msg.get("world_size"), _RANK["world_size"])
-          and msg.get("cuda") in (None, True, False) and msg.get("hooks") in (None, True, False)
-          and msg.get("torch") in (None, True, False) and msg.get("loader") in (None, True, False)
-          and _count(msg.get("steps")) and _count(msg.get("drops"))
-          and _seconds(msg.get("input_wait")) and _seconds(msg.get("window"))
-          and (msg.get("t") is None or plausible.number(msg.get("t"), (0.0, plausible.T_MAX)) is not None))
-    if not ok:
+    if not all(ok(msg.get(k)) for k, ok in FIELDS.items()):
         return None
     times = msg.get("step_times")
     if times is not None and (not isinstance(times, list) or len(times) > MAX_STEP_TIMES
@@ -96,9 +109,7 @@ def parse_message(line: bytes) -> dict | None:
         if not isinstance(memory, list) or len(memory) > MAX_DEVICES:
             return None
         for d in memory:
-            if not isinstance(d, dict) or not _count(d.get("device"), _RANK["device"]) \
-                    or not all(_count(d.get(k), _RANK[k]) for k in _MEMORY_FIELDS) \
-                    or not _count(d.get("alloc_retries")) or not _count(d.get("ooms")):
+            if not isinstance(d, dict) or not all(ok(d.get(k)) for k, ok in MEMORY_FIELDS.items()):
                 return None
     return msg
 
@@ -448,7 +459,7 @@ class ProbeClient:
             steps_per_s=plausible.number(steps_per_s, plausible.RANK["steps_per_s"]),
             # no DataLoader iterator entered yet: a wait of 0 would measure nothing (and rule out starvation)
             input_wait=min(1.0, c.wait / c.window) if c.window > 0 and m.get("loader") is not False else None,
-            age=now - c.last_seen, local_rank=i(m.get("local_rank")), job=job, uid=c.uid,
+            age=max(0.0, now - c.last_seen), local_rank=i(m.get("local_rank")), job=job, uid=c.uid,
             job_uid=c.uid if job is not None and job == c.slurm_job else None,
             torch=_flag(m.get("torch")), loader=_flag(m.get("loader")),
             matmul=MATMUL_MODES.index(precision["matmul"]) if precision else None,
@@ -481,8 +492,8 @@ def stack_dump(msg: dict, pid: int) -> StackDump | None:
         if not isinstance(d, dict) or not isinstance(d.get("stack"), str):
             continue
         name = d.get("thread")
-        threads.append(ThreadStack(name=str(name)[:200] if name is not None else "?", main=d.get("main") is True,
-                                   stack=d["stack"][-MAX_STACK_CHARS:]))
+        threads.append(ThreadStack(name=name[:plausible.MAX_NAME] if isinstance(name, str) else "?",
+                                   main=d.get("main") is True, stack=d["stack"][-MAX_STACK_CHARS:]))
     reason = "stalled" if msg.get("stacks_reason") == "stalled" else "requested"
     return _dump(msg, pid, reason, tuple(threads))
 
@@ -521,9 +532,8 @@ def pause_dump(msg: dict, pid: int) -> StackDump:
 
 def _dump(msg: dict, pid: int, reason: str, threads: tuple[ThreadStack, ...]) -> StackDump:
     t, since, rank = msg.get("t"), msg.get("since_step"), msg.get("rank")
-    num = (int, float)
     return StackDump(
-        t=float(t) if isinstance(t, num) and not isinstance(t, bool) and t == t else time.time(),
-        pid=pid, rank=rank if isinstance(rank, int) and not isinstance(rank, bool) else None, reason=reason,
-        since_step=float(since) if isinstance(since, num) and not isinstance(since, bool) and since == since else None,
+        t=float(t) if plausible.time_ok(t) else time.time(), pid=pid,
+        rank=rank if type(rank) is int and _count(rank, _RANK["rank"]) else None, reason=reason,
+        since_step=float(since) if plausible.number(since, _RANK["step_time"]) is not None else None,
         threads=threads)

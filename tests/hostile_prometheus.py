@@ -11,6 +11,8 @@ Modes (``server.mode``, changeable while it runs):
 - ``deep``: JSON nested ``server.depth`` levels deep.
 - ``absurd``: valid JSON with absurd values (-Inf utilization, 309-digit XIDs, a 120-digit rank,
   rank 5 of 4, input wait 1000, step counts of 1e300).
+- ``custom``: ``server.answer(query, grid, path)`` gives the series, as ``[(labels, [[t, value], ...])]``
+  (``ok_series`` is the usual cluster; a test changes what it wants), or the whole body as bytes.
 
 Used by tests/test_cluster_hostile_prometheus.py and bench/hostile_prometheus.py.
 """
@@ -124,6 +126,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 return
             if mode == "absurd":
                 body = _answer(kind, absurd_series(query, grid))
+            elif mode == "custom":
+                body = srv.answer(query, grid, url.path)
+                body = body if isinstance(body, bytes) else _answer(kind, body)
             elif mode == "deep":
                 body = (b'{"status":"success","data":{"resultType":"matrix","result":' + b"[" * srv.depth
                         + b"]" * srv.depth + b"}}")

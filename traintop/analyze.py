@@ -127,6 +127,15 @@ class _Acc:
         self.power.append(g.power_w if g.power_w is not None else float("nan"))
         self.energy.append(g.energy_j if g.energy_j is not None else float("nan"))
 
+    def unread(self, times) -> "_Acc":
+        """Samples at ``times`` (in order) of which nothing is known but that the GPU was there."""
+        nan = array("d", [float("nan")]) * len(times)
+        self.s.samples += len(times)
+        self.t.extend(times)
+        for col in (self.idle, self.clock, self.power, self.energy):
+            col.extend(nan)
+        return self
+
     def merge(self, other: "_Acc") -> "_Acc":
         """This accumulator followed by ``other`` (a later run of chunks of the same GPU)."""
         s, o = self.s, other.s
@@ -252,6 +261,8 @@ def _stacks(source, report: Report) -> list[dict]:
 def _analyze(source, config: Thresholds | None, name: str, rerun: bool) -> Report:
     if not rerun and hasattr(source, "judged_by") and source.judged_by(config):  # logs are never judged
         return _from_recorded(source, name)
+    if getattr(source, "gpu_readings", True) is False:  # a pmon log: nothing the rules judge
+        return _seen_only(source, name)
     info = source.info
     monitor = Monitor(info, engine=default_engine(config) if config else None)
     monitor.engine.max_history = MAX_FINDINGS  # a report keeps every finding of the run, not the last 500
@@ -264,7 +275,7 @@ def _analyze(source, config: Thresholds | None, name: str, rerun: bool) -> Repor
     names = {g.index: g.name for g in info.gpus}
     first = last = None
     n = 0
-    kept: list | None = []  # a short source's frames, to judge again over its whole length
+    kept: list | None = [] if judged is None else None  # a short source's frames, to judge again over its length
     ledger = TimeLedger(names)
     for f in source.frames():
         if judged is None:
@@ -299,6 +310,18 @@ def _analyze(source, config: Thresholds | None, name: str, rerun: bool) -> Repor
                              notes=_left_out(monitor.engine.dropped))
     report.ledger = ledger.report()
     return report
+
+
+def _seen_only(source, name: str) -> Report:
+    """A source without GPU readings (a pmon log): which GPU was seen when, read from its columns;
+    no rules and no frames (building a frame a round cost more than reading the file)."""
+    names = {g.index: g.name for g in source.info.gpus}
+    accs: dict[int, _Acc] = {}
+    for i, times in sorted(source.gpu_times().items()):
+        accs[i] = _Acc(i, names.get(i, "GPU")).unread(times)
+    if source.t_start is None:
+        _nothing_read(source, name)
+    return _report(source, name, [], accs, source.t_start, source.t_end, source.frame_count)
 
 
 def _left_out(dropped: int) -> list[str]:

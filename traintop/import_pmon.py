@@ -4,8 +4,9 @@ and, with ``-s um``, its memory, a line a process a second.
 Read as a stream into columns (one row a line, eight numbers), so memory follows the lines kept,
 not the file. The command column, the last, is left out (a process name is not needed to
 place a share). A line with ``-`` for its PID says the GPU had no process then. pmon logs
-hold no reading of the GPU itself, so the rules, which judge GPU readings, find nothing in
-one; replay, export and the process lists show what it holds.
+hold no reading of the GPU itself, so the rules, which judge GPU readings, are not run on one
+(``gpu_readings``); replay, export and the process lists show what it holds. A GPU with more
+than ``plausible.MAX_GPU_PROCESSES`` processes in one round is no GPU's: the file is refused.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ class PmonLog(LogTimeline):
     t: array  # one time a round
     rows: dict[str, array]  # round, gpu, pid, fb, sm, mem, enc, dec: one entry a line
     kind: str = "nvidia-smi pmon"
+    gpu_readings = False  # nothing for the rules to judge (analyze runs none)
     skipped_lines: int = 0
     skipped_chunks: int = 0
     notes: list[str] = field(default_factory=list)
@@ -73,6 +75,20 @@ class PmonLog(LogTimeline):
                                         *(None if (v := rows[c][k]) != v else v for c in _PCT)))
             k += 1
         return Frame(t=self.t[r], gpus=tuple(GpuSample(g, processes=tuple(p)) for g, p in sorted(gpus.items()))), k
+
+    def gpu_times(self) -> dict[int, array]:
+        """Each GPU's times: those of the rounds it appears in (what analyze sums, without frames)."""
+        out: dict[int, array] = {}
+        last: dict[int, int] = {}
+        t = self.t
+        for r, g in zip(self.rows["round"], self.rows["gpu"]):
+            if last.get(g) != r:
+                last[g] = r
+                col = out.get(g)
+                if col is None:
+                    col = out[g] = array("d")
+                col.append(t[r])
+        return out
 
     def frames(self, t_from: float | None = None, t_to: float | None = None):
         r0 = bisect.bisect_left(self.t, t_from) if t_from is not None else 0
@@ -96,6 +112,7 @@ def load_pmon(path: str, header_line: str, rows, clock, skips, lines, gpu_index)
     out: dict[str, array] = {k: array("q") for k in ("round", "gpu", "pid")} | {k: array("d") for k in ("fb", *_PCT)}
     t = array("d")
     seen: set[tuple[int, int]] = set()
+    per_gpu: dict[int, int] = {}  # processes of each GPU in this round
     clock_t, last_idx, last_stamp, total = 0.0, None, None, 0
     for line in rows:
         total += 1
@@ -127,11 +144,17 @@ def load_pmon(path: str, header_line: str, rows, clock, skips, lines, gpu_index)
                 clock_t += 1.0
             t.append(when if has_dt else clock_t)
             seen = set()
+            per_gpu = {}
             if has_dt:
                 last_stamp = stamp
         if len(out["round"]) >= MAX_PMON_ROWS:
             raise PmonFailed(f"{path} holds more than {MAX_PMON_ROWS:,} process lines; split it first")
-        seen.add((idx, pid))
+        per_gpu[idx] = n = per_gpu.get(idx, 0) + 1
+        if n > plausible.MAX_GPU_PROCESSES:
+            raise PmonFailed(f"{path}: line {total + 1} puts more than {plausible.MAX_GPU_PROCESSES:,} processes on "
+                             f"GPU {idx} at once; not an nvidia-smi pmon log")
+        if not has_dt:
+            seen.add((idx, pid))
         last_idx = idx
         out["round"].append(len(t) - 1)
         out["gpu"].append(idx)

@@ -8,8 +8,10 @@ query CSV without its header line, is refused with one line saying what to do.
 
 A log may come from anyone: it is read as a stream, line by line, into columns (one array
 of numbers per GPU and field), so memory follows the samples kept, not the file; frames are
-built only when read. Limits (docs/SECURITY.md): 512 MiB of text (after decompression),
-64 GPUs (indices 0-63), 10 million lines with a sample, 40 million values, lines of 64 KiB.
+built only when read. Limits (docs/SECURITY.md): 512 MiB of text (after decompression) in
+32 million lines (blank and comment lines too), 64 GPUs (indices 0-63), 10 million lines with
+a sample, 64 million values, lines of 64 KiB. The text is scanned once in C before it is
+parsed, so a file past a limit is refused before a line of it costs Python work.
 A value outside its plausible range (traintop/plausible.py) is read as unknown; a line
 whose GPU index or time is implausible is skipped.
 """
@@ -38,6 +40,9 @@ from traintop.units import MiB
 
 MAX_BYTES = 512 * 1024 * 1024  # refuse to read more text than this (a log of months at 10 Hz)
 MAX_LINE = 64 * 1024  # a longer line is skipped, never held whole
+# every line costs Python work, a blank or comment one too: 512 MiB of "\n" is 537 million of them
+# (a minute's work for each 100 million), where a real log's lines are 20 bytes or more
+MAX_LINES = 32_000_000
 MAX_ROWS = 10_000_000  # lines with a sample (a week of 8 GPUs at 2 Hz is 9.7 million)
 MAX_VALUES = 64_000_000  # numbers kept (8 bytes each: 512 MB at most, as much as the text a log may hold)
 MAX_GPUS = plausible.MAX_GPUS
@@ -230,20 +235,22 @@ class ImportedLog(LogTimeline):
 
 
 class _Lines:
-    """The text of a plain or gzip-compressed log, line by line, within MAX_BYTES and MAX_LINE."""
+    """The text of a plain or gzip-compressed log, line by line, within MAX_BYTES, MAX_LINES and
+    MAX_LINE."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.too_long = 0
         self._read = 0
+        self._lines = 0
         with open_regular(path, "log") as fh:  # a FIFO, a socket or a device is refused here
             size = _file_size(fh)
             head = fh.read(4096)
         self.gz = head[:2] == b"\x1f\x8b"
         if not self.gz and size > MAX_BYTES:
             raise ImportFailed(f"{path} is larger than {MAX_BYTES // 2**20} MiB; split it first")
+        self._scan()
         if self.gz:
-            self._check_gz_size()
             with self._raw() as raw:
                 head = raw.read(4096)
         if b"\x00" in head:
@@ -253,16 +260,27 @@ class _Lines:
         fh = open_regular(self.path, "log")
         return gzip.GzipFile(fileobj=fh, mode="rb") if self.gz else fh
 
-    def _check_gz_size(self) -> None:
-        """Decompress once without keeping anything: a small .gz may expand past the limit."""
-        total = 0
+    def _too_large(self) -> ImportFailed:
+        verb = "expands to more than" if self.gz else "is larger than"
+        return ImportFailed(f"{self.path} {verb} {MAX_BYTES // 2**20} MiB; split it first")
+
+    def _too_many_lines(self) -> ImportFailed:
+        return ImportFailed(f"{self.path} holds more than {MAX_LINES:,} lines; split it first")
+
+    def _scan(self) -> None:
+        """Read the text once without keeping anything, counting bytes and lines in C: a small
+        .gz may expand past the limit, and a file of blank lines costs as much as one of samples."""
+        total = lines = 0
         try:
             with self._raw() as raw:
                 while block := raw.read(1 << 20):
                     total += len(block)
+                    # line ends as the reader counts them (\n, \r\n or a lone \r)
+                    lines += block.count(b"\n") + block.count(b"\r") - block.count(b"\r\n")
                     if total > MAX_BYTES:
-                        raise ImportFailed(f"{self.path} expands to more than {MAX_BYTES // 2**20} MiB; "
-                                           "split it first")
+                        raise self._too_large()
+                    if lines > MAX_LINES:
+                        raise self._too_many_lines()
         except (OSError, EOFError, zlib.error) as e:
             raise ImportFailed(f"cannot read {self.path}: {e}") from None
 
@@ -276,8 +294,11 @@ class _Lines:
                     if not line:
                         return
                     self._read += len(line)
-                    if self._read > MAX_BYTES:
-                        raise ImportFailed(f"{self.path} is larger than {MAX_BYTES // 2**20} MiB; split it first")
+                    self._lines += 1
+                    if self._read > MAX_BYTES:  # a file that grew since it was scanned
+                        raise self._too_large()
+                    if self._lines > MAX_LINES:
+                        raise self._too_many_lines()
                     if len(line) > MAX_LINE and not line.endswith("\n"):
                         self.too_long += 1
                         while line and not line.endswith("\n"):  # drop the rest of it

@@ -10,6 +10,7 @@ job of today reports — so real data is never touched. docs/SECURITY.md lists t
 
 from __future__ import annotations
 
+import json
 import math
 
 from traintop.samples import LEDGER_BUCKETS
@@ -17,6 +18,10 @@ from traintop.samples import LEDGER_BUCKETS
 TiB = 1 << 40
 MAX_GPUS = 64  # GPU indices 0..63 (NVML reports far fewer on any host today)
 MAX_RANKS = 1024  # probes of one job on one host
+MAX_GPU_PROCESSES = 4096  # processes on one GPU at one time (what a recording keeps of its list)
+MAX_THREADS = 256  # threads in one stack dump
+MAX_STACK_CHARS = 64 * 1024  # of one thread's stack (its innermost calls are kept)
+MAX_NAME = 200  # characters of a thread's name
 # Sample times, seconds since the epoch: a time outside this window is damage (a chunk time of
 # 10**20 ms, a log line from year 9999). Recordings written by tests and the simulator may start
 # at 0; logs are checked against the years 2000..2100 (LOG_T_MIN).
@@ -75,3 +80,20 @@ def number(value, bounds):
 
 def time_ok(t, lo: float = T_MIN) -> bool:
     return isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and lo <= t < T_MAX
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a number")
+
+
+def json_doc(text: str | bytes, max_chars: int):
+    """JSON from outside, or ValueError: at most ``max_chars`` long, nested no deeper than the
+    parser allows (its RecursionError is a ValueError here), no NaN or Infinity. Numbers too
+    large for a float (``1e400``) come back infinite and numbers of thousands of digits are
+    refused by the parser: the ranges above, checked after, read either as unknown."""
+    if len(text) > max_chars:
+        raise ValueError(f"longer than {max_chars} characters")
+    try:
+        return json.loads(text, parse_constant=_no_constant)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None

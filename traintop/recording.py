@@ -55,7 +55,7 @@ def info_to_json(info: SessionInfo) -> str:
 
 
 def info_from_json(doc: str) -> SessionInfo:
-    d = json.loads(doc)
+    d = plausible.json_doc(doc, MAX_META_VALUE)
     if not isinstance(d, dict):
         raise ValueError("session is not an object")
     def num(v, bounds=(0, plausible.MAX_COUNT)):
@@ -89,11 +89,13 @@ def info_from_json(doc: str) -> SessionInfo:
     interval = d.get("interval", 0.5)
     if not isinstance(interval, (int, float)) or not 0 < interval < 3600:
         raise ValueError("bad interval")
-    extra = d.get("extra") or {}
-    return SessionInfo(kind=str(d.get("kind", "replay")), gpus=tuple(gpus), driver=text(d.get("driver")),
+    extra = d.get("extra")
+    # what a writer puts there: a few facts (the source of an import, the demo's phases), bounded
+    # with the session itself
+    extra = {k[:64]: v for k, v in list(extra.items())[:64] if isinstance(k, str)} if isinstance(extra, dict) else {}
+    return SessionInfo(kind=text(d.get("kind")) or "replay", gpus=tuple(gpus), driver=text(d.get("driver")),
                        cuda_driver=text(d.get("cuda_driver")), hostname=text(d.get("hostname")),
-                       interval=float(interval), label=str(d.get("label", "")),
-                       extra=extra if isinstance(extra, dict) else {})
+                       interval=float(interval), label=text(d.get("label")) or "", extra=extra)
 
 
 def _mig_fields(g: dict) -> dict:
@@ -370,6 +372,17 @@ MAX_SALVAGE_QUERIES = 20_000
 MAX_META_VALUE = 1 << 20  # a session's metadata is a few kB
 MAX_ALERTS = 100_000
 MAX_CAPTURES = 1000
+MAX_STACK_DUMPS = 10_000  # the newest are read
+# what one row may hold, cut in SQL before a byte of more reaches Python: an alert's texts (the
+# writer's are sentences), its remedies as JSON (at most 64 lines), a dump's threads as JSON (what
+# one probe message of at most 1 MiB can carry, escaped again)
+ALERT_TEXT = 16 * 1024
+ALERT_REMEDIES = 64 * 1024
+STACK_JSON = 4 << 20
+# what all alerts, or all stack dumps, of a file may hold together. Past it the other dumps are
+# left out; and the alerts, incomplete, cannot stand for the rules: they are run again.
+ALERT_BUDGET = 64 << 20  # about 40 000 alerts as the writer makes them
+STACK_BUDGET = 256 << 20
 
 
 def _cut_short(path: str) -> tuple[int, int] | None:
@@ -444,16 +457,18 @@ class RecordingReader:
                     raise
                 self._salvage_mode(e)
                 self._has_alerts = self._check_schema()
-            rows = self._query(f"SELECT key, value FROM meta LIMIT {MAX_META_ROWS}")
+            # a value longer than any we read is cut (then refused where it matters: the session)
+            rows = self._query(f"SELECT {_cut('key', 256)}, {_cut('value', MAX_META_VALUE + 1)} FROM meta "
+                               f"LIMIT {MAX_META_ROWS}")
             meta = {str(k): str(v) for k, v in rows}
         except (sqlite3.Error, ValueError, TypeError) as e:
             raise self._error(e) from None
         if meta.get("format") != FORMAT:
             raise RecordingError(f"{path} is an SQLite file but not a traintop recording")
-        try:
-            version = int(meta.get("schema_version", ""))
-        except ValueError:
-            raise RecordingError(f"{path} has no valid schema version") from None
+        text = meta.get("schema_version", "")
+        if not (text.isascii() and text.isdigit() and len(text) <= 6):
+            raise RecordingError(f"{path} has no valid schema version")
+        version = int(text)
         if version > SCHEMA_VERSION:
             raise RecordingError(f"{path} was written by a newer traintop (format v{version}; "
                                  f"this one reads up to v{SCHEMA_VERSION}): upgrade traintop")
@@ -463,7 +478,7 @@ class RecordingReader:
             if len(meta["session"]) > MAX_META_VALUE:
                 raise ValueError("too long")
             self.info = info_from_json(meta["session"])
-        except (KeyError, ValueError, TypeError, RecursionError) as e:
+        except (KeyError, ValueError, TypeError, OverflowError) as e:
             raise RecordingError(f"{path} has damaged session metadata ({type(e).__name__})") from None
         self.meta = meta
         try:
@@ -487,6 +502,8 @@ class RecordingReader:
         self.damage = "a chunk's times or sample count are implausible" if self.skipped_chunks else self.damage
         self.chunk_total = len(rows)
         self._cache: dict[int, list[Frame]] = {}
+        self._alerts: list[Finding] | None = None
+        self._alerts_whole = True  # every alert row was read (none left out past ALERT_BUDGET)
         if self.salvaged:
             self._find_unreadable_chunks()
 
@@ -608,9 +625,13 @@ class RecordingReader:
         return 0
 
     def _query(self, sql: str, args: tuple = ()) -> list:
+        return self._cursor(sql, args).fetchall()
+
+    def _cursor(self, sql: str, args: tuple = ()) -> sqlite3.Cursor:
+        """A query with its own budget (steps and seconds), its rows read as they are wanted."""
         self._steps, self._interrupted = 0, False
         self._deadline = time.monotonic() + QUERY_SECONDS
-        return self._db.execute(sql, args).fetchall()
+        return self._db.execute(sql, args)
 
     def _error(self, e: Exception) -> RecordingError:
         if self._interrupted:
@@ -751,21 +772,30 @@ class RecordingReader:
 
     def judged_by(self, config=None) -> bool:
         """Were its recorded alerts made by these rules (this version, ``config`` or the default
-        thresholds)? Then they can stand for re-running the rules; an older file says nothing, nor
-        does a damaged one (its alerts may be lost with the rest, or cover what was lost)."""
+        thresholds), and can all be read? Then they can stand for re-running the rules; an older file
+        says nothing, nor does a damaged one (its alerts may be lost with the rest, or cover what was lost)."""
         from traintop.rules import DEFAULT, RULES_VERSION
         from traintop.rules.config import host_values
 
         if self.salvaged:
             return False
         try:
-            meta = json.loads(self.meta.get("rules", "null"))
-        except (ValueError, RecursionError):
+            meta = plausible.json_doc(self.meta.get("rules", "null"), MAX_META_VALUE)
+        except ValueError:
             return False
         return isinstance(meta, dict) and meta.get("version") == RULES_VERSION \
-            and meta.get("thresholds") == host_values(config or DEFAULT)
+            and meta.get("thresholds") == host_values(config or DEFAULT) and self._all_alerts_read()
+
+    def _all_alerts_read(self) -> bool:
+        self.alerts()
+        return self._alerts_whole
 
     def alerts(self) -> list[Finding]:
+        if self._alerts is None:
+            self._alerts = self._read_alerts()
+        return list(self._alerts)
+
+    def _read_alerts(self) -> list[Finding]:
         out: list[Finding] = []
         try:
             if not self._has_alerts:
@@ -773,22 +803,22 @@ class RecordingReader:
             # explained_by came with version 8 of the rules: older files have no such column
             have = {str(r[1]) for r in self._query("PRAGMA table_xinfo(alerts)")}
             explained = "explained_by" if "explained_by" in have else "NULL"
-            rows = self._query(f"SELECT id, rule, subject, severity, title, start, end, evidence, remedies, {explained} "
-                               f"FROM alerts ORDER BY start LIMIT {MAX_ALERTS}")
+            cut = ", ".join(_cut(c, ALERT_TEXT) for c in ("rule", "subject", "severity", "title"))
+            rows = self._cursor(
+                f"SELECT id, {cut}, start, end, {_cut('evidence', ALERT_TEXT)}, "
+                f"CASE WHEN {_bytes('remedies')} <= {ALERT_REMEDIES} THEN remedies END, {_cut(explained, 1024)} "
+                f"FROM alerts ORDER BY start LIMIT {MAX_ALERTS}")
+            budget = ALERT_BUDGET
+            for aid, rule, subject, sev, title, start, end, evidence, remedies, by in rows:
+                budget -= sum(len(v) for v in (rule, subject, sev, title, evidence, remedies, by) if isinstance(v, str))
+                if budget < 0:
+                    self._alerts_whole = False
+                    break
+                alert = _alert(aid, rule, subject, sev, title, start, end, evidence, remedies, by)
+                if alert is not None:
+                    out.append(alert)
         except sqlite3.Error:
-            return out
-        for aid, rule, subject, sev, title, start, end, evidence, remedies, by in rows:
-            try:
-                rem = json.loads(remedies)
-                if not isinstance(rem, list) or not all(isinstance(r, str) for r in rem) or len(rem) > 64:
-                    raise ValueError("bad remedies")
-                if not plausible.time_ok(start) or not (end is None or plausible.time_ok(end)):
-                    raise ValueError("bad time")
-                out.append(Finding(str(rule), str(title), str(subject), Severity.parse(str(sev)), float(start),
-                                   None if end is None else float(end), str(evidence), tuple(rem), id=int(aid),
-                                   explained_by=None if by is None else one_line(str(by), 200)))
-            except (ValueError, TypeError, OverflowError, RecursionError, TraintopError):
-                continue
+            pass
         return out
 
     def has_ledger(self) -> bool:
@@ -804,21 +834,19 @@ class RecordingReader:
     def captures(self) -> list[Capture]:
         """The evidence captured during the session (none in recordings made before captures existed)."""
         try:
-            rows = self._db.execute("SELECT t, pid, rank, kind, path, size, steps, step_s_before, step_s_after, "
-                                    "error, reason FROM captures ORDER BY t, id").fetchmany(MAX_CAPTURES)
+            rows = self._cursor(f"SELECT t, pid, rank, {_cut('kind', 16)}, {_cut('path', 4096)}, size, steps, "
+                                f"step_s_before, step_s_after, {_cut('error', 1024)}, {_cut('reason', 1024)} "
+                                f"FROM captures ORDER BY t, id LIMIT {MAX_CAPTURES}").fetchall()
         except sqlite3.Error:
             return []
         out = []
-        num = (int, float)
         for t, pid, rank, kind, path, size, steps, before, after, error, reason in rows:
-            if not isinstance(t, num) or not isinstance(pid, int) or kind not in ("trace", "memory"):
+            if not plausible.time_ok(t) or _int(pid, plausible.PID) is None or kind not in ("trace", "memory"):
                 continue  # a damaged or forged row: left out, the others kept
-            out.append(Capture(t=float(t), pid=pid, kind=kind, rank=rank if isinstance(rank, int) else None,
+            out.append(Capture(t=float(t), pid=pid, kind=kind, rank=_int(rank, plausible.RANK["rank"]),
                                path=one_line(path, 4096) if isinstance(path, str) else None,
-                               size=size if isinstance(size, int) else None,
-                               steps=steps if isinstance(steps, int) else None,
-                               step_s_before=float(before) if isinstance(before, num) else None,
-                               step_s_after=float(after) if isinstance(after, num) else None,
+                               size=_int(size, (0, plausible.TiB)), steps=_int(steps, (0, 1000)),
+                               step_s_before=_seconds(before), step_s_after=_seconds(after),
                                error=one_line(error, 200) if isinstance(error, str) else None,
                                reason=one_line(reason, 200) if isinstance(reason, str) else ""))
         return out
@@ -826,23 +854,81 @@ class RecordingReader:
     def stacks(self) -> list[StackDump]:
         """The thread stacks the job's probes sent (none in recordings made before they existed)."""
         out: list[StackDump] = []
-        try:
-            rows = self._db.execute("SELECT t, pid, rank, reason, since_step, threads FROM stacks ORDER BY t, id")
-            rows = rows.fetchall()
+        try:  # the newest first: within the limits, those are the ones a reader wants
+            rows = self._cursor(f"SELECT t, pid, rank, {_cut('reason', 16)}, since_step, "
+                                f"CASE WHEN {_bytes('threads')} <= {STACK_JSON} THEN threads END "
+                                f"FROM stacks ORDER BY t DESC, id DESC LIMIT {MAX_STACK_DUMPS}")
+            budget = STACK_BUDGET
+            for t, pid, rank, reason, since, threads in rows:
+                budget -= len(threads) if isinstance(threads, str) else 0
+                if budget < 0:
+                    break
+                dump = _stack_dump(t, pid, rank, reason, since, threads)
+                if dump is not None:  # one damaged row must not hide the others
+                    out.append(dump)
         except sqlite3.Error:
-            return out
-        for t, pid, rank, reason, since, threads in rows:
-            try:
-                items = json.loads(threads)
-                ths = tuple(ThreadStack(str(name), main is True, str(stack))
-                            for name, main, stack in items if isinstance(stack, str))
-                out.append(StackDump(t=float(t), pid=int(pid), rank=rank if isinstance(rank, int) else None,
-                                     reason=reason if reason in ("stalled", "pause") else "requested",
-                                     since_step=float(since) if isinstance(since, (int, float)) else None,
-                                     threads=ths))
-            except (ValueError, TypeError, OverflowError):
-                continue  # one damaged row must not hide the others
+            pass
+        out.reverse()
         return out
 
     def close(self) -> None:
         self._db.close()
+
+
+def _bytes(column: str) -> str:
+    """SQL: a value's length in bytes (SQLite's length() of text stops at a NUL)."""
+    return f"length(CAST({column} AS BLOB))"
+
+
+def _cut(column: str, most: int) -> str:
+    """SQL: a text value whole when it is short, else its first ``most`` characters (substr()
+    stops at a NUL: a short value, which may hold one, is never passed through it)."""
+    return f"CASE WHEN {_bytes(column)} <= {most} THEN {column} ELSE substr({column}, 1, {most}) END"
+
+
+def _int(v, bounds) -> int | None:
+    return v if type(v) is int and bounds[0] <= v <= bounds[1] else None
+
+
+def _seconds(v) -> float | None:
+    return float(v) if plausible.number(v, (0.0, 1e5)) is not None else None
+
+
+def _alert(aid, rule, subject, sev, title, start, end, evidence, remedies, by) -> Finding | None:
+    """An alert row as a Finding, or None where any field is not what the writer stores."""
+    if type(aid) is not int or not all(isinstance(v, str) for v in (rule, subject, sev, title, evidence, remedies)):
+        return None
+    if not plausible.time_ok(start) or not (end is None or plausible.time_ok(end)):
+        return None
+    try:
+        rem = plausible.json_doc(remedies, ALERT_REMEDIES)
+        severity = Severity.parse(sev)
+    except (ValueError, TraintopError):
+        return None
+    if not isinstance(rem, list) or len(rem) > 64 or not all(isinstance(r, str) for r in rem):
+        return None
+    return Finding(rule, title, subject, severity, float(start), None if end is None else float(end), evidence,
+                   tuple(rem), id=aid, explained_by=None if by is None else one_line(str(by), 200))
+
+
+def _stack_dump(t, pid, rank, reason, since, threads) -> StackDump | None:
+    """A stacks row as a StackDump (its threads as the probe's reader keeps them), or None where a
+    field is not what the writer stores."""
+    if not plausible.time_ok(t) or _int(pid, plausible.PID) is None or not isinstance(threads, str):
+        return None
+    try:
+        items = plausible.json_doc(threads, STACK_JSON)
+    except ValueError:
+        return None
+    if not isinstance(items, list) or len(items) > plausible.MAX_THREADS:
+        return None
+    ths = []
+    for item in items:
+        if not (isinstance(item, list) and len(item) == 3 and isinstance(item[0], str) and isinstance(item[2], str)):
+            return None
+        name, main, stack = item
+        ths.append(ThreadStack(name[:plausible.MAX_NAME], main is True, stack[-plausible.MAX_STACK_CHARS:]))
+    return StackDump(t=float(t), pid=pid, rank=_int(rank, plausible.RANK["rank"]),
+                     reason=reason if reason in ("stalled", "pause") else "requested",
+                     since_step=float(since) if plausible.number(since, plausible.RANK["step_time"]) is not None
+                     else None, threads=tuple(ths))

@@ -21,7 +21,8 @@ BOUNDS = {
         "ecc_uncorrected": P.GPU["ecc_uncorrected"],
     },
     "rank": {"step": P.RANK["step_time"], "steps": P.RANK["steps"], "wait": P.RANK["input_wait"]},
-    "host": {"loader_cpu": (0.0, 1e4)},  # share of one core, mean over the loader workers
+    "host": {"loader_cpu": (0.0, 1e4),  # share of one core, mean over the loader workers
+             "sample_time": (P.T_MIN, P.T_MAX)},  # timestamp() of a host's samples: unix seconds, 1970-2100
 }
 MAX_RANK = P.RANK["world_size"][1]
 
@@ -49,6 +50,16 @@ class Checked:
             return values
         out = {t: v for t, v in values.items() if lo <= v <= hi}
         self.values_dropped[attr] = self.values_dropped.get(attr, 0) + len(values) - len(out)
+        return out
+
+    def sample_times(self, values: dict) -> dict:
+        """``timestamp()`` on a grid: each instant's sample time, less those outside 1970-2100 or
+        newer than the instant they answer (no sample is)."""
+        values = self.values(values, "host", "sample_time")
+        if all(ts <= t for t, ts in values.items()):
+            return values
+        out = {t: ts for t, ts in values.items() if ts <= t}
+        self.values_dropped["sample_time"] = self.values_dropped.get("sample_time", 0) + len(values) - len(out)
         return out
 
     def value(self, v: float | None, kind: str, attr: str) -> float | None:

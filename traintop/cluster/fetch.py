@@ -330,15 +330,15 @@ def _fetch(prom, grid, end, job, slim, part_of, pool) -> ClusterData:
             mine = data.ledger_by_owner.setdefault((lj, owner), {})
             mine[bucket] = mine.get(bucket, 0.0) + v
     data.ledger = job_ledger(data.ledger_by_owner, owners)
+    by_host: dict = {}
+    for s in times_q.result() if times_q is not None else ():
+        by_host.setdefault(named(s), []).append(check.sample_times(s.values))
     data.notes.extend(check.notes())
     for s in unreadable_q.result():
         h = host_of(s)
         if hosts is None or h in hosts:
             data.unreadable.add(h)
     if times_q is not None:
-        by_host: dict = {}
-        for s in times_q.result():
-            by_host.setdefault(named(s), []).append(s.values)
         data.samples = gaps.read(by_host)
         _drop_stale(data)
     return data

@@ -291,9 +291,9 @@ class Prometheus:
                 if isinstance(p, list) and len(p) == 2:
                     try:
                         t, v = float(p[0]), float(p[1])
-                    except (TypeError, ValueError):
+                    except (TypeError, ValueError, OverflowError):  # OverflowError: an integer of 400 digits
                         continue
-                    if math.isfinite(t) and math.isfinite(v):
+                    if 0.0 <= t <= MAX_TIME and math.isfinite(v):  # a sample of 1970-2100, a finite value
                         points.append((t, v))
             out.append(Series(labels, tuple(sorted(points))))
         return out
@@ -328,9 +328,9 @@ def _on_grid(raw, grid: Grid, times: list[float]) -> dict:
         if isinstance(p, list) and len(p) == 2:
             try:
                 t, v = float(p[0]), float(p[1])
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):
                 continue
-            if not (math.isfinite(t) and math.isfinite(v)):
+            if not (0.0 <= t <= MAX_TIME and math.isfinite(v)):  # off any grid (1e308 / step is no index)
                 continue
             k = round((t - start) / step)
             if 0 <= k < n:
