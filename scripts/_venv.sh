@@ -21,7 +21,7 @@ venv_stamp() {  # what the install was made for: pyproject.toml as it is now
 }
 
 ensure_venv() {  # $1: "runtime" or "test" (a test install also serves runtime)
-    # runtime: every command the README lists, the ones over many hosts too (the cluster extra)
+    # runtime: every command docs/COMMANDS.md lists, the ones over many hosts too (the cluster extra)
     local extras="[cluster]" want
     [ "$1" = "test" ] && extras="[test]"
     want="$(venv_stamp)"

@@ -22,7 +22,7 @@ from traintop import __version__
 from traintop.errors import NoGpuError, TraintopError
 from traintop.text import plain
 from traintop.options import (BEFORE, DEFAULTS, SUMMARIES, add_display, add_finding_hook, add_live_options,  # noqa: F401
-                              add_output, add_sampling, add_thresholds, help_text as _help,
+                              add_output, add_sampling, add_thresholds, docs_epilog, help_text as _help,
                               positive_int as _positive_int, seconds as _seconds, speed as _speed)
 
 if TYPE_CHECKING:
@@ -507,7 +507,7 @@ def add_record(sub) -> None:
     p.add_argument("file", metavar="FILE", nargs="?", help="the recording to create (never overwritten)")
     g = p.add_argument_group("recording")
     g.add_argument("--jsonl", metavar="OUT", help="also (or only) stream each sample as a JSON line to OUT "
-                   "(- for standard output; schema in the README); a reader that falls behind loses lines")
+                   "(- for standard output; schema: docs/EXPORT.md); a reader that falls behind loses lines")
     g.add_argument("--duration", type=_seconds, metavar="S", help="stop after this many seconds")
     g.add_argument("--quiet", action="store_true", help="print nothing unless something fails")
     g.add_argument("--no-capture", action="store_true", default=argparse.SUPPRESS, dest="no_capture",
@@ -658,8 +658,10 @@ def build_parser(command: str | None = EVERY) -> argparse.ArgumentParser:
     for name, add in COMMANDS.items():
         if command in (EVERY, name):
             add(sub)
+            subparsers(p)[name].epilog = docs_epilog(name)
         else:
             sub.add_parser(name, help=SUMMARIES[name], add_help=False)
+    p.epilog = docs_epilog(None)
     return p
 
 
