@@ -153,6 +153,7 @@ def test_an_option_of_another_command_is_refused(args, tmp_path):
      "unknown option --intervl (`traintop analyze` has no --interval either: see traintop analyze --help)"),
     (["--json", "analyze", "x.ttrec"],
      "--json is an option of `traintop analyze`: put it after the command (traintop analyze --json ...)"),
+    (["--on", "x"], "ambiguous option: --on could match --only-gpus, --on-finding (see traintop --help)"),
 ])
 def test_a_misspelt_option_or_command_is_named_with_what_was_meant(args, line, tmp_path):
     r = traintop(*args, cwd=tmp_path)

@@ -703,9 +703,11 @@ def _unknown_word(parser: argparse.ArgumentParser, argv: list[str]) -> str | Non
         if word.startswith("-") and word != "-":
             action = _option(parser, word)
             if action is None:
+                name = word.split("=", 1)[0]
                 if any(w in COMMANDS for w in argv[k + 1:]):
                     return None  # perhaps the command's own option, put before it: said below
-                name = word.split("=", 1)[0]
+                if name.startswith("--") and any(o.startswith(name) for o in parser._option_string_actions):
+                    return None  # the start of several: argparse names them
                 return f"unknown option {name}{_did_you_mean(name, parser._option_string_actions)}"
             k += 1 if "=" in word or action.nargs == 0 else 2
             continue
