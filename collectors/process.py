@@ -11,6 +11,9 @@ from traintop.errors import TraintopError
 from traintop.samples import ProcessSample, ProcInfo
 
 LOADER_NAMES = ("pt_data_worker",)
+# Titles torch gives its own processes, and what the user knows them as: torchrun's elastic agent
+# names itself "pt_elastic" (torch/distributed/run.py).
+TITLES = {"pt_elastic": "torchrun"}
 # Programs that start the real job: a shell, a pyenv shim, `conda run`, env and the like. Where
 # the job's process is one of them with a single child, that child is what the job is called
 # (a pyenv shim execs python in the same process: the name is read again every sample).
@@ -86,7 +89,7 @@ class ProcessCollector:
         self._ns: dict[int, tuple[int, ...]] = {}
         self._last_io: tuple[float, int, int] | None = None
         try:
-            self.name = self._root.name()
+            self.name = TITLES.get(name := self._root.name(), name)
         except psutil.Error:
             self.name = "?"
         try:
@@ -189,7 +192,7 @@ class ProcessCollector:
                 continue
             if p.pid not in self._ns:
                 self._ns[p.pid] = ns_pids(p.pid)
-            members.append(ProcInfo(p.pid, name, cpu, rss, threads, _is_loader_worker(name, cmd), ppid))
+            members.append(ProcInfo(p.pid, TITLES.get(name, name), cpu, rss, threads, _is_loader_worker(name, cmd), ppid))
             cmds[p.pid] = cmd
         if not members:
             self.ended_at = time.time()

@@ -16,11 +16,15 @@ pick_python() {
     return 1
 }
 
+venv_stamp() {  # what the install was made for: pyproject.toml as it is now
+    sha256sum < "$REPO/pyproject.toml" | cut -c1-16
+}
+
 ensure_venv() {  # $1: "runtime" or "test" (a test install also serves runtime)
-    # runtime: every command the README lists, the ones over many hosts too (the cluster extra)
+    # runtime: every command docs/COMMANDS.md lists, the ones over many hosts too (the cluster extra)
     local extras="[cluster]" want
     [ "$1" = "test" ] && extras="[test]"
-    want="$(sha256sum < "$REPO/pyproject.toml" | cut -c1-16)"
+    want="$(venv_stamp)"
     if [ -x "$VENV/bin/python" ]; then
         grep -qxF -- "$want" "$VENV/.traintop-$1" 2>/dev/null && return 0
         [ "$1" = "runtime" ] && grep -qxF -- "$want" "$VENV/.traintop-test" 2>/dev/null && return 0

@@ -150,6 +150,21 @@ def _spawns(node: ast.AST) -> bool:
     return False
 
 
+# torch: the test uses a real torch (it imports it, or skips without it: pytest.importorskip), or
+# is named for torch (what traintop does where there is none). scripts/test runs these again in a
+# Python without torch when it has one: there they must skip cleanly or pass.
+def _imports_torch(node: ast.AST) -> bool:
+    for n in ast.walk(node):
+        if isinstance(n, ast.Import) and any(a.name.split(".")[0] == "torch" for a in n.names):
+            return True
+        if isinstance(n, ast.ImportFrom) and (n.module or "").split(".")[0] == "torch":
+            return True
+        if isinstance(n, ast.Call) and getattr(n.func, "attr", getattr(n.func, "id", None)) == "importorskip" \
+                and n.args and isinstance(n.args[0], ast.Constant) and n.args[0].value == "torch":
+            return True
+    return False
+
+
 def _pilots(node: ast.AST) -> bool:
     return any(isinstance(n, ast.Attribute) and n.attr == "run_test" for n in ast.walk(node))
 
@@ -201,3 +216,5 @@ def pytest_collection_modifyitems(config, items):
         if path.name in SLOW_FILES or name in SLOW_TESTS or SLOW_FIXTURES & set(item.fixturenames) \
                 or (node is not None and module.does(_pilots, node, item.fixturenames)):
             item.add_marker(pytest.mark.slow)
+        if "torch" in name.split("_") or (node is not None and module.does(_imports_torch, node, item.fixturenames)):
+            item.add_marker(pytest.mark.torch)

@@ -9,6 +9,7 @@ Modes (``server.mode``, changeable while it runs):
 - ``slow``: headers, then the body one byte every ``server.pause`` seconds.
 - ``slow_headers``: the status line and headers one byte at a time.
 - ``deep``: JSON nested ``server.depth`` levels deep.
+- ``empty``: every query answered with no series (a Prometheus that scrapes no agent).
 - ``absurd``: valid JSON with absurd values (-Inf utilization, 309-digit XIDs, a 120-digit rank,
   rank 5 of 4, input wait 1000, step counts of 1e300).
 - ``custom``: ``server.answer(query, grid, path)`` gives the series, as ``[(labels, [[t, value], ...])]``
@@ -124,7 +125,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     self.wfile.flush()
                     time.sleep(srv.pause)
                 return
-            if mode == "absurd":
+            if mode == "empty":
+                body = _answer(kind, [])
+            elif mode == "absurd":
                 body = _answer(kind, absurd_series(query, grid))
             elif mode == "custom":
                 body = srv.answer(query, grid, url.path)

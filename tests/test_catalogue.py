@@ -108,14 +108,17 @@ def _table(text: str, heading: str) -> list[list[str]]:
     return rows[1:]  # less the header
 
 
-def test_the_readme_lists_every_single_host_rule_by_its_title():
-    rows = _table((REPO / "README.md").read_text(), "## What it recognises")
-    names = [r[0] for r in rows]
+def test_the_docs_list_every_single_host_rule_by_its_title_with_a_section_each():
+    text = (REPO / "docs" / "RULES.md").read_text()
+    names = [r[0] for r in _table(text, "## What it recognises")]
+    sections = re.findall(r"^### (.+)$", text[text.index("## Each finding"):], re.M)
     titles = [r.title for r in default_rules()]
     # a row may add what it needs ("(probe)"); the rule's title may say more ("(normal)")
-    matched = {t for t in titles for n in names if n.startswith(t) or t.startswith(n)}
-    assert matched == set(titles), set(titles) - matched
-    assert len(names) == len(titles)
+    for listed in (names, sections):
+        matched = {t for t in titles for n in listed if n.startswith(t) or t.startswith(n)}
+        assert matched == set(titles), set(titles) - matched
+        assert len(listed) == len(titles)
+    assert names == sections  # in the same order
 
 
 def test_docs_list_every_cross_host_rule_with_its_title_severity_and_thresholds():

@@ -36,7 +36,7 @@ def test_version_and_help():
     (["--pid", "4194303999"], "no process with PID"),
     (["replay", "/nonexistent.ttrec"], "no such file"),
     (["replay", "/etc/hostname"], "not a traintop recording"),
-    (["frobnicate"], "invalid choice"),
+    (["frobnicate"], "unknown command 'frobnicate' (commands: demo, simulate,"),
     (["simulate", "--scenario", "nope"], "unknown scenario"),
     (["record", "x.ttrec", "--fast"], "--fast needs"),
     (["replay", "x.ttrec", "--speed", "0"], "expected a speed above 0"),
@@ -140,6 +140,36 @@ def test_an_option_of_another_command_is_refused(args, tmp_path):
     assert not list(tmp_path.iterdir())  # nothing ran
 
 
+@pytest.mark.parametrize("args,line", [
+    (["--recrod", "x.ttrec"], "unknown option --recrod (did you mean --record?)"),
+    (["--intervl", "1"], "unknown option --intervl (did you mean --interval?)"),
+    (["--intervl=1", "--pid", "1"], "unknown option --intervl (did you mean --interval?)"),
+    (["anaylze", "x.ttrec"], "unknown command 'anaylze' (did you mean analyze?)"),
+    (["--pid", "1", "snapshto"], "unknown command 'snapshto' (did you mean snapshot?)"),
+    (["x.ttrec"], "unknown command 'x.ttrec' (to replay a recording or an nvidia-smi log: traintop replay x.ttrec)"),
+    (["analyze", "x.ttrec", "--jsno"], "unknown option --jsno (did you mean --json?)"),
+    (["replay", "x.ttrec", "--sped", "2"], "unknown option --sped (did you mean --speed?)"),
+    (["analyze", "x.ttrec", "--intervl", "1"],
+     "unknown option --intervl (`traintop analyze` has no --interval either: see traintop analyze --help)"),
+    (["--json", "analyze", "x.ttrec"],
+     "--json is an option of `traintop analyze`: put it after the command (traintop analyze --json ...)"),
+    (["--on", "x"], "ambiguous option: --on could match --only-gpus, --on-finding (see traintop --help)"),
+])
+def test_a_misspelt_option_or_command_is_named_with_what_was_meant(args, line, tmp_path):
+    r = traintop(*args, cwd=tmp_path)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr == f"traintop: {line}\n"
+    assert not list(tmp_path.iterdir())  # nothing ran
+
+
+def test_options_spelt_as_argparse_takes_them_still_work():
+    """An unambiguous start of an option is that option, as argparse reads it; a value may start
+    with a dash once joined to its option."""
+    args = cli.parse_args(["--rec", "x.ttrec", "--inter", "2", "simulate", "--scen", "idle"])
+    assert (args.record, args.interval, args.scenario) == ("x.ttrec", 2.0, "idle")
+    assert cli.parse_args(["analyze", "--prometheus", "http://p:9090", "--since=5m"]).since == 300
+
+
 @pytest.mark.parametrize("args", [["--pid", "1", "analyze", "x.ttrec"], ["--record", "y.ttrec", "demo"],
                                   ["--fps", "3", "analyze", "x.ttrec"], ["--interval", "1", "config"]])
 def test_an_option_before_a_command_that_has_no_use_for_it_is_refused(args, tmp_path):
@@ -230,6 +260,7 @@ FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "h200", "ddp-2rank
     ["simulate"],
     ["demo"],
     ["replay", FIXTURE],
+    ["cluster", "--prometheus", "http://127.0.0.1:1"],  # said before Prometheus (nothing there) is asked
 ])
 def test_without_a_terminal_the_dashboard_refuses_in_one_line(args, tmp_path):
     r = subprocess.run([sys.executable, "-m", "traintop", *args], stdin=subprocess.DEVNULL, capture_output=True,
@@ -275,7 +306,18 @@ def test_a_closed_pipe_ends_quietly(args):
 
 
 
-def test_cluster_without_a_terminal_refuses_after_checking_prometheus(monkeypatch, capsys):
+def test_cluster_without_a_terminal_refuses_before_asking_prometheus(monkeypatch, capsys):
+    from traintop.app.cluster import ClusterApp
+    from traintop.cluster import commands
+
+    monkeypatch.setattr(commands, "cluster_source", lambda args: pytest.fail("Prometheus was asked"))
+    monkeypatch.setattr(ClusterApp, "run", lambda self: pytest.fail("the dashboard started"))
+    assert cli.main(["cluster", "--prometheus", "http://prometheus:9090"]) == 2  # pytest's output: no terminal
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("traintop: no terminal here")
+
+
+def test_cluster_with_a_terminal_closes_its_source_when_the_dashboard_fails(monkeypatch):
     from traintop.app.cluster import ClusterApp
     from traintop.cluster import commands
 
@@ -288,11 +330,15 @@ def test_cluster_without_a_terminal_refuses_after_checking_prometheus(monkeypatc
         def close(self):
             closed.append(True)
 
+    def crash(self):
+        raise RuntimeError("the dashboard failed")
+
+    monkeypatch.setattr(cli, "has_terminal", lambda: True)
     monkeypatch.setattr(commands, "cluster_source", lambda args: Source())
-    monkeypatch.setattr(ClusterApp, "run", lambda self: pytest.fail("the dashboard started"))
-    assert cli.main(["cluster", "--prometheus", "http://prometheus:9090"]) == 2  # pytest's output: no terminal
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("traintop: no terminal here") and closed
+    monkeypatch.setattr(ClusterApp, "run", crash)
+    with pytest.raises(RuntimeError):
+        cli.main(["cluster", "--prometheus", "http://prometheus:9090"])
+    assert closed
 
 
 def test_a_jobs_own_arguments_are_never_rewritten():

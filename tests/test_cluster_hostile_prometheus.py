@@ -123,6 +123,19 @@ def test_absurd_values_are_read_as_unknown(server):
     assert "100000 %" not in text
 
 
+def test_a_prometheus_without_traintop_series_is_told_by_the_option_of_the_command_that_asked(server, monkeypatch,
+                                                                                              capsys):
+    from traintop import cli
+
+    s = server("empty")
+    one_line_error(analyze(s.url), "no traintop series", "try a longer --since")
+    monkeypatch.setattr(cli, "has_terminal", lambda: True)  # past the check for a terminal, to Prometheus
+    assert cli.main(["cluster", "--prometheus", s.url]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no traintop series" in err and "try a longer --window" in err, err
+    assert "--since" not in err  # `traintop cluster` has no such option
+
+
 def test_bad_ranges_and_urls_are_one_line(server):
     url = server("ok").url
     one_line_error(analyze(url, "--step", "nan"), "finite")

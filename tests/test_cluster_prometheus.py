@@ -399,12 +399,16 @@ def test_a_node_that_stops_reporting_is_named(cluster):
     assert "job j1" in missing[0]["evidence"]
 
 
-def test_unreachable_and_not_prometheus_are_one_line_errors(cluster):
+def test_unreachable_and_not_prometheus_are_one_line_errors(cluster, monkeypatch, capsys):
+    from traintop import cli
+
     r = analyze(f"http://127.0.0.1:{free_port()}", "--since", "1m")
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "cannot reach Prometheus" in r.stderr
-    r = subprocess.run([sys.executable, "-m", "traintop", "cluster", "--prometheus", f"http://127.0.0.1:{free_port()}"],
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "cannot reach Prometheus" in r.stderr
+    # `traintop cluster` says "no terminal" first (tests/test_cli.py); with one, Prometheus is asked
+    monkeypatch.setattr(cli, "has_terminal", lambda: True)
+    assert cli.main(["cluster", "--prometheus", f"http://127.0.0.1:{free_port()}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot reach Prometheus" in err, err
     r = analyze(cluster["url"] + "/metrics", "--since", "1m")  # a path that answers, but not Prometheus's API
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "did not answer like Prometheus" in r.stderr
 

@@ -49,8 +49,8 @@ def test_probe_overhead_was_under_half_a_percent():
     assert d["device"] == "NVIDIA H200" and d["median_ratio"] < 1.005
 
 
-def test_recording_size_claimed_in_the_readme():
-    """README: real H200 sessions take 3-8 bytes per GPU-sample for the GPU data and 10-26 bytes with
+def test_recording_size_claimed_in_the_docs():
+    """docs/RECORDING.md: real H200 sessions take 3-8 bytes per GPU-sample for the GPU data and 10-26 bytes with
     host, process and probe data, with the current codec, as recorded (10 Hz) and at 2 Hz."""
     from traintop.codec import encode
     from traintop.samples import Frame

@@ -5,7 +5,7 @@ import dataclasses
 from traintop.collectors.simulated import Simulator
 from traintop.monitor import Monitor
 from traintop.rules import Severity
-from traintop.samples import Frame, GpuProcess, GpuSample, ProcessSample, ProcInfo, RankSample
+from traintop.samples import Frame, GpuProcess, GpuSample, HostSample, ProcessSample, ProcInfo, RankSample
 from traintop.units import GiB
 
 
@@ -539,3 +539,79 @@ def test_a_deadlocked_jobs_overdue_steps_are_its_stall_not_pauses_of_their_own()
     assert stalls
     pauses = [a for a in m.engine.active if a.rule == "pause"]
     assert pauses and all(a.explained_by and a.explained_by.startswith("stall ") for a in pauses), pauses
+
+
+# -- advice with this machine's numbers, where they are known; never invented ------------------
+
+def _starved(host=None, workers=1, gpus=1, process=True):
+    """A job on ``gpus`` GPUs (a rank each) whose GPUs idle in gaps while its probe measures a 55 % input wait."""
+    members = [ProcInfo(10 + g, "python", 100.0, GiB, 10, ppid=1 if g == 0 else 10) for g in range(gpus)]
+    members += [ProcInfo(100 + k, "pt_data_worker", 95.0, GiB, 2, True, 10 + k % gpus) for k in range(workers)]
+    proc = ProcessSample(pid=10, alive=True, name="python", cpu_percent=150.0, members=tuple(members))
+    ranks = tuple(RankSample(pid=10 + g, rank=g, world_size=gpus, device=g, cuda=True, allocated=30 * GiB,
+                             reserved=35 * GiB, input_wait=0.55, steps=1, step_time=0.2) for g in range(gpus))
+
+    def devices(t):  # idle one second in three: the gaps of a starved GPU, seen without the job too
+        return tuple(GpuSample(index=g, util=0.0 if t % 3 == 0 else 100.0, mem_used=40 * GiB, mem_total=140 * GiB,
+                               power_w=600, power_limit_w=700, processes=(GpuProcess(10 + g, 40 * GiB),))
+                     for g in range(gpus))
+    frames = [Frame(t=float(t), gpus=devices(t), host=host, process=proc if process else None,
+                    ranks=ranks if process else ()) for t in range(60)]
+    info = Simulator(",".join(["healthy"] * gpus), gpus=gpus).info()
+    alerts = [a for a in run(frames, info).engine.alerts if a.rule == "starvation"]
+    assert alerts, "no starvation found"
+    return alerts[0].remedies[0]
+
+
+def _cores(n):
+    return HostSample(cpu_percent=20.0, per_core=(20.0,) * n)
+
+
+def test_the_worker_advice_counts_the_hosts_free_cores_per_gpu():
+    # 16 cores, one training process, one worker: 14 left for workers (one core for the system)
+    assert _starved(_cores(16), workers=1) == ("Raise DataLoader num_workers (try 14: this host's 16 CPU cores, "
+                                              "less 1 for the training process and 1 for the system, over 1 GPU; "
+                                              "1 worker now).")
+    eight = _starved(_cores(128), workers=16, gpus=8)  # (128 - 8 ranks - 1) // 8
+    assert "try 14 per GPU" in eight and "less 8 for 8 training processes" in eight and "16 workers in all now" in eight
+    assert _starved(_cores(8), workers=0).startswith("Raise DataLoader num_workers (try 6: ") \
+        and _starved(_cores(8), workers=0).endswith("; num_workers=0 now).")  # loading in the training process
+    full = _starved(_cores(4), workers=3)  # 1 + 3 of 4 cores: none free
+    assert full == ("Raise DataLoader num_workers only where CPU cores are free: this host's 4 cores already run the "
+                    "training process and 3 loader workers (for 1 GPU); else make each worker's work cheaper (below).")
+
+
+def test_the_worker_advice_says_no_number_it_does_not_know():
+    generic = "Raise DataLoader num_workers (try the number of free CPU cores per GPU)."
+    assert _starved(None) == generic  # no host data (an nvidia-smi log)
+    # the cores known, the job not attached: how many it runs is not known, so no count to try
+    assert _starved(_cores(16), process=False) == ("Raise DataLoader num_workers (try the number of free CPU cores "
+                                                   "per GPU: this host has 16 for 1 GPU in use).")
+
+
+def _underused(ranks=True, mem=True):
+    """A GPU drawing 20 % of its power limit with 100 GiB of its 140 GiB free; with the probe, a rank
+    that holds 10 GiB between steps and peaks at 30 GiB."""
+    def frame(t):
+        g = GpuSample(index=0, util=40.0, mem_used=40 * GiB if mem else None, mem_total=140 * GiB if mem else None,
+                      power_w=140.0, power_limit_w=700.0, processes=(GpuProcess(10, 40 * GiB),))
+        r = RankSample(pid=10, rank=0, cuda=True, allocated=(10 if t % 2 else 30) * GiB, reserved=36 * GiB,
+                       peak=30 * GiB, steps=t, step_time=0.1, input_wait=0.01)
+        return Frame(t=float(t), gpus=(g,), process=job(t, cpu=60.0), ranks=(r,) if ranks else ())
+    alerts = [a for a in run([frame(t) for t in range(90)]).engine.alerts if a.rule == "underuse"]
+    assert alerts, "no underuse found"
+    return alerts[0].remedies[0]
+
+
+def test_the_batch_advice_gives_the_free_memory_and_the_growth_it_allows():
+    # 100 GiB free, 20 GiB a step above what it holds: 1 + 0.9 * 100 / 20 = 5.5
+    assert _underused() == ("Raise the batch size while memory allows (GPU 0 has 100.0 GiB free: the batch can "
+                            "likely grow ~6x (a step allocates 20.0 GiB above what it holds between steps); "
+                            "scale the learning rate with it).")
+
+
+def test_the_batch_advice_says_no_growth_it_cannot_measure():
+    # without the probe, what a step allocates is not known: the free memory only
+    assert _underused(ranks=False) == ("Raise the batch size while memory allows (GPU 0 has 100.0 GiB free; "
+                                       "scale the learning rate with it).")
+    assert _underused(ranks=False, mem=False) == "Raise the batch size while memory allows (scale the learning rate with it)."

@@ -112,6 +112,21 @@ def test_through_a_wrapper_with_one_child_the_job_is_called_by_the_child():
         p.wait()
 
 
+def test_torchruns_agent_is_called_torchrun_not_by_its_process_title():
+    """torchrun's elastic agent sets its title to "pt_elastic" (torch/distributed/run.py)."""
+    code = ("import ctypes, time; ctypes.CDLL(None).prctl(15, b'pt_elastic', 0, 0, 0); "  # PR_SET_NAME
+            "print('ready', flush=True); time.sleep(30)")
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    try:
+        assert p.stdout.readline().strip() == b"ready"
+        c = ProcessCollector(p.pid)
+        s = c.sample()
+        assert c.name == s.name == "torchrun" and [m.name for m in s.members] == ["torchrun"]
+    finally:
+        p.kill()
+        p.wait()
+
+
 def test_torch_is_seen_in_the_process_maps():
     from traintop.collectors.process import maps_torch
 

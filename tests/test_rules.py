@@ -218,7 +218,7 @@ def test_xid_events_and_ecc_errors():
 
 
 def test_every_threshold_is_read_by_a_rule():
-    """The README says every threshold can be changed: one that no rule reads would change nothing."""
+    """docs/RULES.md says every threshold can be changed: one that no rule reads would change nothing."""
     import dataclasses
     import pathlib
 

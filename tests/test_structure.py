@@ -142,3 +142,22 @@ def test_the_contracts_catch_a_breach():
         "the rules never reach the session that runs them: traintop.rules.stall imports traintop.feeds",
         "the core never draws: traintop.store imports rich",
     ]
+
+
+def test_every_module_imports_without_torch():
+    """traintop never needs torch (the probe reads it inside a job that has it): every module imports
+    where `import torch` fails. scripts/test runs this again in a Python with no torch installed."""
+    import subprocess
+    import sys
+
+    names = sorted(m for m in modules() if not m.endswith("__main__"))
+    code = ("import importlib, sys\n"
+            "sys.modules['torch'] = None  # `import torch` raises ImportError, as where it is not installed\n"
+            "for name in sys.argv[1:]:\n"
+            "    try:\n"
+            "        importlib.import_module(name)\n"
+            "    except ImportError as e:\n"
+            "        print(f'{name}: {e}')\n")
+    r = subprocess.run([sys.executable, "-c", code, *names], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout == "", r.stdout + r.stderr
+    assert len(names) > 100

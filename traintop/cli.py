@@ -9,6 +9,7 @@ options it registers; an option it does not have is refused with one line.
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import shlex
 import signal
@@ -21,7 +22,7 @@ from traintop import __version__
 from traintop.errors import NoGpuError, TraintopError
 from traintop.text import plain
 from traintop.options import (BEFORE, DEFAULTS, SUMMARIES, add_display, add_finding_hook, add_live_options,  # noqa: F401
-                              add_output, add_sampling, add_thresholds, help_text as _help,
+                              add_output, add_sampling, add_thresholds, docs_epilog, help_text as _help,
                               positive_int as _positive_int, seconds as _seconds, speed as _speed)
 
 if TYPE_CHECKING:
@@ -511,7 +512,7 @@ def add_record(sub) -> None:
     p.add_argument("file", metavar="FILE", nargs="?", help="the recording to create (never overwritten)")
     g = p.add_argument_group("recording")
     g.add_argument("--jsonl", metavar="OUT", help="also (or only) stream each sample as a JSON line to OUT "
-                   "(- for standard output; schema in the README); a reader that falls behind loses lines")
+                   "(- for standard output; schema: docs/EXPORT.md); a reader that falls behind loses lines")
     g.add_argument("--duration", type=_seconds, metavar="S", help="stop after this many seconds")
     g.add_argument("--quiet", action="store_true", help="print nothing unless something fails")
     g.add_argument("--no-capture", action="store_true", default=argparse.SUPPRESS, dest="no_capture",
@@ -604,9 +605,9 @@ def cmd_cluster(args) -> int:
     from traintop.app.cluster import ClusterApp
     from traintop.cluster.commands import cluster_source
 
-    source = cluster_source(args)  # a wrong URL or an empty Prometheus is said first
+    require_terminal()  # before Prometheus is asked: without a terminal nothing else matters
+    source = cluster_source(args)  # a wrong URL or an empty Prometheus is said before the screen is taken
     try:
-        require_terminal()
         app = ClusterApp(source, url=source.prom.shown, job=args.job, refresh=args.refresh)
         app.run()
     finally:
@@ -662,8 +663,10 @@ def build_parser(command: str | None = EVERY) -> argparse.ArgumentParser:
     for name, add in COMMANDS.items():
         if command in (EVERY, name):
             add(sub)
+            subparsers(p)[name].epilog = docs_epilog(name)
         else:
             sub.add_parser(name, help=SUMMARIES[name], add_help=False)
+    p.epilog = docs_epilog(None)
     return p
 
 
@@ -678,22 +681,86 @@ def _option_dests(parser: argparse.ArgumentParser) -> set[str]:
     return {a.dest for a in parser._actions if a.option_strings}
 
 
+def _did_you_mean(word: str, choices) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def _option(parser: argparse.ArgumentParser, word: str) -> argparse.Action | None:
+    """The option ``word`` (``--name`` or ``--name=value``) names, as argparse reads it: the whole
+    name or an unambiguous start of one."""
+    name = word.split("=", 1)[0]
+    known = parser._option_string_actions
+    if name in known:
+        return known[name]
+    starts = {known[o] for o in known if name.startswith("--") and o.startswith(name)}
+    return starts.pop() if len(starts) == 1 else None
+
+
+def _unknown_word(parser: argparse.ArgumentParser, argv: list[str]) -> str | None:
+    """What is wrong before the command, said as the user typed it: an option that is none (argparse
+    would take its value for the command: "invalid choice: 'x.ttrec'") or a command that is none."""
+    k = 0
+    while k < len(argv):
+        word = argv[k]
+        if word == "--":
+            return None
+        if word.startswith("-") and word != "-":
+            action = _option(parser, word)
+            if action is None:
+                name = word.split("=", 1)[0]
+                if any(w in COMMANDS for w in argv[k + 1:]):
+                    return None  # perhaps the command's own option, put before it: said below
+                if name.startswith("--") and any(o.startswith(name) for o in parser._option_string_actions):
+                    return None  # the start of several: argparse names them
+                return f"unknown option {name}{_did_you_mean(name, parser._option_string_actions)}"
+            k += 1 if "=" in word or action.nargs == 0 else 2
+            continue
+        if word in COMMANDS:
+            return None
+        hint = _did_you_mean(word, COMMANDS)
+        if not hint and (word.endswith((".ttrec", ".csv", ".log")) or os.path.isfile(word)):
+            hint = f" (to replay a recording or an nvidia-smi log: traintop replay {word})"
+        return f"unknown command {word!r}{hint or ' (commands: ' + ', '.join(COMMANDS) + ')'}"
+    return None
+
+
+def _extra_argument(parser: argparse.ArgumentParser, cmd_parser: argparse.ArgumentParser, command: str | None,
+                    extra: list[str]) -> str:
+    """One line for what the command's parser did not take."""
+    bad = next((a for a in extra if a.startswith("-")), extra[0])
+    name = bad.split("=", 1)[0]
+    where = f"traintop {command}" if command else "traintop"
+    if not bad.startswith("-"):
+        hint = f"--scenario {bad}" if command == "simulate" else f"{where} --help"
+        return f"unexpected argument {bad!r} for `{where}` (see {hint})"
+    if command and _option(cmd_parser, bad) is not None:  # given before the command
+        return f"{name} is an option of `{where}`: put it after the command ({where} {name} ...)"
+    if _option(parser, bad) is not None:  # the live view's
+        return f"{name} is not an option of `{where}` (see {where} --help)"
+    own = list(cmd_parser._option_string_actions)
+    close = difflib.get_close_matches(name, own + list(parser._option_string_actions), n=1)
+    if close and close[0] in own:
+        return f"unknown option {name} (did you mean {close[0]}?)"
+    if close:  # it looks like one of the live view's
+        return f"unknown option {name} (`{where}` has no {close[0]} either: see {where} --help)"
+    return f"unknown option {name} for `{where}` (see {where} --help)"
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     # Which command: parsed with every command a placeholder (they take anything); then
     # parsed for real with that command's parser.
     argv = _join_dashed_values(list(sys.argv[1:] if argv is None else argv))
-    command = build_parser(None).parse_known_args(argv)[0].command
+    first = build_parser(None)
+    if (wrong := _unknown_word(first, argv)) is not None:
+        first.exit(2, f"traintop: {plain(wrong)}\n")
+    command = first.parse_known_args(argv)[0].command
     parser = build_parser(command)
     args, extra = parser.parse_known_args(argv)
     command = args.command
     cmd_parser = subparsers(parser).get(command) if command else parser
     if extra:
-        bad = next((a for a in extra if a.startswith("-")), extra[0])
-        name = bad.split("=", 1)[0]
-        where = f"traintop {command}" if command else "traintop"
-        what = f"{name} is not an option of" if bad.startswith("-") else f"unexpected argument {bad!r} for"
-        hint = f"--scenario {bad}" if command == "simulate" and not bad.startswith("-") else f"{where} --help"
-        cmd_parser.exit(2, f"traintop: {plain(what)} `{where}` (see {plain(hint)})\n")
+        cmd_parser.exit(2, f"traintop: {plain(_extra_argument(parser, cmd_parser, command, extra))}\n")
     given = {k[len(BEFORE):]: v for k, v in vars(args).items() if k.startswith(BEFORE)}
     for k in list(vars(args)):
         if k.startswith(BEFORE):

@@ -21,4 +21,10 @@ class NoGpuError(TraintopError):
 
 
 class NoTraintopSeries(TraintopError):
-    """A Prometheus holds no traintop series for the time asked (dcgm-exporter's may stand in)."""
+    """A Prometheus holds no traintop series for the time asked (dcgm-exporter's may stand in).
+    ``longer``: the option of the command that asked which reaches further back."""
+
+    def __init__(self, shown_url: str, longer: str = "--since") -> None:
+        self.shown_url = shown_url
+        super().__init__(f"no traintop series at {shown_url} between the times asked "
+                         f"(is `traintop agent` scraped? try a longer {longer})")

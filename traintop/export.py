@@ -1,6 +1,6 @@
 """Samples for scripts: one sample as JSON, a stream of them as JSON lines, GPUs as CSV rows.
 
-The shape is versioned (``SCHEMA``) and documented in the README; a field is added, never
+The shape is versioned (``SCHEMA``) and documented in docs/EXPORT.md; a field is added, never
 renamed or given another unit, within one version. Every value is in the unit of its name:
 bytes, watts, °C, MHz, % (0-100) for utilizations, shares 0-1 for ``*_active`` and
 ``input_wait``, bytes a second for rates, seconds since the epoch for ``t``. Missing is

@@ -141,7 +141,7 @@ def add_snapshot(sub) -> None:
     p = sub.add_parser("snapshot", help=SUMMARIES["snapshot"],
                        description="One sample of every GPU (its processes: whose they are, their container and job), "
                        "the host and, with --pid, a job and its ranks; printed as JSON (schema "
-                       f"{export.SCHEMA}, README) or CSV, then exit.")
+                       f"{export.SCHEMA}, docs/EXPORT.md) or CSV, then exit.")
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="JSON, indented (the default)")
     fmt.add_argument("--compact", action="store_true", help="JSON on one line")
@@ -155,7 +155,7 @@ def add_snapshot(sub) -> None:
 def add_export(sub) -> None:
     p = sub.add_parser("export", help=SUMMARIES["export"],
                        description="Write the samples of a recording or an nvidia-smi log as JSON lines (schema "
-                       f"{export.SCHEMA}, README) or CSV (one row a GPU a sample).")
+                       f"{export.SCHEMA}, docs/EXPORT.md) or CSV (one row a GPU a sample).")
     p.add_argument("file", metavar="FILE", help="a traintop recording (.ttrec) or an nvidia-smi CSV/dmon log")
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--jsonl", action="store_true", help="JSON lines, one sample a line (the default)")

@@ -119,7 +119,7 @@ def add_finding_hook(p, *, prefix: str = "") -> None:
     g.add_argument("--on-finding", metavar="CMD", default=argparse.SUPPRESS, dest=prefix + "on_finding",
                    help="run CMD with the finding as JSON on stdin when a warning or worse starts or ends "
                    "(never delays sampling; 30 s limit a run; its output goes to on-finding.log in traintop's "
-                   "private directory; see README)")
+                   "private directory; see docs/ALERTING.md)")
 
 
 def add_live_options(p, prefix: str = "") -> None:
@@ -147,3 +147,17 @@ SUMMARIES = {
     "snapshot": "print one sample of every GPU, its processes and the host as JSON or CSV, then exit",
     "export": "write a recording's or a log's samples as JSON lines or CSV",
 }
+
+# Where each command is documented (docs/ in traintop's source; the end of its --help names it).
+DOCS = {None: "docs/DASHBOARD.md", "demo": "docs/DASHBOARD.md", "simulate": "docs/COMMANDS.md",
+        "record": "docs/RECORDING.md", "replay": "docs/RECORDING.md", "run": "docs/RUN.md",
+        "analyze": "docs/ANALYZE.md", "doctor": "docs/COMMANDS.md", "config": "docs/RULES.md",
+        "agent": "docs/CLUSTER.md", "cluster": "docs/CLUSTER.md", "snapshot": "docs/EXPORT.md",
+        "export": "docs/EXPORT.md"}
+EVERY_COMMAND_DOC = "docs/COMMANDS.md"
+
+
+def docs_epilog(command: str | None) -> str:
+    page = DOCS[command]
+    every = "" if page == EVERY_COMMAND_DOC else f"; every command and option: {EVERY_COMMAND_DOC}"
+    return f"Documentation: {page}{every} (in traintop's source)."

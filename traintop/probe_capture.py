@@ -31,6 +31,7 @@ import collections
 import contextlib
 import errno
 import gzip
+import importlib
 import inspect
 import os
 import pickle
@@ -388,9 +389,8 @@ class Capturer:
         if cap.kind == "memory":
             sys.modules["torch.cuda.memory"]._record_memory_history(max_entries=MEMORY_ENTRIES)
             return
-        profiler = sys.modules.get("torch.profiler")
-        if profiler is None:
-            import torch.profiler as profiler  # torch is imported: it steps an optimizer
+        # torch is imported: it steps an optimizer
+        profiler = sys.modules.get("torch.profiler") or importlib.import_module("torch.profiler")
         # pytorch#144455: without CUPTI's teardown, steps stay 10-20 % slower after the profiler
         # stops; CUDA graphs crashed with teardown before CUDA 12.6. The user's own setting wins.
         cuda_version = getattr(torch.version, "cuda", None)

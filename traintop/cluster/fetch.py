@@ -221,8 +221,7 @@ def _fetch(prom, grid, end, job, slim, part_of, pool) -> ClusterData:
 
     util = util_q.result()
     if not util and part_of is None and not ask(f"count({S.agent('info')})", ()).result():
-        raise NoTraintopSeries(f"no traintop series at {prom.shown} between the times asked "
-                            "(is `traintop agent` scraped? try a longer --since)")
+        raise NoTraintopSeries(prom.shown)
     check = Checked()
     rank_results = [(f, q.result()) for f, q in rank_qs]
     if moved.result():

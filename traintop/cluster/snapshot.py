@@ -171,10 +171,10 @@ class PrometheusSource:
                 data = self.rolling.read(end)
                 with no_gc():
                     findings = findings_of(data, self.config)[0]  # less the agents' verdicts a cross-host finding explains
-            except NoTraintopSeries:
+            except NoTraintopSeries as e:
                 start = end - self.window
                 if self.job or not has_dcgm(self.prom, start, end):
-                    raise
+                    raise NoTraintopSeries(e.shown_url, longer="--window") from None  # the cluster view's
                 data, findings, _ = dcgm_findings(self.prom, start, end, self.step, self.config)
         return snapshot_from(data, findings, time.perf_counter() - t0, self.config)
 

@@ -44,6 +44,10 @@ def _idle_to_busy(utils: list[float], idle: float, busy: float) -> int:
     return n
 
 
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
+
+
 def _quartiles(xs: list[float]) -> tuple[float, float]:
     s = sorted(xs)
     return s[len(s) // 4], s[(3 * len(s)) // 4]
@@ -57,8 +61,9 @@ class Starvation(HostRule):
     raise_after = 8.0
     clear_after = 15.0
     now_s = 12.0  # gaps of 1-2 s: a pattern needs a few of them
+    WORKERS = "Raise DataLoader num_workers (try the number of free CPU cores per GPU)."
     remedies = (
-        "Raise DataLoader num_workers (try the number of free CPU cores per GPU).",
+        WORKERS,
         "Set pin_memory=True and persistent_workers=True; raise prefetch_factor.",
         "Move heavy CPU preprocessing out of the step: pre-process offline, or decode/augment on the GPU.",
         "Check the storage: local NVMe or a RAM cache instead of a network filesystem.",
@@ -141,7 +146,8 @@ class Starvation(HostRule):
                 who = " and ".join(r.label for r in ranks) if any(r.rank is not None for r in ranks) else "the job"
                 text += (f"; {who} waits for its next batch {wait * 100:.0f} % of the time over the last {w:.0f} s"
                          " (measured in the job)")
-            yield Verdict(subject, text, state=HOLDS if holds else WEAK)
+            yield Verdict(subject, text, state=HOLDS if holds else WEAK,
+                          remedies=(self._workers(ctx, gpus_in_job),) + self.remedies[1:])
         yield from self._ranks_on_no_gpu(ctx)
 
     def _ranks_on_no_gpu(self, ctx: RuleContext):
@@ -182,6 +188,31 @@ class Starvation(HostRule):
             x, span = (recent_wait, self.RECENT_WAIT_S) if recent_wait is not None else (wait, c.starvation_window_s)
             text += f"; the job waits for its next batch {x * 100:.0f} % of the time over the last {span:.0f} s (measured in the job)"
         return Verdict(gpu_subject(i), text, state=REVERSED if fed else LAPSED)
+
+    @classmethod
+    def _workers(cls, ctx: RuleContext, gpus: int) -> str:
+        """The loader-worker advice with this machine's numbers where they are known: the host's
+        cores, less one for each training process and one for the system, shared by the GPUs in
+        use; the attached job's workers now. Without them, the advice as a rule of thumb."""
+        host, job = ctx.host, ctx.process
+        cores = len(host.per_core) if host is not None else 0
+        if not cores or gpus < 1:
+            return cls.WORKERS
+        per_gpu = "per GPU" if gpus > 1 else ""
+        if job is None or not job.alive:
+            return (f"Raise DataLoader num_workers (try the number of free CPU cores per GPU: this host has "
+                    f"{cores} for {_count(gpus, 'GPU')} in use).")
+        workers = len(job.loader_workers)
+        ranks = max(gpus, sum(len(ctx.feed(i).main) for i in ctx.gpu_indices()))
+        room = (cores - ranks - 1) // gpus
+        now = f"{_count(workers, 'worker')} {'in all ' if gpus > 1 else ''}now" if workers else "num_workers=0 now"
+        training = "the training process" if ranks == 1 else f"{ranks} training processes"
+        if room <= workers / gpus:
+            return (f"Raise DataLoader num_workers only where CPU cores are free: this host's {cores} cores already run "
+                    f"{training} and {_count(workers, 'loader worker') if workers else 'no loader worker'} "
+                    f"(for {_count(gpus, 'GPU')}); else make each worker's work cheaper (below).")
+        why = f"this host's {cores} CPU cores, less {ranks} for {training} and 1 for the system, over {_count(gpus, 'GPU')}"
+        return f"Raise DataLoader num_workers (try {room}{' ' + per_gpu if per_gpu else ''}: {why}; {now})."
 
     @staticmethod
     def _host_evidence(ctx: RuleContext) -> str | None:

@@ -91,7 +91,34 @@ class Underuse(HostRule):
             sm_active = ctx.gpu_mean(i, "sm_active", w)
             if sm_active is not None:
                 text += f"; SMs active {sm_active:.0f} % of the time (GPM)"
-            yield Verdict(subject, text, remedies=tuple(r for r in self.remedies if r != self.RAISE_BATCH) if memory_risk else None)
+            yield Verdict(subject, text, remedies=self.remedies[1:] if memory_risk else self._remedies(ctx, g))
+
+    # Growth past this is said as "more than": the estimate is for the next doubling or two, not for
+    # a job whose step barely allocates.
+    MOST_GROWTH = 16
+    STEP_WINDOW_S = 30.0  # allocated bytes over this long: their least is what a rank holds between steps
+
+    def _remedies(self, ctx: RuleContext, g) -> tuple[str, ...]:
+        """The advice, the larger batch with this GPU's numbers where they are known: its free memory
+        (NVML) and, with the probe, what one step of its one rank allocates above what it holds
+        between steps (the part that grows with the batch; weights and optimizer state do not)."""
+        if not g.mem_total or g.mem_used is None:
+            return self.remedies
+        free = max(0, g.mem_total - g.mem_used)
+        room = f"GPU {g.index} has {fmt_bytes(free)} free"
+        ranks = ctx.feed(g.index).ranks
+        if len(ranks) == 1:
+            subject, r = ranks[0]
+            held = ctx.rank_window(subject, "allocated", self.STEP_WINDOW_S)
+            per_step = r.peak - min(held) if r.peak and len(held) >= 3 else 0
+            if per_step > 0:
+                grow = 1 + 0.9 * free / per_step  # a tenth kept for the allocator's rounding and fragments
+                if grow >= self.MOST_GROWTH:
+                    room += f": the batch can likely grow more than {self.MOST_GROWTH}x"
+                else:
+                    room += f": the batch can likely grow ~{grow:.0f}x" if grow >= 2 else f": the batch can grow ~{grow:.1f}x at most"
+                room += f" (a step allocates {fmt_bytes(per_step)} above what it holds between steps)"
+        return (f"Raise the batch size while memory allows ({room}; scale the learning rate with it).",) + self.remedies[1:]
 
     @staticmethod
     def _ranks_wait(ctx: RuleContext, i: int) -> bool:
@@ -138,7 +165,7 @@ class Underuse(HostRule):
         sm = ctx.gpu_mean(i, "sm_active", w)
         if sm is not None:
             text += f"; SMs active {sm:.0f} % of the time (GPM)"
-        return Verdict(gpu_subject(i), text)
+        return Verdict(gpu_subject(i), text, remedies=self._remedies(ctx, g))
 
     def _sm_finding(self, ctx: RuleContext, g) -> Verdict | None:
         c, i = ctx.config, g.index
@@ -159,4 +186,4 @@ class Underuse(HostRule):
         power = ctx.gpu_mean(i, "power_w", w)
         if power is not None and g.power_limit_w:
             text += f"; {power:.0f} W of {g.power_limit_w:.0f} W"
-        return Verdict(gpu_subject(i), text)
+        return Verdict(gpu_subject(i), text, remedies=self._remedies(ctx, g))
