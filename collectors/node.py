@@ -13,22 +13,64 @@ import dataclasses
 import glob
 import os
 import re
+import stat
+import time
 from typing import TYPE_CHECKING
 
+from traintop.collectors.probe_limits import ProbeGuard, ProbeLimits
 from traintop.samples import Frame, RankSample
 
 if TYPE_CHECKING:
     from traintop.collectors.probe_client import ProbeClient
 
-_SOCK = re.compile(r"probe-(\d+)\.sock$")
+_SOCK = re.compile(r"probe-([1-9][0-9]{0,9})\.sock")
+DIRS_EVERY_S = 5.0  # how often root looks again for users' probe directories
+MAX_PROCS = 1 << 16  # processes looked at when finding them (a node has a few thousand)
 
 
-def probe_dirs() -> list[str]:
+def _users(proc: str = "/proc", run_user: str = "/run/user") -> set[int]:
+    """Who may run a probe here: the owners of running processes (their /proc entries), and
+    the users with a runtime directory. Bounded: /proc is the kernel's, /run/user root's."""
+    uids: set[int] = set()
+    for top, by_name in ((proc, False), (run_user, True)):
+        try:
+            with os.scandir(top) as it:
+                for k, e in enumerate(it):
+                    if k >= MAX_PROCS:
+                        break
+                    if not e.name.isdigit():
+                        continue
+                    if by_name:
+                        uids.add(int(e.name))
+                        continue
+                    try:
+                        uids.add(e.stat(follow_symlinks=False).st_uid)
+                    except OSError:
+                        pass
+        except OSError:
+            pass
+    return uids
+
+
+def _owned_dir(path: str, uid: int) -> bool:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == uid
+
+
+def probe_dirs(proc: str = "/proc", run_user: str = "/run/user", tmp: str = "/tmp") -> list[str]:
+    """Ours, and run as root every user's: ``/run/user/UID/traintop`` and ``/tmp/traintop-UID``
+    of each user with a process here, owned by that user. Never a listing of /tmp, which
+    anyone can fill."""
     from traintop.probe_agent import probe_dir
 
     dirs = [probe_dir()]
     if os.geteuid() == 0:
-        dirs += sorted(glob.glob("/run/user/*/traintop")) + sorted(glob.glob("/tmp/traintop-*"))
+        for uid in sorted(_users(proc, run_user)):
+            dirs += [d for d in (os.path.join(run_user, str(uid), "traintop"), os.path.join(tmp, f"traintop-{uid}"))
+                     if _owned_dir(d, uid)]
     seen, out = set(), []
     for d in dirs:
         real = os.path.realpath(d)
@@ -39,32 +81,111 @@ def probe_dirs() -> list[str]:
 
 
 class AllProbes:
-    """One probe client per probe directory, each asked about the sockets it holds now."""
+    """One probe client per probe directory, each asked about the sockets it holds now; all
+    bounded together by one ProbeGuard (collectors/probe_limits.py)."""
 
-    def __init__(self, dirs=None) -> None:
+    def __init__(self, dirs=None, limits: ProbeLimits | None = None) -> None:
         self._dirs = dirs or probe_dirs
+        self._every = 0.0 if dirs else DIRS_EVERY_S
+        self._dirs_at = -1e9
+        self._known: list[str] = []
+        self.guard = ProbeGuard(limits)
         self._clients: dict[str, ProbeClient] = {}
+        self._pids: dict[str, set[int]] = {}  # a directory's sockets at its last scan
+        self._kinds: dict[str, dict[str, tuple[int, bool]]] = {}  # directory -> name -> (inode, a socket)
+        self._turn = 0
+
+    def _directories(self) -> list[str]:
+        now = time.monotonic()
+        if now - self._dirs_at >= self._every:
+            self._known, self._dirs_at = list(self._dirs()), now
+        return self._known
 
     def ranks(self) -> tuple:
         from traintop.collectors.probe_client import ProbeClient
 
+        dirs = self._directories()
+        self.guard.new_tick()
+        for d in [d for d in self._clients if d not in dirs]:  # gone: its connections go with it
+            self._forget(d)
+        self._turn = (self._turn + 1) % max(1, len(dirs))
         out: list[RankSample] = []
-        for d in self._dirs():
+        for d in dirs[self._turn:] + dirs[:self._turn]:
             try:
                 st = os.stat(d)
-                names = os.listdir(d)
             except OSError:
+                self._forget(d)
                 continue
             client = self._clients.get(d)
+            if client is not None and client.owner_uid != st.st_uid:
+                self._forget(d)
+                client = None
             if client is None:
-                client = self._clients[d] = ProbeClient(d, owner_uid=st.st_uid)
-            pids = {int(m.group(1)) for n in names if (m := _SOCK.match(n))}
-            out.extend(client.sample(pids))
+                client = self._clients[d] = ProbeClient(d, owner_uid=st.st_uid, guard=self.guard)
+            pids = self._scan(d, st.st_uid, client.connected()) if self.guard.scan_time_left() else self._pids.get(d)
+            if pids is None:
+                self._forget(d)
+                continue
+            self._pids[d] = pids
+            out.extend(self._admitted(st.st_uid, client.sample(pids)))
         return tuple(out)
 
+    def _scan(self, d: str, owner: int, connected: set[int]) -> set[int] | None:
+        """The PIDs of the probe sockets in ``d`` (None: unreadable). At most ``scan_entries``
+        entries are looked at, within the tick's time for scans; only sockets count (a plain file
+        costs nothing: its type comes with its name; another kind is looked at once per inode).
+        A scan cut short keeps the ``connected``."""
+        lim = self.guard.limits
+        pids: set[int] = set()
+        known, kinds = self._kinds.get(d, {}), {}
+        try:
+            with os.scandir(d) as it:
+                for k, e in enumerate(it):
+                    if k >= lim.scan_entries or not self.guard.scan_time_left():
+                        self.guard.refuse("scan_limit", note=f"traintop: the probe directory of uid {owner} holds more "
+                                          f"than the agent looks at in one scan ({lim.scan_entries} entries): "
+                                          "the sockets past them are not read", key=owner)
+                        pids |= connected
+                        break
+                    m = _SOCK.fullmatch(e.name)
+                    if m is None or e.is_file(follow_symlinks=False) or e.is_dir(follow_symlinks=False):
+                        continue
+                    kind = known.get(e.name)
+                    if kind is None or kind[0] != e.inode():
+                        try:
+                            kind = (e.inode(), stat.S_ISSOCK(e.stat(follow_symlinks=False).st_mode))
+                        except OSError:
+                            continue
+                    kinds[e.name] = kind
+                    if kind[1]:
+                        pids.add(int(m.group(1)))
+        except OSError:
+            return None
+        self._kinds[d] = kinds
+        return pids
+
+    def _admitted(self, owner: int, ranks) -> list[RankSample]:
+        """The ranks within their user's bound of ranks named lately (ProbeLimits.ranks_per_user)."""
+        out = []
+        for r in ranks:
+            if r.rank is None or self.guard.admit_rank(owner, (r.job, r.rank, r.local_rank, r.world_size)):
+                out.append(r)
+            else:
+                self.guard.refuse("rank_limit", note=f"traintop: the probes of uid {owner} named more than "
+                                  f"{self.guard.limits.ranks_per_user} ranks within "
+                                  f"{self.guard.limits.rank_ttl_s:g} s: the others are not exported", key=owner)
+        return out
+
+    def _forget(self, d: str) -> None:
+        client = self._clients.pop(d, None)
+        if client is not None:
+            client.close()
+        self._pids.pop(d, None)
+        self._kinds.pop(d, None)
+
     def close(self) -> None:
-        for c in self._clients.values():
-            c.close()
+        for d in list(self._clients):
+            self._forget(d)
 
 
 class AgentSampler:

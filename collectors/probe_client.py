@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import errno
 import os
 import socket
 import stat
 import time
 
 from traintop import plausible
+from traintop.collectors.probe_limits import Allowance, ProbeGuard
 from traintop.probe_agent import peer_pid, peer_uid, private_dir_problem, probe_dir
 from traintop.probe_capture import CAPTURE_NAME  # noqa: F401  (the names a capture's file may have)
 from traintop.samples import LEDGER_BUCKETS, MATMUL_MODES, backend_index, Capture, RankSample, StackDump, ThreadStack
@@ -171,7 +173,10 @@ class _Conn:
         self.directory = directory  # where its socket is: its captures can only be in directory/captures/
         self.uid = uid  # SO_PEERCRED: who runs the process behind the socket
         self.slurm_job = slurm_job  # the Slurm job this host vouches that process is in (collectors/whose.py)
-        self.buf = b""
+        self.owner: int | None = None  # the directory owner whose connections count it (ProbeGuard)
+        self.buf = bytearray()
+        self.lines: Allowance | None = None  # messages it may still send (ProbeGuard's rate)
+        self.bytes: Allowance | None = None
         self.last: dict | None = None
         self.last_seen = 0.0
         self.step_times: list[float] = []
@@ -221,7 +226,8 @@ def _remove_if_dead(pid: int, path: str) -> None:
 
 
 class ProbeClient:
-    def __init__(self, directory: str | None = None, clock=time.monotonic, owner_uid: int | None = None) -> None:
+    def __init__(self, directory: str | None = None, clock=time.monotonic, owner_uid: int | None = None,
+                 guard: ProbeGuard | None = None) -> None:
         self.directory = directory or probe_dir()
         # whose probes may answer: ours (or root's); an agent run as root reading another user's
         # directory accepts that directory's owner
@@ -238,6 +244,13 @@ class ProbeClient:
         # for falling behind connects again), which would otherwise start the rate afresh
         self._rates: dict[int, StepRate] = {}
         self.refused_dirs: dict[str, str] = {}  # directory -> why no probe there is read
+        # what a probe is granted (connections, descriptors, messages a second): an agent's
+        # clients share one guard; a client of its own starts the guard's tick itself
+        self._own_guard = guard is None
+        self.guard = guard if guard is not None else ProbeGuard()
+        self._retry: dict[int, tuple[float, float]] = {}  # pid -> (no connect before, the wait after a failure)
+        self._refused_now: dict[int, str] = {}  # pid -> why it is not connected (counted once)
+        self._turn = 0  # whose turn to be read first: the tick's budget reaches everyone in turn
 
     def _directories(self, pid: int) -> list[str]:
         if pid not in self._job_dirs:
@@ -247,24 +260,37 @@ class ProbeClient:
             dirs.append(self._job_dirs[pid])
         return dirs
 
-    def _connect(self, pid: int) -> None:
+    def _connect(self, pid: int, now: float) -> None:
+        if self._retry.get(pid, (0.0, 0.0))[0] > now:
+            return
         for d in self._directories(pid):
             # Only into a directory of ours that nobody else can write: connecting into another
             # user's would tell them which PID is watched.
             problem = private_dir_problem(d, owner=self.owner_uid if os.geteuid() == 0 else None)
             if problem:
-                if os.path.lexists(d):
+                if os.path.lexists(d) and (d in self.refused_dirs or len(self.refused_dirs) < 64):
                     self.refused_dirs[d] = problem
                 continue
             path = os.path.join(d, f"probe-{pid}.sock")
             if os.path.exists(path):
-                self._connect_to(pid, path)
+                why = self.guard.may_connect(self.owner_uid)
+                if why is not None:
+                    self._refuse(pid, why)
+                else:
+                    self._connect_to(pid, path, now)
                 return
 
-    def _connect_to(self, pid: int, path: str) -> None:
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    def _connect_to(self, pid: int, path: str, now: float) -> None:
         try:
-            s.settimeout(0.2)
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        except OSError as e:
+            if e.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                self.guard.no_descriptors()
+                self._refuse(pid, "descriptors")
+            return
+        try:
+            # never waits: a socket whose queue another process keeps full answers EAGAIN at once
+            s.setblocking(False)
             try:
                 s.connect(path)
             except ConnectionRefusedError:
@@ -275,29 +301,89 @@ class ProbeClient:
                 self.rejected.add(pid)
                 s.close()
                 return
-            s.setblocking(False)
+            job = _vouched_job(s, uid)
         except OSError:
             s.close()
+            _, wait = self._retry.get(pid, (0.0, 0.5))
+            self._retry[pid] = (now + min(2 * wait, 30.0), min(2 * wait, 30.0))  # 1 s, 2 s, ... 30 s
             return
-        self._conns[pid] = _Conn(pid, s, uid, os.path.dirname(path), _vouched_job(s, uid))
+        self._retry.pop(pid, None)
+        self._refused_now.pop(pid, None)
+        c = self._conns[pid] = _Conn(pid, s, uid, os.path.dirname(path), job)
+        c.owner = self.owner_uid
+        self.guard.opened(self.owner_uid)
 
-    def _read(self, c: _Conn) -> bool:
-        """Drain what is available; False when the probe is gone."""
-        while True:
+    def connected(self) -> set[int]:
+        return set(self._conns)
+
+    def _refuse(self, pid: int, why: str) -> None:
+        """A socket left unread past a bound: counted once while it stays so, said once."""
+        if self._refused_now.get(pid) == why:
+            return
+        self._refused_now[pid] = why
+        lim = self.guard.limits
+        note = (f"traintop: the probes of uid {self.owner_uid} hold {lim.per_user} connections, the most one user "
+                "may have: that user's further sockets are not read" if why == "per_user_limit" else
+                "traintop: the agent is short of file descriptors (it keeps some for /metrics, NVML and files): "
+                "probe sockets past them are not read; raise its open-file limit (LimitNOFILE=)")
+        self.guard.refuse(why, note=note, key=self.owner_uid if why == "per_user_limit" else None)
+
+    def _drop(self, pid: int) -> None:
+        c = self._conns.pop(pid)
+        c.sock.close()
+        if c.owner is not None:
+            self.guard.closed(c.owner)
+
+    def _read(self, c: _Conn, now: float) -> bool:
+        """Read what the probe's allowance and the tick's budget grant (the rest waits in its
+        socket); False when the probe is gone or does not speak our protocol."""
+        g = self.guard
+        if c.lines is None or c.bytes is None:
+            lim = g.limits
+            c.lines = Allowance(lim.lines_per_s, lim.burst_lines, now)
+            c.bytes = Allowance(lim.bytes_per_s, lim.burst_bytes, now)
+        c.lines.refill(now)
+        c.bytes.refill(now)
+        want = min(int(c.bytes.left), g.tick_bytes())
+        while want > 0:
             try:
-                chunk = c.sock.recv(65536)
+                chunk = c.sock.recv(min(65536, want))
             except (BlockingIOError, InterruptedError):
                 return True
             except OSError:
                 return False
             if not chunk:
                 return False
+            want -= len(chunk)
+            c.bytes.left -= len(chunk)
+            g.spend_bytes(len(chunk))
             c.buf += chunk
-            if len(c.buf) > MAX_LINE and b"\n" not in c.buf:
-                return False  # not a probe speaking our protocol
-            *lines, c.buf = c.buf.split(b"\n")
-            for line in lines:
-                self._accept_line(c, line)
+            self._take_lines(c)
+            if len(c.buf) > MAX_LINE:
+                return False  # a line longer than any message
+        if c.bytes.left < 1:
+            g.refuse("rate", note=f"traintop: a probe of uid {self.owner_uid} sends more than "
+                     f"{g.limits.bytes_per_s / (1 << 20):g} MiB/s: what it sends past that is read no faster",
+                     key=("bytes", self.owner_uid))
+        return True
+
+    def _take_lines(self, c: _Conn) -> None:
+        """Take the complete lines in the buffer, as many as the probe's message rate grants;
+        the others are dropped unread (counted)."""
+        n = c.buf.count(b"\n")
+        if not n:
+            return
+        assert c.lines is not None
+        k = c.lines.take(n)
+        *lines, rest = c.buf.split(b"\n", k)
+        if k < n:
+            rest = rest[rest.rfind(b"\n") + 1:]
+            self.guard.refuse("rate", n - k, note=f"traintop: a probe of uid {self.owner_uid} sends more than "
+                              f"{self.guard.limits.lines_per_s:g} messages a second: the others are dropped",
+                              key=("lines", self.owner_uid))
+        c.buf = rest
+        for line in lines:
+            self._accept_line(c, bytes(line))
 
     def _accept_line(self, c: _Conn, line: bytes) -> None:
         """Take one message, or drop it whole (counted) when any field is not what a probe sends:
@@ -394,19 +480,28 @@ class ProbeClient:
         return self.bad_messages
 
     def sample(self, pids: set[int]) -> tuple[RankSample, ...]:
-        for pid in [p for p in self._job_dirs if p not in pids]:
-            del self._job_dirs[pid]
+        if self._own_guard:
+            self.guard.new_tick()
+        for known in (self._job_dirs, self._retry, self._refused_now):
+            for pid in [p for p in known if p not in pids]:
+                del known[pid]
+        self.rejected &= pids
+        for pid in [p for p in self._conns if p not in pids]:  # its socket is gone: so is the connection
+            self._drop(pid)
+        now = self._clock()
         for pid in pids:
             if pid not in self._conns and pid not in self.rejected:
-                self._connect(pid)
+                self._connect(pid, now)
         out = []
         now = self._clock()
         for pid in [p for p, r in self._rates.items() if p not in self._conns and now - r.seen >= RATE_S]:
             del self._rates[pid]
-        for pid, c in list(self._conns.items()):
-            if not self._read(c) or pid not in pids:
-                c.sock.close()
-                del self._conns[pid]
+        conns = list(self._conns.items())
+        self._turn = (self._turn + 1) % max(1, len(conns))
+        for pid, c in conns[self._turn:] + conns[:self._turn]:
+            # past the tick's time for reading, a probe is read at its next turn; its last sample holds
+            if self.guard.read_time_left() and not self._read(c, now):
+                self._drop(pid)
                 continue
             if c.last is None or self._helper(c):
                 continue
@@ -477,9 +572,8 @@ class ProbeClient:
         return {"time_" + b: min(plausible.LEDGER_SETTLE_MAX, c.ledger[b] / c.window) for b in LEDGER_BUCKETS}
 
     def close(self) -> None:
-        for c in self._conns.values():
-            c.sock.close()
-        self._conns.clear()
+        for pid in list(self._conns):
+            self._drop(pid)
 
 
 def stack_dump(msg: dict, pid: int) -> StackDump | None:

@@ -217,16 +217,34 @@ def test_a_probe_appears_with_its_job_and_its_series_go_when_it_stops(tmp_path, 
         sampler.close()
 
 
-def test_root_reads_every_users_probe_directory(monkeypatch, tmp_path):
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make directories of other users")
+def test_root_reads_every_users_probe_directory_and_never_lists_tmp(monkeypatch, tmp_path):
+    """Root reads /run/user/UID/traintop and /tmp/traintop-UID of every user with a process here,
+    each owned by that user; /tmp is never listed (anyone can fill it), and a directory named for
+    one user but made by another is not that user's."""
     from traintop.collectors import node
 
-    monkeypatch.setenv("TRAINTOP_PROBE_DIR", str(tmp_path))
+    own, proc, run, tmp = (tmp_path / n for n in ("own", "proc", "run", "tmp"))
+    for d in (own, proc, run, tmp):
+        d.mkdir()
+    monkeypatch.setenv("TRAINTOP_PROBE_DIR", str(own))
     monkeypatch.setattr(node.os, "geteuid", lambda: 1000)
-    assert node.probe_dirs() == [str(tmp_path)]
+    assert node.probe_dirs(str(proc), str(run), str(tmp)) == [str(own)]
     monkeypatch.setattr(node.os, "geteuid", lambda: 0)
-    monkeypatch.setattr(node.glob, "glob", lambda pattern: [str(tmp_path / "u1")] if "run" in pattern else [])
-    (tmp_path / "u1").mkdir()
-    assert node.probe_dirs() == [str(tmp_path), str(tmp_path / "u1")]
+
+    def made(path, uid):
+        path.mkdir(parents=True, exist_ok=True)
+        os.chown(path, uid, uid)
+
+    made(proc / "12", 1000)  # processes of 1000 and 1001; 1002 is logged in (its runtime directory)
+    made(proc / "13", 1001)
+    (proc / "self").mkdir()
+    made(run / "1002" / "traintop", 1002)
+    made(tmp / "traintop-1000", 1000)
+    made(tmp / "traintop-1001", 1000)  # 1000 took 1001's name: not 1001's directory
+    made(tmp / "traintop-1003", 1003)  # nobody of 1003 runs here: no probe of theirs either
+    assert node.probe_dirs(str(proc), str(run), str(tmp)) == [str(own), str(tmp / "traintop-1000"),
+                                                               str(run / "1002" / "traintop")]
 
 
 def test_on_finding_runs_the_command_with_json_and_never_blocks(tmp_path):

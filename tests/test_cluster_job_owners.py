@@ -239,7 +239,7 @@ def test_nobodys_claims_of_job_4242_hold_gpus_apart_from_the_victims_job_in_the_
                                 processes=tuple(GpuProcess(pid, gib * GiB) for pid, gib in procs_gib))
                 frame = Frame(t=time.time(), gpus=(gpu,))
                 return HostState(name, frame=frame, gpus=(GpuInfo(0, "NVIDIA H200", uuid=f"GPU-{name}"),),
-                                 owners=owners.of(frame), sample_age=time.monotonic() - t0)
+                                 owners=owners.of(frame), sample_t=time.time() - (time.monotonic() - t0))
             return state
 
         report, url, handles = _serve([node("node-a", [(11, 30)], 95.0),

@@ -207,15 +207,12 @@ def _client_with(messages):
 
     from traintop.collectors.probe_client import ProbeClient, _Conn
 
-    client = ProbeClient.__new__(ProbeClient)
-    client._clock = lambda: 100.0
-    client._conns = {}
+    client = ProbeClient("/nonexistent", clock=lambda: 100.0)
     for pid, msg in messages.items():
         c = _Conn(pid, types.SimpleNamespace(close=lambda: None))
         c.last, c.fresh, c.window = msg, True, msg.get("window", 0.0)
         client._conns[pid] = c
-    client._read = lambda c: True
-    client._job_dirs, client.rejected, client.bad_messages = {}, set(), 0
+    client._read = lambda c, now: True  # type: ignore[method-assign]
     return client
 
 

@@ -125,6 +125,12 @@ def _keys(prefix: str, group: str) -> tuple[tuple[str, ...], tuple[tuple[str, Ca
             tuple((prefix + name, fn) for name, fn in DERIVED[group].items()))
 
 
+def rank_series_keys(subject: str) -> tuple[str, ...]:
+    """Every series key of one rank (``rank3`` -> rank3.step_time, ...)."""
+    keys, derived = _keys(subject + ".", "rank")
+    return keys + tuple(k for k, _ in derived)
+
+
 _GETTERS = {g: (lambda names: attrgetter(*names) if len(names) > 1 else (lambda s: (getattr(s, names[0]),)))(names)
             for g, names in FIELDS.items()}
 

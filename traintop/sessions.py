@@ -103,17 +103,20 @@ def live_session(interval: float = 0.5, pid: int | None = None, record: str | No
 
 
 def agent_session(interval: float, record: str | None = None, config: Thresholds | None = None,
-                  only: frozenset[int] | None = None) -> Session:
+                  only: frozenset[int] | None = None, probes_per_user: int | None = None) -> Session:
     """A node agent's live session: the GPUs (``only``: these NVML indices), the host, and the
     probe of every job here (``collectors.node``). Without a GPU it serves the host and the
-    probes, and its source says why (``gpu_problem``)."""
+    probes, and its source says why (``gpu_problem``). ``probes_per_user``: connections to one
+    user's probes at most (collectors/probe_limits.py)."""
     from traintop.collectors.host import HostCollector
     from traintop.collectors.node import AgentSampler, AllProbes, nvidia_hardware_present
+    from traintop.collectors.probe_limits import ProbeLimits
 
     check_interval(interval)
+    limits = ProbeLimits() if probes_per_user is None else ProbeLimits(per_user=probes_per_user)
     gpu, info = _open_gpus(interval, only, require_gpu=False)
     sampler = AgentSampler(LiveSampler(gpu=gpu, host=HostCollector(), gpu_timeout=max(1.0, 2 * interval)),
-                           AllProbes(), only)
+                           AllProbes(limits=limits), only)
     if gpu is None:
         sampler.gpu_problem = info.extra["no_gpu"]
         sampler.gpus_unreadable = nvidia_hardware_present()

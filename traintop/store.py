@@ -16,10 +16,13 @@ from array import array
 from collections.abc import Sequence
 from itertools import chain
 
-from traintop.metrics import check_key, frame_groups
-from traintop.samples import Frame
+from traintop.metrics import check_key, frame_groups, rank_series_keys
+from traintop.samples import Frame, RankSample
 
 NAN = float("nan")
+# Ranks whose history is kept live: a node runs a few (one a GPU); the ranks are the probes' word,
+# and one that names a new rank in every message must not add a column set (25 series) each time.
+MAX_RANKS = 128
 
 
 def _with_nan(col: Sequence) -> tuple[int | None, Sequence]:
@@ -33,10 +36,12 @@ def _with_nan(col: Sequence) -> tuple[int | None, Sequence]:
 class Store:
     """Fixed-capacity history of every series, on one shared time axis."""
 
-    def __init__(self, capacity: int = 7200) -> None:
+    def __init__(self, capacity: int = 7200, max_ranks: int = MAX_RANKS) -> None:
         if capacity < 2:
             raise ValueError("capacity must be at least 2")
         self.capacity = capacity
+        self.max_ranks = max_ranks
+        self._rank_seen: dict[str, int] = {}  # a rank's subject -> the last sample that had it
         self._times = array("d", bytes(8 * capacity))
         self._values: dict[str, array] = {}
         self._head = 0  # next physical slot to write
@@ -53,6 +58,8 @@ class Store:
         seen = set()
         values = self._values
         for keys, vals, derived, sample in frame_groups(frame):
+            if isinstance(sample, RankSample) and not self._admit_rank(keys[0].partition(".")[0]):
+                continue
             for key, value in chain(zip(keys, vals), ((k, fn(sample)) for k, fn in derived)):
                 col = values.get(key)
                 if value is None:
@@ -72,6 +79,20 @@ class Store:
         self._n = min(self._n + 1, self.capacity)
         self.latest = frame
         self.frames_seen += 1
+
+    def _admit_rank(self, subject: str) -> bool:
+        """Whether this sample's ``subject`` (rank3) has its series: a new rank past ``max_ranks``
+        takes the place of the one heard of longest ago, never of one in this sample."""
+        seen = self._rank_seen
+        if subject not in seen and len(seen) >= self.max_ranks:
+            old = min((s for s, n in seen.items() if n < self.frames_seen), key=seen.__getitem__, default=None)
+            if old is None:
+                return False
+            del seen[old]
+            for key in rank_series_keys(old):
+                self._values.pop(key, None)
+        seen[subject] = self.frames_seen
+        return True
 
     def extend(self, frames: list[Frame]) -> None:
         """``add`` each of ``frames`` in turn, a series at a time (a replay's seek loads 240

@@ -194,7 +194,8 @@ class HostAgent:
             xids=tuple((g, n, code) for g, (n, code) in sorted(self._xids.items())),
             loader_cpu=sum(cpus) / len(cpus) / 100 if cpus else None,
             loader_workers=len(workers) if p is not None else None,
-            sample_age=max(0.0, time.time() - frame.t), mode=self.mode, gpus_unreadable=self.gpus_unreadable,
+            sample_t=frame.t, mode=self.mode, gpus_unreadable=self.gpus_unreadable,
+            probe_refused=self._probe_refused(),
             owners=self._owners.of(frame) if self._owners is not None else (),
             mfu=self._mfu(frame, ranks),
             ledger=tuple((labels, bucket, s) for (labels, bucket), s in sorted(self._ledger.items(),
@@ -220,8 +221,8 @@ class HostAgent:
                 share = shares.get(bucket, 0.0)
                 key = (labels, bucket)
                 if key not in self._ledger and len(self._ledger) >= MAX_LEDGER_SERIES:
-                    self._ledger.pop(next(iter(self._ledger)))  # ranks long gone first (insertion order)
-                self._ledger[key] = self._ledger.get(key, 0.0) + share * held
+                    self._ledger.pop(next(iter(self._ledger)))  # the ranks heard of longest ago first
+                self._ledger[key] = self._ledger.pop(key, 0.0) + share * held  # to the end: heard of now
         gpus = {g.index: g for g in before.gpus}
         for f in up:
             if f.severity < Severity.WARNING:
@@ -240,7 +241,8 @@ class HostAgent:
             if r.steps is not None and r.step_flops and r.steps > seen:
                 done += r.step_flops * (r.steps - seen)
             if labels not in self._flops and len(self._flops) >= MAX_LEDGER_SERIES // len(LEDGER_BUCKETS):
-                self._flops.pop(next(iter(self._flops)))  # ranks long gone first (insertion order)
+                self._flops.pop(next(iter(self._flops)))  # the ranks heard of longest ago first
+            self._flops.pop(labels, None)  # to the end: heard of now
             self._flops[labels] = (done, r.steps if r.steps is not None else seen)
             gpu = rank_gpu(frame, r.pid)
             peak = peak_flops(names.get(gpu) if gpu is not None else None, r.matmul_mode)
@@ -249,6 +251,15 @@ class HostAgent:
             out.append((labels, done, peak, mfu(r.step_flops, period, names.get(gpu), r.matmul_mode)
                         if gpu is not None else None))
         return tuple(out)
+
+    def _probe_refused(self) -> tuple[tuple[str, int], ...]:
+        """The probe reader's refusals so far (a live agent's), each said once in one line."""
+        guard = getattr(getattr(getattr(self.feed, "source", None), "probes", None), "guard", None)
+        if guard is None:
+            return ()
+        for note in guard.take_notes():
+            print(one_line(note, 400), file=sys.stderr, flush=True)
+        return tuple(guard.refused.items())
 
     def _write_textfile(self) -> None:
         if self.textfile is None:
@@ -306,7 +317,7 @@ def build_hosts(args) -> list[HostAgent]:
                                          straggler=args.straggler, stall_after=args.stall_after)
         else:
             session = sessions.agent_session(args.interval, record=args.record, config=args.thresholds,
-                                             only=args.only_gpus)
+                                             only=args.only_gpus, probes_per_user=args.probes_per_user)
         session.attach_hook(hook, host=name)  # one hook for every host, each event naming its host
         hosts.append(HostAgent(name, session, job, textfile=textfile))
     return hosts

@@ -23,6 +23,8 @@ def add_agent(sub) -> None:
                    "TORCHELASTIC_RUN_ID)")
     g.add_argument("--duration", type=options.seconds, metavar="S", help="stop after this many seconds")
     g.add_argument("--quiet", action="store_true", help="print nothing unless something fails")
+    g.add_argument("--probes-per-user", type=options.positive_int, default=64, metavar="N",
+                   help="connections to one user's probes at most (default 64; a rank is one, a node runs a few)")
     g = p.add_argument_group("simulator")
     g.add_argument("--simulate", metavar="SCENARIO", help="serve the simulator instead of real GPUs")
     g.add_argument("--gpus", type=options.positive_int, default=1, metavar="N", help="simulated GPUs per host")

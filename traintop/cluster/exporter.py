@@ -8,6 +8,7 @@ its own HTTP thread.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -56,13 +57,14 @@ class HostState:
     xids: tuple[tuple[int, int, int], ...] = ()  # (gpu, events counted, last code)
     loader_cpu: float | None = None
     loader_workers: int | None = None
-    sample_age: float | None = None
+    sample_t: float | None = None  # the wall time of the last complete sample: its age is taken at the scrape
     mode: str = "live"
     extra: dict = field(default_factory=dict)
     gpus_unreadable: bool | None = None  # None: not a live agent (simulated): the series is left out
     owners: tuple[OwnerRow, ...] = ()  # whose processes hold each GPU
     ledger: tuple[tuple, ...] = ()  # (RankLabels, bucket, seconds so far): the probes' time ledgers
     mfu: tuple[tuple, ...] = ()  # (RankLabels, FLOPs so far, peak FLOP/s or None, MFU or None)
+    probe_refused: tuple[tuple[str, int], ...] = ()  # (reason, count so far): a live agent's refusals of probes
 
 
 def _gpu_labels(host: str, info: GpuInfo | None, index: int, infos: dict | None = None) -> list[str]:
@@ -119,10 +121,15 @@ class HostCollector(Collector):
         info = _family(S.series("agent", "info"), ["version", "mode", "Hostname"])
         info.add_metric([__version__, st.mode, host], 1)
         out.append(info)
-        if st.sample_age is not None:
+        if st.sample_t is not None:
             age = _family(S.series("agent", "sample_age"), S.HOST_LABELS)
-            age.add_metric([host], st.sample_age)
+            age.add_metric([host], max(0.0, time.time() - st.sample_t))
             out.append(age)
+        if st.probe_refused:
+            refused = _family(S.series("agent", "probe_refused"), ["reason", "Hostname"])
+            for reason, n in st.probe_refused:
+                refused.add_metric([reason, host], n)
+            out.append(refused)
         if st.gpus_unreadable is not None:
             bad = _family(S.series("agent", "gpus_unreadable"), S.HOST_LABELS)
             bad.add_metric([host], 1 if st.gpus_unreadable else 0)

@@ -127,7 +127,10 @@ AGENT_SERIES = (
     Series("gpu_seconds_lost_total", "lost_s", "GPU-seconds left unused while a finding was active, by rule",
            counter=True),  # {rule}
     Series("agent_info", "info", "The traintop agent serving these series"),  # {version, mode}: 1
-    Series("agent_last_sample_age_seconds", "sample_age", "Seconds since the agent's last sample"),
+    Series("agent_last_sample_age_seconds", "sample_age", "Seconds since the agent's last complete sample, at the "
+           "scrape (it grows while sampling is stuck)"),
+    Series("agent_probe_refused_total", "probe_refused", "Probe connections, ranks, messages or directory entries "
+           "the agent refused past its bounds, by reason", counter=True),  # {reason}: probe_limits.REASONS
     Series("gpus_unreadable", "gpus_unreadable", "1 when this node has NVIDIA GPUs that the agent cannot read "
            "through NVML (no GPU series then: not a CPU node)"),
 )
