@@ -52,6 +52,8 @@ run_one() {
     python3 "$REPO/scripts/screen_tap.py" --size 80x24 --at "${WATCH_AT:-45,75}" --seconds 400 --out "$name-screen-80x24" \
       -- python3 -m traintop --pid "$(cat "$name.pid")" > /dev/null 2>&1 & WATCHERS="$WATCHERS $!"
     python3 -m traintop agent --listen 127.0.0.1:19555 > "$name-agent.log" 2>&1 & local AGENT=$!
+    (sleep "${WATCH_SCRAPE:-40}"; python3 -c "import urllib.request; print(urllib.request.urlopen(
+      'http://127.0.0.1:19555/metrics').read().decode())" > "$name-metrics-running.txt" 2>&1) & WATCHERS="$WATCHERS $!"
   fi
   wait $RUN; echo "  job: $(tail -1 "$name-run.log")"
   if [ -n "$WATCHERS" ]; then

@@ -65,7 +65,9 @@ _COMPILE_FILES = ("/torch/_dynamo/convert_frame.py", "/torch/_inductor/compile_f
                   "/torch/_inductor/async_compile.py", "/torch/_functorch/_aot_autograd/", "/triton/compiler/")
 
 
-_PROBE_COUNTING = ("/torch/utils/flop_counter.py",)
+# the probe's own work inside a step (its FLOP count, its profiler trace): the step runs, slower
+_PROBE_COUNTING = ("/torch/utils/flop_counter.py", "/torch/autograd/profiler_util.py", "/torch/profiler/profiler.py",
+                   "/torch/autograd/profiler.py")
 # (module, class or None, names, bucket): the calls timed on the training thread. fsync is a checkpoint's
 # too (torch.save returns before the data is on disk); safetensors' _flatten and serialize_file are
 # looked up at each call, so they time a save_file imported by name too; the frameworks' own save
@@ -99,7 +101,7 @@ def stack_kind(frame, depth: int = 80) -> str | None:
         name = code.co_filename
         if code.co_name != "<module>" and not name.startswith("<frozen"):
             if name.endswith(_PROBE_COUNTING):
-                return "train"  # the step the probe counts FLOPs of runs slower: it is still a step
+                return "train"  # the step the probe counts FLOPs of, or traces, runs slower: still a step
             if any(p in name for p in _COMPILE_FILES) or (code.co_name == "compile"
                                                           and name.endswith("/torch/__init__.py")):
                 return "compile"

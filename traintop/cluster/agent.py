@@ -158,7 +158,8 @@ class HostAgent:
         self.registry.register(self.collector)
         self._lost: dict[str, float] = {}
         self._ledger: dict[tuple, float] = {}  # (RankLabels, bucket) -> seconds: the probes' time ledgers
-        self._flops: dict[RankLabels, tuple[float, int]] = {}  # FLOPs its steps did so far, its step counter then
+        # FLOPs its steps did so far, its step counter then, its peak: kept once the rank is gone (a counter)
+        self._flops: dict[RankLabels, tuple[float, int, float | None]] = {}
         self._xids: dict[int, tuple[int, int]] = {}
         self._holds = waste.Holds.recording(self.feed.interval)
         self._owners = GpuOwners() if live else None  # a simulation's PIDs are made up: nobody's
@@ -232,25 +233,24 @@ class HostAgent:
                 self._lost[f.rule] = self._lost.get(f.rule, 0.0) + held * cost
 
     def _mfu(self, frame, ranks) -> tuple:
-        """Per rank: FLOPs its steps did so far, the peak of its GPU at its precision, its steps' MFU."""
+        """Per rank: FLOPs its steps did so far, the peak of its GPU at its precision, its steps' MFU
+        (a rank gone keeps its FLOPs and peak: a counter does not vanish with the process)."""
         names = {g.index: g.name for g in self.monitor.info.gpus}
         position = {id(r): k for k, r in enumerate(frame.ranks)}
-        out = []
+        now: dict[RankLabels, float | None] = {}
         for labels, r in ranks:
-            done, seen = self._flops.get(labels, (0.0, r.steps or 0))
+            done, seen, peak = self._flops.get(labels, (0.0, r.steps or 0, None))
             if r.steps is not None and r.step_flops and r.steps > seen:
                 done += r.step_flops * (r.steps - seen)
             if labels not in self._flops and len(self._flops) >= MAX_LEDGER_SERIES // len(LEDGER_BUCKETS):
-                self._flops.pop(next(iter(self._flops)))  # the ranks heard of longest ago first
-            self._flops.pop(labels, None)  # to the end: heard of now
-            self._flops[labels] = (done, r.steps if r.steps is not None else seen)
+                self._flops.pop(next(iter(self._flops)))  # ranks long gone first (insertion order)
             gpu = rank_gpu(frame, r.pid)
-            peak = peak_flops(names.get(gpu) if gpu is not None else None, r.matmul_mode)
+            peak = peak_flops(names.get(gpu) if gpu is not None else None, r.matmul_mode) or peak
+            self._flops[labels] = (done, r.steps if r.steps is not None else seen, peak)
             with self.monitor.lock:
                 period = train_seconds_per_step(self.monitor.store, rank_id(r, position.get(id(r), 0)), MFU_SPAN_S)
-            out.append((labels, done, peak, mfu(r.step_flops, period, names.get(gpu), r.matmul_mode)
-                        if gpu is not None else None))
-        return tuple(out)
+            now[labels] = mfu(r.step_flops, period, names.get(gpu), r.matmul_mode) if gpu is not None else None
+        return tuple((labels, done, peak, now.get(labels)) for labels, (done, _, peak) in self._flops.items())
 
     def _probe_refused(self) -> tuple[tuple[str, int], ...]:
         """The probe reader's refusals so far (a live agent's), each said once in one line."""
