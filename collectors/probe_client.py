@@ -17,7 +17,7 @@ import stat
 import time
 
 from traintop import plausible
-from traintop.collectors.probe_limits import Allowance, ProbeGuard
+from traintop.collectors.probe_limits import Allowance, ProbeGuard, ProbeLimits
 from traintop.probe_agent import peer_pid, peer_uid, private_dir_problem, probe_dir
 from traintop.probe_capture import CAPTURE_NAME  # noqa: F401  (the names a capture's file may have)
 from traintop.samples import LEDGER_BUCKETS, MATMUL_MODES, backend_index, Capture, RankSample, StackDump, ThreadStack
@@ -227,7 +227,7 @@ def _remove_if_dead(pid: int, path: str) -> None:
 
 class ProbeClient:
     def __init__(self, directory: str | None = None, clock=time.monotonic, owner_uid: int | None = None,
-                 guard: ProbeGuard | None = None) -> None:
+                 guard: ProbeGuard | None = None, limits: ProbeLimits | None = None) -> None:
         self.directory = directory or probe_dir()
         # whose probes may answer: ours (or root's); an agent run as root reading another user's
         # directory accepts that directory's owner
@@ -247,7 +247,7 @@ class ProbeClient:
         # what a probe is granted (connections, descriptors, messages a second): an agent's
         # clients share one guard; a client of its own starts the guard's tick itself
         self._own_guard = guard is None
-        self.guard = guard if guard is not None else ProbeGuard()
+        self.guard = guard if guard is not None else ProbeGuard(limits)
         self._retry: dict[int, tuple[float, float]] = {}  # pid -> (no connect before, the wait after a failure)
         self._refused_now: dict[int, str] = {}  # pid -> why it is not connected (counted once)
         self._turn = 0  # whose turn to be read first: the tick's budget reaches everyone in turn

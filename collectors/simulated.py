@@ -122,8 +122,9 @@ class Simulator:
             return ()
         out = []
         # synchronous DDP: every rank takes the slowest rank's step (the others wait in the all-reduce)
-        job_step = max((STEP_S[s] for s in self.scenarios if s != "idle"), default=0.1)
-        job_step *= 0.95 + 0.1 * _rng(self.seed, "step", round(t * 1000)).random()
+        nominal_step = max((STEP_S[s] for s in self.scenarios if s != "idle"), default=0.1)
+        # each step's time jitters; the count of steps taken keeps the mean pace (it never runs backwards)
+        job_step = nominal_step * (0.95 + 0.1 * _rng(self.seed, "step", round(t * 1000)).random())
         # a straggler or a rank waiting for one on another node: the job has a rank beyond this host
         world = len(gpus) + any(s in ("slow_loader", "collective_wait") for s in self.scenarios)
         for g, scenario in zip(gpus, self.scenarios):
@@ -136,9 +137,10 @@ class Simulator:
             if scenario == "memory_creep":
                 allocated = int(reserved - 300 * MiB * r.random())
             step = job_step
-            wait = {"starved": 0.62, "underused": 0.01, "pcie_bound": 0.05, "slow_loader": 0.87,
-                    "collective_wait": 0.36}.get(scenario, 0.02) * (0.9 + 0.2 * r.random())
-            steps = int((t - self.t0) / step)
+            nominal_wait = {"starved": 0.62, "underused": 0.01, "pcie_bound": 0.05, "slow_loader": 0.87,
+                            "collective_wait": 0.36}.get(scenario, 0.02)
+            wait = nominal_wait * (0.9 + 0.2 * r.random())
+            steps = int((t - self.t0) / nominal_step)
             out.append(RankSample(
                 pid=TRAIN_PID + g.index, rank=g.index, world_size=world, device=g.index, cuda=True,
                 allocated=allocated, reserved=reserved, peak=max(allocated, int(reserved * 0.9)),
@@ -146,8 +148,9 @@ class Simulator:
                 steps=steps, step_time=step, steps_per_s=1 / step, input_wait=min(1.0, wait), age=0.1,
                 time_train=1.0 - min(1.0, wait), time_input=min(1.0, wait),
                 matmul=MATMUL_MODES.index("bf16"),
-                # its steps run at SIM_MFU over their training time (the input wait is no part of a step's)
-                step_flops=SIM_MFU * H200_BF16_FLOPS * STEP_S[scenario] * (1.0 - min(1.0, wait)),
+                # its steps run at SIM_MFU over their training time (the input wait is no part of a
+                # step's); a step's FLOPs are the model's, the same every step
+                step_flops=SIM_MFU * H200_BF16_FLOPS * nominal_step * (1.0 - nominal_wait),
             ))
         return tuple(out)
 

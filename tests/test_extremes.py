@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import socket
+import time
 import sqlite3
 import subprocess
 import sys
@@ -107,9 +108,10 @@ def _probe_message(pid: int, folder: str, t: float) -> dict:
            "flops": {"flops": 1e12}, "pause_stack": 'File "train.py", line 3\n  step()', "stacks_reason": "stalled",
            "memory": [{k: 1 << 30 for k in P.MEMORY_FIELDS} | {"device": 0, "alloc_retries": 0, "ooms": 0}],
            "stacks": [{"thread": "MainThread", "main": True, "stack": 'File "train.py", line 3\n  step()'}],
-           "since_step": 3.0, "job": "4242", "backend": "nccl",
+           "since_step": 3.0, "job": "4242", "backend": "nccl", "ppid": 1, "capture_refused": [{"kind": "trace"}],
            "captures": [{"kind": "trace", "path": os.path.join(folder, "captures", "capture-7-20261202-101010.pt.trace.json"),
-                         "t": t, "bytes": 1000, "steps": 3, "step_s_before": 0.1, "step_s_after": 0.1, "error": None}]}
+                         "t": t, "bytes": 1000, "steps": 3, "step_s_before": 0.1, "step_s_after": 0.1, "error": None,
+                         "removed": ["capture-7-20261202-101009.pt.trace.json"]}]}
     assert set(P.FIELDS) | set(P.STRUCTURED) <= set(msg)
     return msg
 
@@ -155,7 +157,12 @@ def _feed_probe(tmp_path, monkeypatch) -> str:
     srv = socket.socket(socket.AF_UNIX)
     srv.bind(str(d / f"probe-{pid}.sock"))
     srv.listen(1)
-    client = ProbeClient()
+    from traintop.collectors.probe_limits import ProbeLimits
+
+    # the extremes, not the rate, are under test: a reader held to a probe's byte rate would leave
+    # this one thread blocked in sendall (test_hostile_agent_probes.py tests the rate)
+    unbounded = ProbeLimits(lines_per_s=1e9, burst_lines=1 << 30, bytes_per_s=float(1 << 40), burst_bytes=1 << 40)
+    client = ProbeClient(limits=unbounded)
     sampler = LiveSampler(process=_FakeProcess(pid), probes=client)
     sampler.next_frame()
     conn, _ = srv.accept()
@@ -171,21 +178,10 @@ def _feed_probe(tmp_path, monkeypatch) -> str:
                 _set(msg, where, "@X@")
                 msg["t"] = msg["t"] if where == ("t",) else 1.8e9
                 for line in (_with(json.dumps(msg), x), json.dumps(good)):
-                    conn.sendall(line.encode() + b"\n")
-                    frame = sampler.next_frame()
-                    monitor.ingest(frame)
-                    for r in frame.ranks:
-                        ranks += 1
-                        for f in dataclasses.fields(r):
-                            v = getattr(r, f.name)
-                            if f.name in plausible.RANK and v is not None:
-                                assert plausible.number(v, plausible.RANK[f.name]) is not None, (where, x, f.name, v)
-                    for dump in frame.stacks:
-                        assert plausible.time_ok(dump.t) and len(dump.threads) <= plausible.MAX_THREADS, (where, x)
-                        "\n".join(stacks.render(dump))
-                    for cap in frame.captures:
-                        assert plausible.time_ok(cap.t), (where, x)
-                        evidence.describe(cap)
+                    for frame in _send_while_sampling(conn, line.encode() + b"\n", sampler):
+                        monitor.ingest(frame)
+                        _check_frame(frame, where, x)
+                        ranks += len(frame.ranks)
     finally:
         conn.close()
         srv.close()
@@ -193,6 +189,47 @@ def _feed_probe(tmp_path, monkeypatch) -> str:
         monitor.close()
     assert ranks and client.bad_messages
     return path
+
+
+def _send_while_sampling(conn, data: bytes, sampler) -> list:
+    """Send one message and take frames until it is sent: a message larger than the socket's buffer
+    is read while it is written (one thread doing both would wait for itself)."""
+    import threading
+
+    error: list = []
+
+    def send():
+        try:
+            conn.sendall(data)
+        except OSError as e:  # the reader hung up: said below
+            error.append(e)
+
+    sender = threading.Thread(target=send, daemon=True)
+    sender.start()
+    frames = []
+    deadline = time.monotonic() + 30
+    while sender.is_alive() and time.monotonic() < deadline:
+        frames.append(sampler.next_frame())
+        sender.join(0.01)
+    assert not sender.is_alive() and not error, (f"the reader stopped reading a message of {len(data)} bytes "
+                                                 f"within its limits ({error})", data[:200])
+    return frames + [sampler.next_frame()]  # what is left of it in the socket's buffer
+
+
+def _check_frame(frame, where, x) -> None:
+    from traintop import evidence, plausible, stacks
+
+    for r in frame.ranks:
+        for f in dataclasses.fields(r):
+            v = getattr(r, f.name)
+            if f.name in plausible.RANK and v is not None:
+                assert plausible.number(v, plausible.RANK[f.name]) is not None, (where, x, f.name, v)
+    for dump in frame.stacks:
+        assert plausible.time_ok(dump.t) and len(dump.threads) <= plausible.MAX_THREADS, (where, x)
+        "\n".join(stacks.render(dump))
+    for cap in frame.captures:
+        assert plausible.time_ok(cap.t), (where, x)
+        evidence.describe(cap)
 
 
 # -- recordings -----------------------------------------------------------------------------------

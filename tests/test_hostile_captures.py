@@ -252,7 +252,10 @@ def test_a_flood_of_captures_never_costs_the_recording_a_sample(tmp_path, small_
     kept = RecordingReader(rec).captures()
     assert len(kept) == 30 and any(c.error is None for c in kept)
     refused = [c for c in kept if c.error]
-    assert refused and all("free on the recording's disk" in c.error for c in refused)
+    # the disk's reserve refuses some; with frames written as fast as they come the copier may also
+    # fall behind, and the queue's bound refuses others (each says which)
+    assert any("free on the recording's disk" in c.error for c in refused)
+    assert all("free on the recording's disk" in c.error or "waiting to be copied" in c.error for c in refused)
     fs = os.statvfs(small_disk)
     assert fs.f_bavail * fs.f_frsize >= 2 << 20
 

@@ -235,6 +235,7 @@ class Goodput:
         # dynamo's cumulative compile seconds at the last window: 0 before torch.compile is imported (a
         # first compile can finish inside the window that first sees the counter)
         self._compile_total = 0.0
+        self._compile_call_s = 0.0  # seconds inside torch.compile() calls themselves (training thread)
         self._pending = 0.0  # seconds of windows with no step yet, not overdue: train if a step follows
         self._steps_seen = 0
         self._forward: tuple | None = None  # (t, grad enabled) of the last sampled forward on the training thread
@@ -600,7 +601,11 @@ class Goodput:
         def compile(*args, **kwargs):
             goodput.compile_seen = True
             goodput.disarm()  # no global hook may be in place when the first graph compiles
-            out = fn(*args, **kwargs)
+            t0 = time.perf_counter()
+            try:
+                out = fn(*args, **kwargs)
+            finally:  # the first call imports the compiler (dynamo, inductor): seconds its counter never sees
+                goodput._compile_call_s += time.perf_counter() - t0
             try:
                 goodput._install_compiler_hook()
             except Exception:
@@ -744,9 +749,11 @@ class Goodput:
     def _compile_seconds(self) -> float | None:
         utils = sys.modules.get("torch._dynamo.utils")
         spent = getattr(utils, "cumulative_time_spent_ns", None)
+        calls = self._compile_call_s
         if not isinstance(spent, dict):
-            return None
-        return sum(v for k, v in list(spent.items()) if k in ("entire_frame_compile", "entire_backward_compile")) / 1e9
+            return calls or None
+        return calls + sum(v for k, v in list(spent.items())
+                           if k in ("entire_frame_compile", "entire_backward_compile")) / 1e9
 
     def held_seconds(self) -> float:
         """Seconds the training thread has spent in timed calls (checkpoints, collectives) and evaluation so far."""

@@ -5,14 +5,19 @@ Only a job with torch can train on the CPU in this sense: a busy Python process 
 imported torch (a preprocessing script, a shell loop) is no finding. The evidence of torch
 is the probe's word (optimizer steps, or torch imported) or, without a probe, torch's
 libraries mapped into a process of the job (/proc/PID/maps). Recordings keep neither (the
-probe's steps excepted), so a replay without a probe raises it only from steps. The
+probe's steps excepted), so a replay without a probe raises it only from steps. While the probe
+says no step yet the job is starting (imports, data, a framework's set-up: Lightning's takes a busy
+core for seconds): judged only once that has lasted STARTUP_GRACE_S. The
 finding ends at once when the job has ended: nothing trains any more.
 """
 
 from __future__ import annotations
 
+from traintop import metrics
 from traintop.rules.declaration import HostRule
 from traintop.rules.engine import REVERSED, Verdict, RuleContext, Severity
+
+STARTUP_GRACE_S = 30.0  # a probed job without a step yet is starting up, for this long at most
 
 
 class TrainingOnCpu(HostRule):
@@ -53,7 +58,7 @@ class TrainingOnCpu(HostRule):
             return
         if len(cpu) < 5 or mean_cpu < c.cpu_training_min_cpu:
             return
-        if frame.ranks and not any(r.steps for r in frame.ranks):
+        if frame.ranks and not any(r.steps for r in frame.ranks) and not _long_startup(ctx):
             return  # the probe says no step yet: the job is starting (imports, data, model), not training
         pids = {m.pid for m in proc.members} | {proc.pid}
         if any(p.pid in pids and (p.used_bytes or 1) > 0 for g in frame.gpus for p in g.processes):
@@ -71,3 +76,13 @@ class TrainingOnCpu(HostRule):
         else:
             text += f" but holds no memory on any of the {len(frame.gpus)} GPU(s)"
         yield Verdict("process", text)
+
+
+def _long_startup(ctx: RuleContext) -> bool:
+    """Whether a probed rank has said "no step" for STARTUP_GRACE_S already: longer than a start-up.
+    (From the store itself: the judgement of now cuts windows to seconds, and this is a duration.)"""
+    for subject, _ in ctx.ranks():
+        pairs = ctx.store.window_pairs(metrics.rank_key(subject, "steps"), 2 * STARTUP_GRACE_S)
+        if pairs and pairs[-1][0] - pairs[0][0] >= STARTUP_GRACE_S and not any(v for _, v in pairs):
+            return True
+    return False
