@@ -201,16 +201,16 @@ class Job:
 
 
 def h200_phases(args, tmp: str):
-    tt = [PY, "-m", "traintop"]
+    tt = args.traintop.split() if args.traintop else [PY, "-m", "traintop"]
     job_s = str(args.warmup + args.seconds + 120)
+    nanogpt = [PY, NANOGPT, "--device", args.job_device, "--seconds", job_s]
     yield "idle", None, traintop_rows(tt, tmp, "idle") + peer_rows()
     for k in range(args.runs):
-        job = [PY, NANOGPT, "--seconds", job_s] if args.load == "nanogpt" else None
+        job = nanogpt if args.load == "nanogpt" else None
         yield f"training {k + 1}", job, traintop_rows(tt, tmp, f"train{k}") + peer_rows()
     if args.load == "nanogpt":
         yield "attached", None, [
-            Row("dashboard 1 Hz, attached (traintop run)", tt + ["--interval", "1", "run", "--", PY, NANOGPT,
-                                                               "--seconds", job_s], tree=False),
+            Row("dashboard 1 Hz, attached (traintop run)", tt + ["--interval", "1", "run", "--", *nanogpt], tree=False),
             Row("dashboard 1 Hz, unattached", tt + ["--interval", "1"])]
 
 
@@ -326,6 +326,8 @@ def main() -> int:
     ap.add_argument("--preset", choices=["h200", "sim8x8", "attached"], default="sim8x8")
     ap.add_argument("--load", choices=["nanogpt", "none"], default="nanogpt", help="h200: the training job")
     ap.add_argument("--runs", type=int, default=1, help="h200: training phases")
+    ap.add_argument("--job-device", default="cuda", help="h200: where the training job runs (cpu: a dry run)")
+    ap.add_argument("--traintop", help="h200: how to start traintop (default: python -m traintop)")
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--warmup", type=float, default=10.0)
     ap.add_argument("--job-wait", type=float, default=90.0, help="seconds a job gets to take its first steps")

@@ -164,6 +164,7 @@ def build(gpus: int, procs: int, pids: list[int], scenario: str, cost: dict | No
            "nvmlDeviceGetCurrPcieLinkWidth": ("pcie_link", lambda h: 16)}
     for name, (key, fn) in fns.items():
         setattr(nv, name, counted(key, fn))
+    nv.nvmlDeviceGetCurrentClocksThrottleReasons = nv.nvmlDeviceGetCurrentClocksEventReasons  # older name
     nv.nvmlDeviceGetUUID = lambda h: f"GPU-sim-{h}"
     nv.nvmlDeviceGetPciInfo = lambda h: types.SimpleNamespace(busId=f"00000000:{0x18 + h:02X}:00.0")
     nv.nvmlDeviceGetMinorNumber = lambda h: h
