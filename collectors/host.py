@@ -33,6 +33,11 @@ class ProcFile:
         except OSError:
             self._f = None
 
+    def close(self) -> None:
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+
     def read(self) -> str | None:
         if self._f is None:
             return None
@@ -57,6 +62,10 @@ class HostCollector:
         self._last_t = clock()
         self._last_disk = self._disk()
         self._last_net = self._net()
+
+    def close(self) -> None:
+        for f in (self._stat, self._meminfo, self._diskstats, self._netdev):
+            f.close()
 
     def _cpu(self) -> list[Core]:
         text = self._stat.read()

@@ -163,3 +163,6 @@ class LiveSampler:
             self.probes.close()
         if self.owners is not None:
             self.owners.close()
+        close_host = getattr(self.host, "close", None)
+        if close_host is not None:
+            close_host()
