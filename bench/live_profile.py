@@ -49,10 +49,16 @@ STAGES = [
 ]
 
 
-def child(argv: list[str], out: str, warmup: float) -> int:
+def child(argv: list[str], out: str, warmup: float, sim_nvml: str | None = None) -> int:
     """Run traintop with a profiler on the UI thread and one on the feed's thread, each enabled
     ``warmup`` seconds after start (start-up, imports and the first layout are not the steady cost)."""
     import threading
+
+    if sim_nvml:  # NVML's stand-in (bench/sim_nvml.py) before traintop imports pynvml
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import sim_nvml as sim
+
+        sim.install(sim_nvml.split())
 
     from traintop import feeds
     from traintop.app.main import TraintopApp
@@ -121,17 +127,21 @@ def main() -> int:
     ap.add_argument("--warmup", type=float, default=10.0, help="seconds before profiling starts")
     ap.add_argument("--top", type=int, default=0, help="also print the top N functions by internal time")
     ap.add_argument("--save", help="keep the merged profile here")
+    ap.add_argument("--sim-nvml", metavar="OPTIONS", help="run against bench/sim_nvml.py with these options "
+                    "(one string: \"--gpus 8 --procs 1 --pids ...\"); no GPU needed")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("args", nargs="*")
     a = ap.parse_args()
     if a.child:
-        return child(a.args, a.child, a.warmup)
+        return child(a.args, a.child, a.warmup, a.sim_nvml)
     cols, rows = (int(x) for x in a.size.lower().split("x"))
     out = a.save or tempfile.mktemp(suffix=".prof")
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
     env = dict(os.environ, TERM="xterm-256color", COLUMNS=str(cols), LINES=str(rows))
-    proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--child", out, "--warmup", str(a.warmup), "--", *a.args],
+    sim = ["--sim-nvml", a.sim_nvml] if a.sim_nvml else []
+    proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--child", out, "--warmup", str(a.warmup), *sim,
+                             "--", *a.args],
                             stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True)
     os.close(slave)
     nbytes = reads = 0
@@ -144,6 +154,9 @@ def main() -> int:
             os.write(master, b"q")
             sent = True
             quit_at = time.monotonic()
+        elif sent == 1 and time.monotonic() > quit_at + 1:
+            os.write(master, b"s")  # `traintop run` asks whether to stop its job: stop it
+            sent = 2
         if sent and time.monotonic() > quit_at + 30:
             proc.kill()
         r, _, _ = select.select([master], [], [], 0.2)

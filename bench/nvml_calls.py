@@ -15,17 +15,23 @@ import threading
 import time
 
 
-def timeit(fn, n: int) -> tuple[float, float]:
+CPU: dict = {}  # name -> CPU µs a call (this thread's), beside the wall-clock figures
+
+
+def timeit(fn, n: int, name: str | None = None) -> tuple[float, float]:
     for _ in range(min(5, n)):
         try:
             fn()
         except Exception:
             return float("nan"), float("nan")
     xs = []
+    cpu = time.thread_time()
     for _ in range(n):
         t = time.perf_counter_ns()
         fn()
         xs.append((time.perf_counter_ns() - t) / 1000)
+    if name:
+        CPU[name] = (time.thread_time() - cpu) / n * 1e6
     xs.sort()
     return statistics.median(xs), xs[int(0.9 * (len(xs) - 1))]
 
@@ -60,6 +66,12 @@ def main() -> int:
         "remapped_rows": (lambda: nv.nvmlDeviceGetRemappedRows(h), 100),
         "pcie_link": (lambda: nv.nvmlDeviceGetCurrPcieLinkGeneration(h), 100),
     }
+    recent = lambda: int((time.time() - 2) * 1e6)  # noqa: E731 - the samples of the last 2 s, as a window asks
+    for name in ("nvmlDeviceGetProcessesUtilizationInfo", "nvmlDeviceGetProcessUtilization"):
+        fn = getattr(nv, name, None)
+        if fn is not None:  # NOT_FOUND where nothing ran on the GPU: timed where a job is on it
+            calls[name.removeprefix("nvmlDevice")] = (lambda fn=fn: fn(h, recent()), 30)
+    calls["util_samples_2s"] = (lambda: nv.nvmlDeviceGetSamples(h, nv.NVML_GPU_UTILIZATION_SAMPLES, recent()), 30)
     try:  # GPM: one sample (the metrics come from two)
         if nv.nvmlGpmQueryDeviceSupport(h).isSupportedDevice:
             gs = nv.nvmlGpmSampleAlloc()
@@ -68,7 +80,7 @@ def main() -> int:
         print("GPM not available:", e)
     rows = {}
     for name, (fn, n) in calls.items():
-        rows[name] = timeit(fn, n)
+        rows[name] = timeit(fn, n, name)
 
     from traintop.collectors.nvml import NvmlCollector
 
@@ -94,9 +106,9 @@ def main() -> int:
     stop.set()
     th.join()
 
-    print(f"{'query':<16}{'median µs':>12}{'p90 µs':>12}")
+    print(f"{'query':<34}{'median µs':>12}{'p90 µs':>12}{'CPU µs':>10}")
     for name, (med, p90) in rows.items():
-        print(f"{name:<16}{med:>12.1f}{p90:>12.1f}")
+        print(f"{name:<34}{med:>12.1f}{p90:>12.1f}{CPU.get(name, float('nan')):>10.1f}")
     print(f"{'traintop tick':<16}{tick_med:>12.1f}{tick_p90:>12.1f}   (raw fast calls it makes: {fast_sum:.1f} µs)")
     print(f"{'util, PCIe busy':<16}{contended[0]:>12.1f}{contended[1]:>12.1f}   (another thread loops PCIe TX)")
     print(f"{'tick, PCIe busy':<16}{tick_contended[0]:>12.1f}{tick_contended[1]:>12.1f}")
@@ -106,7 +118,7 @@ def main() -> int:
     print("unsupported fields:", sorted(f for (_, f) in col._unsupported) or "none")
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"calls": rows, "tick": [tick_med, tick_p90], "fast_sum": fast_sum,
+            json.dump({"calls": rows, "cpu_us": CPU, "tick": [tick_med, tick_p90], "fast_sum": fast_sum,
                        "util_contended": contended, "tick_contended": tick_contended,
                        "gpm_poll": gpm_poll, "slow_poll": slow_poll,
                        "device": nv.nvmlDeviceGetName(h)}, fh, indent=1, default=str)

@@ -7,11 +7,19 @@ queries run on a separate thread so they never delay a tick:
 
 - once a window (1 s; 2 s when sampling once a second or slower): GPM (Hopper and later,
   gpm.py; ~0.09 ms a GPU) and, for a GPU that is working (a compute process, or
-  utilization above zero, since the last window), the utilization sample buffer (~2.7 ms
-  a call on an H200; the driver refreshes it ~6 times a second), giving the min/max
-  utilization of the window on the next tick, and each process's share of it (its own
-  sample buffer, process_util.py). A GPU with no process and no utilization has no
-  bursts to find, and neither buffer is read;
+  utilization above zero, since the last window), the utilization sample buffer, giving the
+  min/max utilization of the window on the next tick, and each process's share of it (its
+  own sample buffer, process_util.py). On an H200 (driver 580) each buffer read costs
+  ~1.9 ms of CPU under a training job (~2.5 ms idle), whatever it returns; the driver adds
+  a sample every 200 ms and keeps 72. So a buffer is read only where it can tell something:
+  not for a GPU with no process and no utilization (no bursts to find); not for one busy
+  (>= ``STEADY_UTIL``) at every tick for ``STEADY_S`` (its window would hold no dip that a
+  rule reads: starvation needs a mean of 90 % or less over such a window); and the
+  per-process buffer not for a GPU with one process: its samples are the GPU's own, sample
+  for sample (seen on an H200), so its share is the GPU's utilization over the window (the
+  buffer's samples where they were read, else the ticks'). A GPU shared by several
+  processes has its per-process buffer read once a window: it answers each process's
+  newest sample (one 200-ms period) only;
 - every ``slow_every`` seconds (10): the throttle-time (violation) counters (~0.75 ms
   each), ECC counts, the current PCIe link, and PCIe throughput where GPM does not measure
   it (~21 ms a call; working GPUs only);
@@ -36,11 +44,13 @@ from traintop.collectors.gpm import GpmReader
 from traintop.collectors.mig import MigRows, mig_mode
 from traintop.collectors.nvlink import active_links
 from traintop.collectors.nvml_events import ECC_DOUBLE_BIT, XID_CRITICAL, EventListener
-from traintop.collectors.process_util import ProcessUtilReader
+from traintop.collectors.process_util import ProcessUtil, ProcessUtilReader
 from traintop.errors import NoGpuError, TraintopError
 from traintop.samples import GpuInfo, GpuProcess, GpuSample, SessionInfo, SessionKind
 
 _UNSUPPORTED_CODES = {3, 4, 13}  # NOT_SUPPORTED, NO_PERMISSION, FUNCTION_NOT_FOUND
+STEADY_UTIL = 95.0  # a tick at or above this is busy
+STEADY_S = 30.0  # busy at every tick this long: the utilization buffer is not read (the starvation rule's window)
 
 
 def load_pynvml():
@@ -105,8 +115,15 @@ class NvmlCollector:
         self._violation: dict[tuple[int, int], tuple[int, int]] = {}
         self.gpm = GpmReader(nv, self.handles)
         self.process_util = ProcessUtilReader(nv, self.handles)
-        self._putil: list[tuple[float, dict] | None] = [None] * count  # (when, {pid: ProcessUtil})
+        # (when, {pid: ProcessUtil}, what a process missing there gets: 0.0 where NVML answered, None where
+        # the shares are the GPU's own, of the one process it had)
+        self._putil: list[tuple[float, dict, float | None] | None] = [None] * count
+        self._pids: list[tuple[int, ...]] = [()] * count  # the processes the last tick saw on each GPU
+        self._ticks = [[0.0, 0, 0.0, 0] for _ in range(count)]  # since the last window: utilization, memory
+        self._busy_since: list[float | None] = [None] * count  # every tick at or above STEADY_UTIL since then
         self.events = EventListener(nv, self.handles)
+        # each process's owner where it is already known (the live sampler's cache; read-only here)
+        self.owner_of: Callable[[int], Any] | None = None
         # MIG devices of the GPUs in MIG mode: rows of their own, numbered after every NVML index
         self.mig = MigRows(nv, self._safe, [(i, info, self.handles[i]) for i, info in enumerate(gpu_infos) if info.mig],
                            self.nvml_count, self.gpm.supported)
@@ -201,6 +218,7 @@ class NvmlCollector:
         procs = self._processes(i) if i not in self.mig.parents else ()
         if procs or util is None or util.gpu > 0:
             self._working[i] = True
+        self._count_tick(i, util)
         return GpuSample(
             index=self.indices[i],
             util=float(util.gpu) if util is not None else None,
@@ -227,39 +245,60 @@ class NvmlCollector:
             processes=procs,
         )
 
-    def _util_window(self, i: int) -> tuple[float | None, float | None]:
-        """Min/max of NVML's internal utilization samples since the last tick."""
+    def _count_tick(self, i: int, util) -> None:
+        """This tick's utilization, for the window's shares and for telling a steadily busy GPU."""
+        now = time.monotonic()
+        if util is None or util.gpu < STEADY_UTIL:
+            self._busy_since[i] = None
+        elif self._busy_since[i] is None:
+            self._busy_since[i] = now
+        if util is not None:
+            with self._slow_lock:
+                acc = self._ticks[i]
+                acc[0] += util.gpu
+                acc[1] += 1
+                if 0 <= util.memory <= 100:
+                    acc[2] += util.memory
+                    acc[3] += 1
+
+    def _util_window(self, i: int) -> tuple[float | None, float | None, float | None]:
+        """Min, max and mean of NVML's internal utilization samples since the last read."""
         nv = self.nv
         got = self._safe(i, "util_samples", nv.nvmlDeviceGetSamples, self.handles[i],
                          nv.NVML_GPU_UTILIZATION_SAMPLES, self._util_ts[i])
         if not got:
-            return None, None
+            return None, None, None
         _, samples = got
         if not samples:
-            return None, None
+            return None, None, None
         vals = []
         for s in samples:
             self._util_ts[i] = max(self._util_ts[i], int(s.timeStamp))
             v = s.sampleValue.uiVal
             if 0 <= v <= 100:
                 vals.append(float(v))
-        return (min(vals), max(vals)) if vals else (None, None)
+        return (min(vals), max(vals), sum(vals) / len(vals)) if vals else (None, None, None)
 
     def _processes(self, i: int) -> tuple[GpuProcess, ...]:
         procs = self._safe(i, "processes", self.nv.nvmlDeviceGetComputeRunningProcesses, self.handles[i]) or []
         util = self._putil[i]
         if util is not None and time.monotonic() - util[0] > 2.5 * self.window_s:
             util = None  # from before the GPU went quiet: not this window's
+        owner_of = self.owner_of
         out = {}
         for p in procs:
             used = getattr(p, "usedGpuMemory", None)
+            used = int(used) if isinstance(used, int) else None
             pid = int(p.pid)
-            if util is None:
-                out[pid] = GpuProcess(pid, int(used) if isinstance(used, int) else None)
-                continue
-            u = util[1].get(pid)  # the call answered: a process without samples ran nothing
-            out[pid] = GpuProcess(pid, int(used) if isinstance(used, int) else None,
-                                  u.sm if u else 0.0, u.mem if u else 0.0, u.enc if u else 0.0, u.dec if u else 0.0)
+            owner = owner_of(pid) if owner_of is not None else None
+            u = util[1].get(pid) if util is not None else None
+            if u is not None:
+                out[pid] = GpuProcess(pid, used, u.sm, u.mem, u.enc, u.dec, owner=owner)
+            elif util is not None and util[2] is not None:  # NVML answered: a process without samples ran nothing
+                out[pid] = GpuProcess(pid, used, 0.0, 0.0, 0.0, 0.0, owner=owner)
+            else:
+                out[pid] = GpuProcess(pid, used, owner=owner)
+        self._pids[i] = tuple(out)
         return tuple(out.values())
 
     # -- slow fields, own thread ---------------------------------------------
@@ -270,22 +309,47 @@ class NvmlCollector:
             self.events.start()
 
     def poll_util_window(self, every_gpu: bool = False) -> None:
-        """``every_gpu``: read idle GPUs' buffers too (a one-off snapshot has no history of work)."""
+        """``every_gpu``: read every GPU's buffers (a one-off snapshot has no history of work)."""
         for i in range(len(self.handles)):
+            with self._slow_lock:
+                ticks, self._ticks[i] = self._ticks[i], [0.0, 0, 0.0, 0]
             if not self._working[i] and not every_gpu:
                 self._window_primed[i] = False
                 continue
             self._working[i] = False
-            per_process = self.process_util.poll(i) if i not in self.mig.parents else None
-            if per_process is not None:
-                self._putil[i] = (time.monotonic(), per_process)
-            lo, hi = self._util_window(i)
-            if not self._window_primed[i]:  # after idling the buffer holds samples from before: skip them
-                self._window_primed[i] = True
-                continue
-            if lo is not None:
-                with self._slow_lock:
-                    self._window[i] = (lo, hi)
+            busy_since = self._busy_since[i]
+            mean = None
+            if not every_gpu and busy_since is not None and time.monotonic() - busy_since >= STEADY_S:
+                self._window_primed[i] = False  # not read while steadily busy: read again, it primes first
+            else:
+                lo, hi, mean = self._util_window(i)
+                if not self._window_primed[i]:  # after idling the buffer holds samples from before: skip them
+                    self._window_primed[i] = True
+                    mean = None
+                elif lo is not None:
+                    with self._slow_lock:
+                        self._window[i] = (lo, hi)
+            if i not in self.mig.parents:
+                self._process_shares(i, ticks, mean, every_gpu)
+
+    def _process_shares(self, i: int, ticks: list, buffer_mean: float | None, every_gpu: bool) -> None:
+        """Each process's share of GPU ``i`` over the window: a sole process's is the GPU's utilization,
+        the others' are read from NVML's per-process buffer."""
+        pids = self._pids[i]
+        util_n, mem_n = ticks[1], ticks[3]
+        if len(pids) == 1 and util_n and not every_gpu:
+            sm = buffer_mean if buffer_mean is not None else ticks[0] / util_n
+            mem = ticks[2] / mem_n if mem_n else None
+            # encoder and decoder are not read: None, not a guess
+            self._putil[i] = (time.monotonic(), {pids[0]: ProcessUtil(sm, mem, None, None)}, None)
+            return
+        if not pids and not every_gpu:
+            return
+        per_process = self.process_util.poll(i)
+        if per_process is not None:
+            self._putil[i] = (time.monotonic(), per_process, 0.0)
+        elif self._putil[i] is not None and self._putil[i][2] is None:
+            self._putil[i] = None  # a sole process's share does not stand for one of several
 
     def poll_gpm(self) -> None:
         for i in range(len(self.handles)):

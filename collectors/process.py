@@ -35,6 +35,43 @@ def maps_torch(pid: int) -> bool | None:
     return False
 
 
+MAX_TREE = 4096  # processes followed under the attached one
+
+
+def _children_files() -> bool:
+    """Whether this kernel lists each task's children (/proc/PID/task/TID/children, CONFIG_PROC_CHILDREN)."""
+    import threading
+
+    return os.path.exists(f"/proc/self/task/{threading.get_native_id()}/children")
+
+
+def descendants(pid: int, proc: str = "/proc") -> list[int]:
+    """The processes under ``pid`` (children first), from each of its tasks' children files: a read
+    per thread of the tree, where psutil's ``children(recursive=True)`` reads every process's stat."""
+    out: list[int] = []
+    seen = {pid}
+    todo = [pid]
+    while todo and len(out) < MAX_TREE:
+        parent = todo.pop(0)
+        try:
+            tids = os.listdir(f"{proc}/{parent}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"{proc}/{parent}/task/{tid}/children", "rb") as fh:
+                    kids = fh.read().split()
+            except OSError:  # the thread or the process ended meanwhile
+                continue
+            for k in kids:
+                child = int(k)
+                if child not in seen:
+                    seen.add(child)
+                    out.append(child)
+                    todo.append(child)
+    return out
+
+
 def _is_loader_worker(name: str, cmdline: list[str]) -> bool:
     if name in LOADER_NAMES:
         return True
@@ -98,6 +135,7 @@ class ProcessCollector:
             self.cmdline = self.name
         self.ended_at: float | None = None
         self._torch: dict[int, tuple[bool | None, float]] = {}  # pid -> (torch mapped, when looked)
+        self._children_files = _children_files()
 
     def _has_torch(self, pids: list[int], now: float) -> bool | None:
         """torch's libraries mapped into any of ``pids``; a process seen with them keeps them."""
@@ -133,14 +171,24 @@ class ProcessCollector:
                 self.cmdline = " ".join(cmds[pid])
 
     def _tree(self) -> list[psutil.Process]:
-        procs = [self._root]
-        try:
-            procs += self._root.children(recursive=True)
-        except psutil.Error:
-            pass
-        alive = {}
-        for p in procs:
-            alive[p.pid] = self._known.get(p.pid, p)
+        """The attached process and those under it. A process that leaves the tree is forgotten (a
+        PID taken again by another is looked at anew)."""
+        alive = {self.pid: self._root}
+        if self._children_files:
+            for pid in descendants(self.pid):
+                p = self._known.get(pid)
+                if p is None:
+                    try:
+                        p = psutil.Process(pid)
+                    except psutil.Error:
+                        continue
+                alive[pid] = p
+        else:
+            try:
+                for p in self._root.children(recursive=True):
+                    alive[p.pid] = self._known.get(p.pid, p)
+            except psutil.Error:
+                pass
         for pid in list(self._known):
             if pid not in alive:
                 del self._known[pid]

@@ -121,11 +121,16 @@ def add_hopper_extras(nv, calls, *, gpm=True, events=()):
     return nv
 
 
-def fake_proc(root, pid, *, uid=1000, nspid=None, cgroup="0::/\n", env=None, fds=()):
-    """``root``/PID as /proc shows a process: its status (uid, NSpid), cgroup, environ and open files."""
+def fake_proc(root, pid, *, uid=1000, nspid=None, cgroup="0::/\n", env=None, fds=(), start=1000, name="python"):
+    """``root``/PID as /proc shows a process: its status (uid, NSpid), stat (its start time, clock ticks
+    after boot), cgroup, environ and open files. Called again for a PID: another process took it."""
+    import shutil
+
     d = root / str(pid)
+    shutil.rmtree(d, ignore_errors=True)
     (d / "fd").mkdir(parents=True)
-    (d / "status").write_text(f"Name:\tpython\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n"
+    (d / "stat").write_text(f"{pid} ({name}) S 1 {pid} {pid} 0 -1 4194304 " + "0 " * 12 + f"{start} 1 1\n")
+    (d / "status").write_text(f"Name:\t{name}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n"
                               f"NSpid:\t{' '.join(map(str, nspid or (pid,)))}\n")
     (d / "cgroup").write_text(cgroup)
     (d / "environ").write_bytes(b"\0".join(f"{k}={v}".encode() for k, v in (env or {}).items()))

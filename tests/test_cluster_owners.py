@@ -13,6 +13,8 @@ import time
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from fakes import fake_proc
+
 from traintop.cluster.exporter import HostCollector, HostState
 from traintop.cluster.fetch import ClusterData, GpuData, OwnerLabels
 from traintop.cluster.metrics_server import MetricsServer
@@ -37,14 +39,16 @@ OWNERS = {11: Owner(11, uid=1000, user="alice", slurm_job="4242", job_from="cgro
           21: Owner(21, visible=False)}
 
 
-def test_processes_are_grouped_by_owner_and_each_pid_read_once_a_minute():
+def test_processes_are_grouped_by_owner_and_each_process_read_once(tmp_path):
+    for pid in (11, 12, 13):  # 21 has no /proc entry here: another PID namespace's
+        fake_proc(tmp_path, pid, start=pid)
     asked = []
     now = [0.0]
 
     def lookup(pid, gpu_process, nested):
         asked.append(pid)
         return OWNERS[pid]
-    owners = GpuOwners(lookup=lookup, clock=lambda: now[0], nested=False)
+    owners = GpuOwners(lookup=lookup, clock=lambda: now[0], nested=False, proc=str(tmp_path))
     rows = owners.of(_frame())
     # (gpu, user, uid, hpc_job, claimed_job, pod_uid, claimed_pod, claimed_namespace, container, bytes, SM %)
     assert rows == ((0, "alice", "1000", "4242", "", "", "", "", "", 16 * GiB, None),
@@ -53,8 +57,12 @@ def test_processes_are_grouped_by_owner_and_each_pid_read_once_a_minute():
     owners.of(_frame())
     assert sorted(asked) == [11, 12, 13, 21]  # looked up once
     now[0] = 61.0
+    owners.of(Frame(t=0.0, gpus=(GpuSample(0, processes=(GpuProcess(11, GiB), GpuProcess(21, GiB))),)))
+    assert asked.count(11) == 1 and asked.count(21) == 2  # a live process is kept; one not seen from here rechecked
+    assert set(owners._known) == {11, 21}  # the gone ones forgotten
+    fake_proc(tmp_path, 11, start=99)  # PID 11 is another process now
     owners.of(Frame(t=0.0, gpus=(GpuSample(0, processes=(GpuProcess(11, GiB),)),)))
-    assert asked.count(11) == 2 and set(owners._known) == {11}  # again after a minute; the gone ones forgotten
+    assert asked.count(11) == 2
 
 
 def _exposition(state):

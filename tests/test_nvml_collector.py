@@ -240,3 +240,36 @@ def test_only_gpus_naming_a_gpu_that_is_not_there_is_one_clear_error(fake_nvml):
     nv, _ = fake_nvml(n=2)
     with pytest.raises(TraintopError, match=r"--only-gpus: no GPU 2, 7 here \(NVML sees 2: 0-1\)"):
         NvmlCollector(nv, only=frozenset({1, 2, 7}))
+
+
+def test_a_steadily_busy_gpus_utilization_buffer_is_not_read_until_it_dips(fake_nvml, monkeypatch):
+    """Busy at every tick for STEADY_S (here 0: at once), its window can hold no dip a rule reads;
+    a tick below STEADY_UTIL brings the reads back (the first one primes, as after idling)."""
+    from traintop.collectors import nvml
+
+    monkeypatch.setattr(nvml, "STEADY_S", 0.0)
+    nv, calls = fake_nvml()  # ticks read 97 %
+    c = NvmlCollector(nv)
+    for _ in range(3):
+        c.sample()
+        c.poll_util_window()
+    (g,) = c.sample()
+    assert "util_samples" not in calls and g.util_min is None
+    nv.nvmlDeviceGetUtilizationRates = lambda h: types.SimpleNamespace(gpu=50, memory=40)
+    c.sample()  # a dip
+    c.poll_util_window()  # primes
+    c.sample()
+    c.poll_util_window()
+    (g,) = c.sample()
+    assert calls["util_samples"] == 2 and (g.util_min, g.util_max) == (40.0, 100.0)
+
+
+def test_a_snapshot_reads_every_buffer(fake_nvml, monkeypatch):
+    from traintop.collectors import nvml
+
+    monkeypatch.setattr(nvml, "STEADY_S", 0.0)
+    nv, calls = fake_nvml()
+    c = NvmlCollector(nv)
+    c.sample()
+    c.poll_util_window(every_gpu=True)
+    assert calls["util_samples"] == 1

@@ -149,3 +149,29 @@ def test_torch_is_seen_in_the_process_maps():
     finally:
         q.kill()
         q.wait()
+
+
+def test_the_tree_is_every_process_under_the_job_grandchildren_included():
+    """Read from each task's children file (not every process's stat on the host): the same
+    processes psutil finds by walking them all, threads' children too."""
+    import psutil
+
+    from traintop.collectors.process import descendants
+
+    code = ("import os, subprocess, sys, threading, time\n"
+            "kid = subprocess.Popen(['sh', '-c', 'sleep 30 & sleep 30; wait'])\n"  # a child with children
+            "threading.Thread(target=lambda: subprocess.Popen(['sleep', '30'])).start()\n"  # a thread's child
+            "print('ready', flush=True); time.sleep(30)")
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    try:
+        assert p.stdout.readline().strip() == b"ready"
+        want = until(lambda: (kids := {c.pid for c in psutil.Process(p.pid).children(recursive=True)})
+                     and len(kids) >= 4 and kids)
+        assert want and set(descendants(p.pid)) == want
+        c = ProcessCollector(p.pid)
+        assert {m.pid for m in c.sample().members} == want | {p.pid}
+    finally:
+        for k in psutil.Process(p.pid).children(recursive=True):
+            k.kill()
+        p.kill()
+        p.wait()

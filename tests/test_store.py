@@ -55,3 +55,14 @@ def test_linear_fit():
     slope, intercept, r2 = linear_fit([(t, 3.0 * t + 2.0) for t in range(10)])
     assert math.isclose(slope, 3.0) and math.isclose(intercept, 2.0) and math.isclose(r2, 1.0)
     assert linear_fit([(1.0, 1.0), (1.0, 2.0)]) is None
+
+
+def test_first_time_is_when_any_of_the_series_first_has_a_value_in_the_window():
+    s = Store(capacity=8)  # the ring wraps: the first values are gone
+    for k in range(12):
+        s.add(Frame(t=float(k), gpus=(GpuSample(index=0, util=float(k) if k >= 9 else None,
+                                                mem_used=k if k >= 7 else None),)))
+    assert s.first_time(["gpu0.util", "gpu0.mem_used"]) == 7.0
+    assert s.first_time(["gpu0.util", "gpu0.mem_used"], seconds=3.5) == 8.0
+    assert s.first_time(["gpu0.util"], seconds=10) == 9.0
+    assert s.first_time(["gpu0.power_w"]) is None  # a series never seen

@@ -94,3 +94,20 @@ def test_the_time_ledger_is_labelled_with_the_time_it_covers():
     assert rv.ledger_s == 30.0 and line.endswith(f"({rv.sample.label}, 30 s)"), line
     rv, line = line_after(int(2 * LEDGER_WINDOW_S) + 100)  # longer than the window
     assert rv.ledger_s == LEDGER_WINDOW_S and line.endswith(f"({rv.sample.label}, 5 min)"), line
+
+
+def test_the_time_ledger_says_how_long_it_covers():
+    """The ledger's window (5 minutes), or less for a job younger than that: each sample counts
+    the interval before it."""
+    from traintop.collectors.simulated import Simulator
+    from traintop.view import LEDGER_WINDOW_S
+
+    sim = Simulator("healthy", interval=1.0)
+    mon = Monitor(sim.info())
+    for f in sim.frames(40):
+        mon.ingest(f)
+    (rank,) = build_view(mon).process.ranks
+    assert rank.ledger and rank.ledger_s == 40.0
+    for f in sim.frames(400):
+        mon.ingest(f)
+    assert build_view(mon).process.ranks[0].ledger_s == LEDGER_WINDOW_S

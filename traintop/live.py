@@ -81,6 +81,8 @@ class LiveSampler:
         """``owners``: fills in whose each GPU process is (collectors/owner_cache.OwnerCache); None: nobody's."""
         self.gpu = gpu
         self.owners = owners
+        if gpu is not None and owners is not None:
+            gpu.owner_of = owners.known  # owners already known come with the GPU read: nothing to copy
         self.host = host
         self.process = process
         self.probes = probes
@@ -159,3 +161,8 @@ class LiveSampler:
             self.gpu.close()  # with a call still hung, leave NVML alone
         if self.probes is not None:
             self.probes.close()
+        if self.owners is not None:
+            self.owners.close()
+        close_host = getattr(self.host, "close", None)
+        if close_host is not None:
+            close_host()

@@ -278,6 +278,17 @@ class Store:
             return list(zip(self._slice(self._times, start), values))
         return [(t, v) for t, v in zip(self._slice(self._times, start), values) if v == v]
 
+    def first_time(self, keys: list[str], seconds: float | None = None) -> float | None:
+        """When any of ``keys`` first has a value over the last ``seconds`` (None: none has one)."""
+        cols = [col for key in keys if (col := self._column(key)) is not None]
+        times = self._times
+        for i in range(self._start_index(seconds) if cols else self._n, self._n):
+            p = self._phys(i)
+            for col in cols:
+                if col[p] == col[p]:  # NaN is missing
+                    return times[p]
+        return None
+
     def last(self, key: str, n: int) -> list[float | None]:
         """The last ``n`` values of ``key`` (fewer if not held), oldest first."""
         col = self._column(key)

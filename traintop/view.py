@@ -147,11 +147,7 @@ def badges_for(sample: GpuSample) -> tuple[str, ...]:
 def ledger_covers(store, subject: str, span: float, interval: float | None) -> float | None:
     """The seconds the ledger over the last ``span`` seconds covers: ``span`` at most, less where
     its first sample is younger (each sample accounts for the ``interval`` before it)."""
-    first = None
-    for b in LEDGER_BUCKETS:
-        pairs = store.window_pairs(rank_key(subject, "time_" + b), span)
-        if pairs and (first is None or pairs[0][0] < first):
-            first = pairs[0][0]
+    first = store.first_time([rank_key(subject, "time_" + b) for b in LEDGER_BUCKETS], span)
     if first is None or store.t_last is None:
         return None
     return min(span, store.t_last - first + (interval or 0.0))

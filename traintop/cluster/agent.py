@@ -172,6 +172,8 @@ class HostAgent:
 
     def stop(self) -> None:
         self.session.close()
+        if self._owners is not None:
+            self._owners.close()
         if self.textfile is not None:
             self.textfile.close()
 

@@ -15,6 +15,7 @@ class GpuOwners(OwnerCache):
     def of(self, frame: Frame) -> tuple[OwnerRow, ...]:
         """Per GPU and owner: who (the host's word apart from the processes' own), what they hold."""
         now = self.clock()
+        self._forget_ended(now)
         rows: dict[OwnerRow, list] = {}
         seen = set()
         for g in frame.gpus:
