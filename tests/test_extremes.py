@@ -143,7 +143,6 @@ def test_the_probe_fields_tested_are_those_its_reader_reads():
 def _feed_probe(tmp_path, monkeypatch) -> str:
     """Every field of a probe message, at each extreme, through the real reader into samples, the
     rules and a recording; returns the recording."""
-    from traintop import evidence, plausible, stacks
     from traintop.collectors.probe_client import ProbeClient
     from traintop.collectors.simulated import Simulator
     from traintop.live import LiveSampler
