@@ -10,9 +10,12 @@ not say how its time splits (``BUCKET`` None) is not scored; a recording without
 MFU: where the job wrote its own count (a ``stats`` label line: ``steps`` optimizer steps in
 ``seconds`` of wall time, ``flops_hand`` FLOPs a step counted by hand, ``matmul`` its matmuls'
 precision; bench/workloads/corpus.py), the analytic MFU is flops_hand x steps / seconds over the
-GPU's dense peak for that precision (traintop/mfu.py); traintop's is what its process panel shows
-(traintop.mfu.mfu of the probe's step FLOPs and matmul precision), from the median of the recorded
-step rate over the same seconds (after its first RATE_S, the span the rate is taken over).
+GPU's dense peak for that precision (traintop/mfu.py); traintop's is what its process panel shows,
+the MFU of the steps (traintop.mfu.mfu of the probe's step FLOPs and matmul precision over the
+ledger's train and input seconds per step, traintop.metrics.step_period), over the phase's wall
+time: from the first time the job named that phase to its stats line (its ``seconds`` are its
+steps' time within, their waits for input included, as nanoGPT times an iteration). A recording
+without the ledger: the median of the recorded step rate's period instead.
 
 The gate: every bucket within LEDGER_GATE_POINTS, MFU within MFU_GATE (relative).
 """
@@ -108,6 +111,7 @@ def ledger_rows(names, corpus: pathlib.Path) -> dict:
 
 
 def mfu_rows(names, corpus: pathlib.Path) -> dict:
+    from traintop.metrics import step_period
     from traintop.mfu import mfu, peak_flops
 
     out: dict = {}
@@ -117,18 +121,28 @@ def mfu_rows(names, corpus: pathlib.Path) -> dict:
             continue
         info, frames = _load(name, corpus)
         gpu = info.gpus[0].name if info.gpus else None
+        starts = {}
+        for x in _labels(name, corpus):
+            if x["event"] == "phase":
+                starts.setdefault((x.get("rank"), x["phase"]), x["t"])
         for x in stats:
             t1 = x["t"]
-            t0 = t1 - x["seconds"]
+            t0 = starts.get((x.get("rank"), x["phase"]), t1 - x["seconds"])
             matmul = x.get("matmul") or MATMUL_OF_PHASE.get(x["phase"], "bf16")
             peak = peak_flops(gpu, matmul)
             analytic = x["flops_hand"] * x["steps"] / x["seconds"] / peak if peak else None
             who = _rank_label(x.get("rank"), frames)
-            mine = [r for f in frames if t0 + RATE_S <= f.t <= t1 for r in f.ranks if r.label == who]
-            rates = [r.steps_per_s for r in mine if r.steps_per_s]
+            timed = [(f.t, r) for f in frames if t0 <= f.t <= t1 for r in f.ranks if r.label == who]
+            mine = [r for _, r in timed]
+            period = step_period([(t, r.steps) for t, r in timed if r.steps is not None],
+                                 [(t, r.time_train) for t, r in timed if r.time_train is not None],
+                                 [(t, r.time_input) for t, r in timed if r.time_input is not None])
+            if period is None:
+                rates = [r.steps_per_s for t, r in timed if r.steps_per_s and t >= t0 + RATE_S]
+                period = 1.0 / statistics.median(rates) if rates else None
             flops = next((r.step_flops for r in reversed(mine) if r.step_flops), None)
             mode = next((r.matmul_mode for r in reversed(mine) if r.matmul_mode), None)
-            ours = mfu(flops, 1.0 / statistics.median(rates) if rates else None, gpu, mode)
+            ours = mfu(flops, period, gpu, mode)
             out[f"{name}|{x['phase']}"] = {
                 "analytic": None if analytic is None else round(analytic, 4), "traintop": None if ours is None else round(ours, 4),
                 "rel": None if ours is None or not analytic else round(ours / analytic - 1, 4),

@@ -56,7 +56,7 @@ H200: dict[str, Any] = dict(name="NVIDIA H200", mem_total=143771 * MiB, power_li
 TRAIN_PID = 4242
 N_CORES = 16  # per 2 GPUs (at least 16)
 HOST_MEM = 128 * GiB  # per 2 GPUs (at least 128 GiB)
-SIM_MFU = 0.42  # the simulated model's FLOPs a step, as a share of the GPU's peak over its own step time
+SIM_MFU = 0.42  # the simulated steps compute at this share of the GPU's peak (their wait for input aside)
 H200_BF16_FLOPS = 989.5e12
 STEP_S = {"healthy": 0.081, "starved": 0.80, "underused": 0.004, "thermal": 0.11, "memory_creep": 0.125,
           "small_kernels": 0.012, "pcie_bound": 0.21, "slow_loader": 0.055, "collective_wait": 0.055}
@@ -148,8 +148,8 @@ class Simulator:
                 steps=steps, step_time=step, steps_per_s=1 / step, input_wait=min(1.0, wait), age=0.1,
                 time_train=1.0 - min(1.0, wait), time_input=min(1.0, wait),
                 matmul=MATMUL_MODES.index("bf16"),
-                # its steps run at SIM_MFU over their training time (the input wait is no part of a
-                # step's); a step's FLOPs are the model's, the same every step
+                # its steps compute at SIM_MFU of the peak; the wait for their input lowers the MFU
+                # of the iteration; a step's FLOPs are the model's, the same every step
                 step_flops=SIM_MFU * H200_BF16_FLOPS * nominal_step * (1.0 - nominal_wait),
             ))
         return tuple(out)

@@ -148,9 +148,9 @@ def _cheapest(pairs):
 
 
 def _contradicting_pair(rule_id):
-    """A run and source where a label of at least 20 s contradicts the rule and the source carries it."""
+    """A training run and source where a label of at least 20 s contradicts the rule and the source carries it."""
     pairs = []
-    for name in diagnosis_score.runs():
+    for name in diagnosis_score.splits()["training"]:
         for s in diagnosis_score.segments(name):
             lab = corpus_labels.label(s.label)
             if rule_id in lab.wrong and s.t1 - s.t0 >= 20:
@@ -159,9 +159,10 @@ def _contradicting_pair(rule_id):
 
 
 def _expecting_pair(rule_id, baseline):
-    """A run and source where a situation expects the rule, the source carries it, and it was named."""
+    """A training run and source where a situation expects the rule, the source carries it, and it was
+    named (the baseline's training cells say which: a held-out run's situations are in its own split's)."""
     pairs = []
-    for name in diagnosis_score.runs():
+    for name in diagnosis_score.splits()["training"]:
         for s in diagnosis_score.segments(name):
             lab = corpus_labels.label(s.label)
             if rule_id in lab.expect:

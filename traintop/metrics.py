@@ -164,20 +164,27 @@ def frame_metrics(frame: Frame) -> Iterator[tuple[str, float | None]]:
         yield from _group(rank_id(r, k) + ".", r, FIELDS["rank"], DERIVED["rank"])
 
 
-def train_seconds_per_step(store, subject: str, span: float) -> float | None:
-    """Seconds of training (the ledger's train bucket) per optimizer step over the last ``span``: the
-    steps' own pace, without the pauses between them (None: no ledger, or no step in it). A job that
-    syncs with the GPU every N steps has N-1 short gaps and a long one: the mean over the span holds."""
-    steps = store.window_pairs(rank_key(subject, "steps"), span)
-    train = store.window_pairs(rank_key(subject, "time_train"), span)
-    if len(steps) < 2 or len(train) < 2:
+def step_seconds_per_step(store, subject: str, span: float) -> float | None:
+    """Seconds per optimizer step over the last ``span`` spent stepping or waiting for the step's input
+    (the ledger's train and input buckets): an iteration as nanoGPT times it for its MFU, without the
+    pauses between steps (evaluation, checkpoints, compiles: the ledger shows what they cost). None: no
+    ledger, or no step in it. A job that syncs with the GPU every N steps has N-1 short gaps and a long
+    one: the mean over the span holds."""
+    return step_period(store.window_pairs(rank_key(subject, "steps"), span),
+                       store.window_pairs(rank_key(subject, "time_train"), span),
+                       store.window_pairs(rank_key(subject, "time_input"), span))
+
+
+def step_period(steps: list, *shares: list) -> float | None:
+    """``step_seconds_per_step`` of (time, cumulative steps) pairs and the (time, share) pairs of the
+    buckets that count (each sample's share covers the interval since the sample before it)."""
+    if len(steps) < 2 or not any(len(s) >= 2 for s in shares):
         return None
     (t0, s0), (t1, s1) = steps[0], steps[-1]
     made = s1 - s0
     if made <= 0:
         return None
-    # each sample's share covers the interval since the sample before it
-    seconds = sum(v * (t - tp) for (tp, _), (t, v) in zip(train, train[1:]) if t0 < t <= t1)
+    seconds = sum(v * (t - tp) for pairs in shares for (tp, _), (t, v) in zip(pairs, pairs[1:]) if t0 < t <= t1)
     return seconds / made if seconds > 0 else None
 
 

@@ -65,11 +65,12 @@ class TimeLedger:
         return out
 
     def _mfu(self, acc: dict) -> dict:
-        """The MFU of its steps over its training time, with the peak it is measured against (None: the
+        """The MFU of its steps over their time (training and waiting for their input, as nanoGPT times
+        an iteration; not the pauses between steps), with the peak it is measured against (None: the
         FLOPs, the GPU or the precision is not known)."""
         name = self.gpu_names.get(acc["gpu"]) if acc["gpu"] is not None else None
         peak = peak_flops(name, acc["matmul"])
-        train = acc["seconds"]["train"]
+        train = acc["seconds"]["train"] + acc["seconds"].get("input", 0.0)
         mfu = min(1.0, acc["flops"] / train / peak) if peak and acc["flops"] > 0 and train > 0 else None
         return {"mfu": None if mfu is None else round(mfu, 4), "mfu_peak_tflops": round(peak / 1e12, 1) if peak else None,
                 "matmul": acc["matmul"], "gpu_name": name}
@@ -86,6 +87,6 @@ def render(ledgers: list[dict]) -> list[str]:
         where = f" on GPU {r['gpu']}" if r["gpu"] is not None else " (on no GPU)"
         out.append(f"  {r['rank']}{where}: goodput {r['goodput'] * 100:.0f} % — {text}")
         if r.get("mfu") is not None:
-            out.append(f"    MFU {r['mfu'] * 100:.0f} % over its training time, of the {one_line(r['gpu_name'] or 'GPU')}'s "
+            out.append(f"    MFU {r['mfu'] * 100:.0f} % over its steps (training and input wait), of the {one_line(r['gpu_name'] or 'GPU')}'s "
                        f"{r['matmul']} peak ({r['mfu_peak_tflops']:g} TFLOP/s dense)")
     return out

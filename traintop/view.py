@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from traintop.attribution import WorkerLoad
-from traintop.metrics import gpu_key, host_key, ledger_shares, proc_key, rank_id, rank_key, train_seconds_per_step
+from traintop.metrics import gpu_key, host_key, ledger_shares, proc_key, rank_id, rank_key, step_seconds_per_step
 from traintop.mfu import MFU_SPAN_S, mfu
 from traintop.monitor import Monitor
 from traintop.rules.config import DEFAULT, Thresholds
@@ -218,9 +218,9 @@ def build_view(monitor: Monitor, points: int = SERIES_POINTS) -> View:
             # The store keeps the GPU's used memory, not per-process history: the chart says so.
             nvml_series = store.last(gpu_key(gpu, "mem_used"), points) if gpu is not None else []
             waits = [v for v in store.window(rank_key(subject, "input_wait"), 10.0) if v is not None]
-            # MFU is the steps' own: their FLOPs over the training time the ledger gives them (pauses
-            # between steps are the ledger's to show); a probe without a ledger: the step rate's period
-            period = train_seconds_per_step(store, subject, MFU_SPAN_S)
+            # MFU is the steps' own: their FLOPs over the time the ledger gives them and their input
+            # (pauses between steps are the ledger's to show); a probe without a ledger: the step rate's period
+            period = step_seconds_per_step(store, subject, MFU_SPAN_S)
             if period is None and not r.ledger():
                 rates = sorted(v for v in store.present(rank_key(subject, "steps_per_s"), 30.0) if v > 0)
                 period = 1.0 / rates[len(rates) // 2] if rates else None

@@ -252,6 +252,7 @@ def hf_trainer(L, a):
         def on_step_end(self, args, state, control, **kwargs):
             if L.phase == "startup":
                 L("train")
+                times["first_step"] = time.time()
 
     out = tempfile.mkdtemp(prefix="hf-trainer-", dir=os.environ.get("CORPUS_SCRATCH"))
     args = TrainingArguments(
@@ -265,8 +266,9 @@ def hf_trainer(L, a):
     t0 = time.time()
     trainer.train()
     wall = time.time() - t0
-    train_s = wall - times["eval"] - times["checkpoint"]
-    stats(L, args.max_steps, train_s, flops_step, "bf16" if not CPU else "fp32")
+    # its steps' time: from the first step's end (Trainer's set-up before it is start-up, as labelled)
+    train_s = time.time() - times.get("first_step", t0) - times["eval"] - times["checkpoint"]
+    stats(L, args.max_steps - 1 if "first_step" in times else args.max_steps, train_s, flops_step, "bf16" if not CPU else "fp32")
     peak = H200_PEAK["bf16"]
     report(scenario="hf_trainer", steps=args.max_steps, eval_s=round(times["eval"], 2),
            save_s=round(times["checkpoint"], 2), wall_s=round(wall, 1), flops_per_step=flops_step,
@@ -298,6 +300,9 @@ def _lightning(L, a, precision: str) -> None:
             return torch.optim.AdamW(self.parameters(), lr=1e-4)
 
     class Phases(pl.Callback):
+        def on_train_start(self, trainer, module):
+            L("train_fp32" if precision == "32-true" else "train")
+
         def on_validation_start(self, trainer, module):
             if not trainer.sanity_checking:
                 L("eval")
@@ -358,8 +363,21 @@ def accelerate_accum(L, a):
     out = tempfile.mkdtemp(prefix="accelerate-", dir=os.environ.get("CORPUS_SCRATCH"))
     L("train")
     end, steps, t_train, t0 = time.time() + a.scale * n(40, 8), 0, 0.0, time.time()
+    # the job's own account: each 2 s, input-bound when it waited for its batches most of the time
+    mark, waited = time.time(), 0.0
     while time.time() < end:
-        for x in loader:
+        it = iter(loader)
+        while True:
+            w0 = time.time()
+            x = next(it, None)
+            waited += time.time() - w0
+            if x is None:
+                break
+            if time.time() - mark >= 2.0 and L.phase in ("train", "input_bound"):
+                phase = "input_bound" if waited / (time.time() - mark) >= 0.5 else "train"
+                if phase != L.phase:
+                    L(phase)
+                mark, waited = time.time(), 0.0
             with acc.accumulate(model):
                 loss = model(x).float().pow(2).mean()
                 acc.backward(loss)
@@ -378,7 +396,7 @@ def accelerate_accum(L, a):
                     L("checkpoint")
                     acc.save_state(out)
                     L("train")
-                    t0 = time.time()
+                    t0, mark, waited = time.time(), time.time(), 0.0
             if time.time() >= end:
                 break
     t_train += time.time() - t0
@@ -496,8 +514,8 @@ def _jpeg(L, a, workers: int) -> None:
         if steps % 20 == 0:
             loss.item()
     torch.cuda.synchronize() if not CPU else None
-    # the steps' own time: the wall time less the waits for batches (MFU is the steps')
-    stats(L, steps, time.time() - t0 - waited_all, flops_step, "bf16" if not CPU else "fp32")
+    # its iterations' time, the waits for batches included (as nanoGPT times an iteration for its MFU)
+    stats(L, steps, time.time() - t0, flops_step, "bf16" if not CPU else "fp32")
     report(scenario=f"jpeg_{workers}_workers", steps=steps, images_per_s=round(steps * B / (time.time() - t0), 1),
            flops_per_step=flops_step)
 

@@ -29,7 +29,7 @@ from traintop.errors import TraintopError
 from traintop.hooks import finding_hook
 from traintop import waste
 from traintop.findings import Severity
-from traintop.metrics import rank_gpu, rank_id, train_seconds_per_step
+from traintop.metrics import rank_gpu, rank_id, step_seconds_per_step
 from traintop.mfu import MFU_SPAN_S, mfu, peak_flops
 from traintop.samples import LEDGER_BUCKETS
 from traintop.rules.across_hosts import RANK_CLAIMED, RANK_OWNERS
@@ -250,7 +250,7 @@ class HostAgent:
             peak = peak_flops(names.get(gpu) if gpu is not None else None, r.matmul_mode) or peak
             self._flops[labels] = (done, r.steps if r.steps is not None else seen, peak)
             with self.monitor.lock:
-                period = train_seconds_per_step(self.monitor.store, rank_id(r, position.get(id(r), 0)), MFU_SPAN_S)
+                period = step_seconds_per_step(self.monitor.store, rank_id(r, position.get(id(r), 0)), MFU_SPAN_S)
             now[labels] = mfu(r.step_flops, period, names.get(gpu), r.matmul_mode) if gpu is not None else None
         return tuple((labels, done, peak, now.get(labels)) for labels, (done, _, peak) in self._flops.items())
 

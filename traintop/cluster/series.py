@@ -102,7 +102,7 @@ MFU_SERIES = (
     Series("rank_peak_flops", "peak_flops", "Dense peak FLOP/s of the rank's GPU at the precision its matmuls run in "
            "(the MFU's denominator)"),
     Series("rank_mfu_ratio", "mfu", "Model FLOPs utilization of the rank's steps over their last 30 s of training "
-           "time (pauses excluded: the time ledger shows them)"),
+           "and input wait (pauses excluded: the time ledger shows them)"),
 )
 
 HOST_SERIES = (
