@@ -346,6 +346,12 @@ def test_ctrl_c_in_the_dashboard_asks_what_q_asks_and_stops_the_job_on_s(env, tm
                 os.killpg(pgid, signal.SIGKILL)
 
 
+def _help_text(screen: str) -> str:
+    """The help overlay's text (between its borders on each row), its rows joined without spaces."""
+    rows = [line[line.index("█") + 1:line.rindex("█")] for line in screen.splitlines() if line.count("█") >= 2]
+    return "".join("".join(row.split()) for row in rows)
+
+
 def test_the_help_says_where_the_jobs_output_and_recordings_go(env, tmp_path):
     marker = tmp_path / "pgid"
     with _job_in_terminal(tmp_path, env, marker, cols=160, rows=48) as term:
@@ -354,8 +360,10 @@ def test_the_help_says_where_the_jobs_output_and_recordings_go(env, tmp_path):
         pgid = int(marker.read_text())
         try:
             term.press("?")
-            # every line waited for: the help may be caught half drawn
-            term.wait_text("Where things go", "job's output", "run-", os.path.join("traintop", "recordings"))
+            # every line waited for: the help may be caught half drawn; its paths wrap anywhere (the
+            # temporary folder's name varies in length), so they are read with the help's lines joined
+            want = ("Wherethingsgo", "job'soutput", "run-", os.path.join("traintop", "recordings"))
+            term.wait_for(lambda screen: all(w in _help_text(screen) for w in want), what=f"{want} in the help")
         finally:
             os.killpg(pgid, signal.SIGKILL)
 
