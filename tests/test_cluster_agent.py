@@ -81,6 +81,11 @@ def test_agent_serves_base_units_dcgm_labels_and_bounded_series():
     mfu = {s.labels["rank"]: s.value for s in samples(fams, "traintop_rank_mfu_ratio")}
     assert mfu["0"] == pytest.approx(SIM_MFU * (1 - 0.62), rel=0.15)
     assert mfu["1"] < 0.8 * mfu["0"]  # the straggler's steps take longer for the same FLOPs
+    # labelled as every rank series (a job_uid of the host's name and no Hostname were seen on an H200)
+    ledger_labels = {tuple(sorted((k, v) for k, v in s.labels.items() if k != "bucket"))
+                     for s in samples(fams, "traintop_rank_time_seconds_total")}
+    for name in ("traintop_rank_mfu_ratio", "traintop_rank_flops_total", "traintop_rank_peak_flops"):
+        assert {tuple(sorted(s.labels.items())) for s in samples(fams, name)} <= ledger_labels, name
     active = samples(fams, "traintop_finding_active")
     assert any(s.labels["rule"] == "starvation" and s.labels["subject"] == "gpu0" for s in active)
     assert {"rule", "severity", "subject", "Hostname"} == set(active[0].labels)

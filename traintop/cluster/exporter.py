@@ -216,7 +216,7 @@ class HostCollector(Collector):
         fams = [ledger]
         flops, peak, mfu = (_family(S.series("mfu", f), S.RANK_LABELS) for f in ("flops", "peak_flops", "mfu"))
         for labels, done, peak_flops, ratio in st.mfu:
-            names = [labels.job, labels.rank, labels.local_rank, labels.world_size, labels.uid, host]
+            names = _rank_values(labels, host)
             flops.add_metric(names, done)
             if peak_flops is not None:
                 peak.add_metric(names, peak_flops)
