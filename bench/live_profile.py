@@ -112,18 +112,21 @@ class Stages:
         depth = getattr(self.depth, label, 0)
         spent = 0.0
         try:  # drive the coroutine step by step, timing each step on this thread
-            value = None
+            value, thrown = None, None
             while True:
                 setattr(self.depth, label, depth + 1)
                 t = time.thread_time()
                 try:
-                    future = coro.send(value)
+                    future = coro.send(value) if thrown is None else coro.throw(thrown)
                 except StopIteration as done:
                     return done.value
                 finally:
                     setattr(self.depth, label, depth)
                     spent += time.thread_time() - t
-                value = await _Yield(future)
+                try:
+                    value, thrown = await _Yield(future), None
+                except BaseException as e:  # a cancellation: into the coroutine, as its task would
+                    value, thrown = None, e
         finally:
             if depth == 0:
                 self.cpu[label] += spent
