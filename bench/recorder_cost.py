@@ -1,6 +1,7 @@
 """What the headless recorder costs: memory by step, CPU per tick by part, wakeups a second.
 
     python bench/recorder_cost.py [--gpus 2] [--hours 1] [--seconds 20] [--nvml] [--json OUT]
+    python bench/recorder_cost.py --sim-nvml "--gpus 1 --procs 1 --pids job" --seconds 0 --top 25   # no GPU
 
 Part 1, in this process, what `traintop record --interval 1` builds (its parser, its
 session), then an hour of ticks in compressed time (the recorder's clock is the samples'
@@ -14,12 +15,17 @@ Part 2, real time: `traintop record --interval 1` in its own process for ``--sec
 switches of all its threads, from /proc), beside `nvidia-smi dmon -d 1` where there is one.
 
 Simulated GPUs by default (deterministic: the same samples every run); ``--nvml`` samples
-the real GPUs through NVML (part 1 then times real NVML calls).
+the real GPUs through NVML (part 1 then times real NVML calls); ``--sim-nvml OPTIONS`` the same
+path against bench/sim_nvml.py's stand-in (its options as one string; ``--pids job``: a sleeping
+child of the bench on every GPU), the per-process path included. ``--top N`` profiles the rules of part 1
+(cProfile, one evaluation a tick) and prints the N functions costing most.
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
+import cProfile
 import json
 import os
 import shutil
@@ -68,7 +74,7 @@ def in_process(args, out: dict) -> None:
         out["heavy_modules_imported"] = sorted({m for m in sys.modules for h in HEAVY
                                                 if m == h or m.startswith(h + ".")})
         clock = [0.0]
-        if args.nvml:
+        if args.nvml or args.sim_nvml:
             from traintop.errors import NoGpuError
 
             try:
@@ -101,6 +107,7 @@ def in_process(args, out: dict) -> None:
 
         writer._db.set_trace_callback(lambda sql: commits.__setitem__(0, commits[0] + (sql == "COMMIT")))
         n = int(args.hours * 3600)
+        prof = cProfile.Profile() if args.top else None
         t_real0 = time.monotonic()
         for k in range(n + 10):
             if k == 10:  # tracing allocations slows Python several times: the timed hour runs without it
@@ -109,7 +116,7 @@ def in_process(args, out: dict) -> None:
                 commits[0] = 0
             t = time.process_time()
             f = source.next_frame()
-            if args.nvml:
+            if args.nvml or args.sim_nvml:
                 import dataclasses
 
                 f = dataclasses.replace(f, t=t_real0 + k)  # compressed time: one sample a second of "time"
@@ -118,7 +125,11 @@ def in_process(args, out: dict) -> None:
             with monitor.lock:
                 monitor.store.add(f)
                 t2 = time.process_time()
+                if prof is not None and k >= 10:
+                    prof.enable()
                 changed = monitor.engine.evaluate(monitor.store, f.t)
+                if prof is not None:
+                    prof.disable()
             t3 = time.process_time()
             monitor._record(f, changed)
             t4 = time.process_time()
@@ -137,8 +148,13 @@ def in_process(args, out: dict) -> None:
         out["ticks"] = n
         out["commits"] = commits[0]
         monitor.close()
-        if args.nvml:
+        if args.nvml or args.sim_nvml:
             feed.stop()
+        if prof is not None:
+            import pstats
+
+            print(f"rules, {n} evaluations under cProfile:", file=sys.stderr)
+            pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(args.top)
         out["file_kib"] = round(os.path.getsize(path) / 1024, 1)
     out["memory_by_step"] = steps
 
@@ -190,13 +206,25 @@ def main() -> int:
     ap.add_argument("--hours", type=float, default=1.0, help="compressed-time samples at 1 Hz (part 1)")
     ap.add_argument("--seconds", type=float, default=20.0, help="real-time measurement (part 2); 0: skip")
     ap.add_argument("--nvml", action="store_true", help="the real GPUs through NVML")
+    ap.add_argument("--sim-nvml", metavar="OPTIONS", help="the NVML path against bench/sim_nvml.py with these "
+                    "options (one string: \"--gpus 1 --procs 1 --pids job\"); no GPU needed")
+    ap.add_argument("--top", type=int, default=0, help="profile the rules and print the N costliest functions")
     ap.add_argument("--traintop", default=f"{sys.executable} -m traintop",
                     help="how to start traintop for part 2 (another checkout, to compare)")
     ap.add_argument("--tracemalloc", action="store_true",
                     help="also the Python heap by step (tracing inflates the RSS figures)")
     ap.add_argument("--json")
     args = ap.parse_args()
-    out: dict = {"gpus": "nvml" if args.nvml else f"{args.gpus} simulated"}
+    if args.sim_nvml:  # NVML's stand-in before traintop imports pynvml
+        import sim_nvml
+
+        job = subprocess.Popen(["sleep", "3600"])  # a process on every simulated GPU ("--pids job")
+        atexit.register(job.kill)
+        sim_nvml.install(args.sim_nvml.replace("--pids job", f"--pids {job.pid}").split())
+        if args.seconds > 0:
+            sys.exit("recorder_cost.py: --sim-nvml measures part 1 only (give --seconds 0)")
+    out: dict = {"gpus": "nvml" if args.nvml else f"sim_nvml {args.sim_nvml}" if args.sim_nvml
+                 else f"{args.gpus} simulated"}
     in_process(args, out)
     if args.seconds > 0:
         with tempfile.TemporaryDirectory() as tmp:

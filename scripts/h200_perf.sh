@@ -54,7 +54,7 @@ python3 "$REPO/bench/recorder_cost.py" --nvml --hours 0.05 --seconds 0 --json "$
   > "$OUT/recorder_cost.txt" 2>&1
 python3 "$REPO/bench/nvml_calls.py" --json "$OUT/nvml_calls.json" > "$OUT/nvml_calls.txt" 2>&1
 kill $JOB 2>/dev/null
-head -16 "$OUT/live_profile.txt" >> "$LOG"
+head -24 "$OUT/live_profile.txt" >> "$LOG"
 grep -A8 '"per_tick_us"' "$OUT/recorder_cost.txt" >> "$LOG"
 say "done in $(( $(date +%s) - START )) s"
 rm -rf "$TREE"

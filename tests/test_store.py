@@ -66,3 +66,23 @@ def test_first_time_is_when_any_of_the_series_first_has_a_value_in_the_window():
     assert s.first_time(["gpu0.util", "gpu0.mem_used"], seconds=3.5) == 8.0
     assert s.first_time(["gpu0.util"], seconds=10) == 9.0
     assert s.first_time(["gpu0.power_w"]) is None  # a series never seen
+
+
+def test_what_a_reader_derives_is_kept_until_the_store_changes():
+    s = Store(capacity=10)
+    s.add(frame(0.0, util=10.0))
+    worked = []
+
+    def mean_util():
+        worked.append(1)
+        values = s.present("gpu0.util")
+        return sum(values) / len(values)
+
+    assert s.memo("mean", mean_util) == 10.0
+    assert s.memo("mean", mean_util) == 10.0 and len(worked) == 1
+    s.add(frame(1.0, util=30.0))  # a new sample: worked out again, from it
+    assert s.memo("mean", mean_util) == 20.0 and len(worked) == 2
+    s.extend([frame(2.0, util=50.0)])
+    assert s.memo("mean", mean_util) == 30.0
+    s.extend_series([3.0], [("gpu0.util", [70.0])], frame(3.0, util=70.0))
+    assert s.memo("mean", mean_util) == 40.0 and len(worked) == 4

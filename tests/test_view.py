@@ -111,3 +111,34 @@ def test_the_time_ledger_says_how_long_it_covers():
     for f in sim.frames(400):
         mon.ingest(f)
     assert build_view(mon).process.ranks[0].ledger_s == LEDGER_WINDOW_S
+
+
+def test_a_ranks_figures_are_read_from_the_store_once_a_sample():
+    """A redraw between two samples (a finding starting, a key) reads the rank's time ledger and
+    series again for nothing: they are kept until the store changes, and read afresh after."""
+    import traintop.view as view_module
+    from traintop.collectors.simulated import Simulator
+
+    sim = Simulator("healthy", seed=2, interval=0.5)
+    mon = Monitor(sim.info())
+    for f in sim.frames(40):
+        mon.ingest(f)
+    calls = []
+    shares = view_module.ledger_shares
+
+    def counted(*a, **kw):
+        calls.append(a[1])
+        return shares(*a, **kw)
+
+    view_module.ledger_shares = counted
+    try:
+        first = build_view(mon).process.ranks
+        again = build_view(mon).process.ranks
+        assert first and len(calls) == len(first)  # once a rank, however many redraws
+        assert [rv.ledger for rv in again] == [rv.ledger for rv in first]
+        mon.ingest(sim.next_frame())
+        after = build_view(mon).process.ranks
+        assert len(calls) == len(first) + len(after)  # a new sample: read again
+        assert after[0].step_time[-1] == mon.store.last(f"{calls[-1]}.step_time", 1)[0]
+    finally:
+        view_module.ledger_shares = shares

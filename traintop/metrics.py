@@ -78,6 +78,7 @@ def checked_name(group: str, name: str) -> str:
     return name
 
 
+@lru_cache(maxsize=4096)  # the rules ask for some sixty keys an evaluation, the same ones every time
 def gpu_key(index: int, name: str) -> str:
     return f"gpu{index}.{checked_name('gpu', name)}"
 
@@ -99,6 +100,7 @@ def rank_subject(number: int | None, position: int) -> str:
     return f"rank{number if number is not None else position}"
 
 
+@lru_cache(maxsize=4096)
 def rank_key(rank_subject: str, name: str) -> str:
     return f"{rank_subject}.{checked_name('rank', name)}"
 

@@ -49,10 +49,12 @@ class Store:
         self.latest: Frame | None = None
         self.frames_seen = 0
         self._starts: dict[float, int] = {}  # window length -> its first index, until the next sample
+        self._memo: dict = {}  # what readers derived from the samples held (Store.memo), until they change
 
     # -- writing -----------------------------------------------------------
     def add(self, frame: Frame) -> None:
         self._starts.clear()
+        self._memo.clear()
         slot = self._head
         self._times[slot] = frame.t
         seen = set()
@@ -101,6 +103,7 @@ class Store:
         if not m:
             return
         self._starts.clear()
+        self._memo.clear()
         if m > self.capacity:
             for f in frames:
                 self.add(f)
@@ -151,6 +154,7 @@ class Store:
                                    [(k, col[a:a + self.capacity]) for k, col in columns], latest)
             return
         self._starts.clear()
+        self._memo.clear()
         values: dict[str, Sequence] = {}
         new: list[tuple[int, int, str]] = []
         for order, (key, col) in enumerate(columns):
@@ -243,6 +247,15 @@ class Store:
         if i is None:
             i = self._starts[seconds] = self._first_index_at_or_after(self.t_last - seconds)
         return i
+
+    def memo(self, key, compute):
+        """``compute()``, kept until the store next changes: what a reader derives from the samples
+        (a panel's series, a rank's time ledger) is worked out once a sample, however often it is read."""
+        try:
+            return self._memo[key]
+        except KeyError:
+            got = self._memo[key] = compute()
+            return got
 
     def _column(self, key: str) -> array | None:
         col = self._values.get(key)

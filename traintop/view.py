@@ -153,6 +153,38 @@ def ledger_covers(store, subject: str, span: float, interval: float | None) -> f
     return min(span, store.t_last - first + (interval or 0.0))
 
 
+@dataclass(frozen=True)
+class _RankFigures:
+    """What a rank's view reads from the store: the same until the next sample (Store.memo)."""
+
+    allocated: list
+    reserved: list
+    nvml: list
+    step_time: list
+    input_wait_10s: float | None
+    period: float | None  # its training seconds a step (MFU's denominator)
+    ledger: dict
+    ledger_s: float | None
+
+
+def _rank_figures(store, subject: str, r: RankSample, gpu: int | None, points: int,
+                  interval: float | None) -> _RankFigures:
+    # The store keeps the GPU's used memory, not per-process history: the chart says so.
+    nvml_series = store.last(gpu_key(gpu, "mem_used"), points) if gpu is not None else []
+    waits = [v for v in store.window(rank_key(subject, "input_wait"), 10.0) if v is not None]
+    # MFU is the steps' own: their FLOPs over the time the ledger gives them and their input
+    # (pauses between steps are the ledger's to show); a probe without a ledger: the step rate's period
+    period = step_seconds_per_step(store, subject, MFU_SPAN_S)
+    if period is None and not r.ledger():
+        rates = sorted(v for v in store.present(rank_key(subject, "steps_per_s"), 30.0) if v > 0)
+        period = 1.0 / rates[len(rates) // 2] if rates else None
+    return _RankFigures(store.last(rank_key(subject, "allocated"), points), store.last(rank_key(subject, "reserved"), points),
+                        nvml_series, store.last(rank_key(subject, "step_time"), points),
+                        sum(waits) / len(waits) if waits else None, period,
+                        ledger_shares(store, subject, LEDGER_WINDOW_S),
+                        ledger_covers(store, subject, LEDGER_WINDOW_S, interval))
+
+
 def _distinct_owners(owners: dict[Owner, None]) -> tuple[Owner, ...]:
     """One per user and job: a job's ranks differ only in their PIDs."""
     seen: dict[tuple, Owner] = {}
@@ -215,23 +247,14 @@ def build_view(monitor: Monitor, points: int = SERIES_POINTS) -> View:
                 for gp in g.processes:
                     if gp.pid == r.pid:
                         gpu, nvml_used = g.index, gp.used_bytes
-            # The store keeps the GPU's used memory, not per-process history: the chart says so.
-            nvml_series = store.last(gpu_key(gpu, "mem_used"), points) if gpu is not None else []
-            waits = [v for v in store.window(rank_key(subject, "input_wait"), 10.0) if v is not None]
-            # MFU is the steps' own: their FLOPs over the time the ledger gives them and their input
-            # (pauses between steps are the ledger's to show); a probe without a ledger: the step rate's period
-            period = step_seconds_per_step(store, subject, MFU_SPAN_S)
-            if period is None and not r.ledger():
-                rates = sorted(v for v in store.present(rank_key(subject, "steps_per_s"), 30.0) if v > 0)
-                period = 1.0 / rates[len(rates) // 2] if rates else None
+            # the same sample (the frame's, or the ranks last seen) until the store changes: its id is enough
+            fig = store.memo(("rank view", subject, id(r), gpu, points, info.interval),
+                             lambda subject=subject, r=r, gpu=gpu: _rank_figures(store, subject, r, gpu, points,
+                                                                                 info.interval))
             gpu_name = infos[gpu].name if gpu is not None and gpu in infos else None
-            ranks.append(RankView(r, gpu, nvml_used, store.last(rank_key(subject, "allocated"), points),
-                                  store.last(rank_key(subject, "reserved"), points), nvml_series,
-                                  store.last(rank_key(subject, "step_time"), points),
-                                  sum(waits) / len(waits) if waits else None,
-                                  ledger=ledger_shares(store, subject, LEDGER_WINDOW_S),
-                                  ledger_s=ledger_covers(store, subject, LEDGER_WINDOW_S, info.interval),
-                                  mfu=mfu(r.step_flops, period, gpu_name, r.matmul_mode)))
+            ranks.append(RankView(r, gpu, nvml_used, fig.allocated, fig.reserved, fig.nvml, fig.step_time,
+                                  fig.input_wait_10s, ledger=fig.ledger, ledger_s=fig.ledger_s,
+                                  mfu=mfu(r.step_flops, fig.period, gpu_name, r.matmul_mode)))
         config = monitor.engine.config
         pview = ProcessView(proc, store.last(proc_key("cpu_percent"), points), monitor.ended_at, gpu_mem, ranks,
                             config, launched=monitor.launched, job_end=monitor.job_end,

@@ -40,7 +40,15 @@ class Load:
 
 def job_gpus(ctx: RuleContext) -> list[int]:
     """The GPUs of the watched job: its ranks' devices and NVML processes where the source knows
-    them; in a log without process lists, every GPU with memory in use."""
+    them; in a log without process lists, every GPU with memory in use. Worked out once an
+    evaluation (several rules ask); the list is shared: read it, never change it."""
+    got = ctx._cache.get("job_gpus")
+    if got is None:
+        got = ctx._cache["job_gpus"] = _job_gpus(ctx)
+    return got
+
+
+def _job_gpus(ctx: RuleContext) -> list[int]:
     frame = ctx.frame
     if frame is None:
         return []
@@ -101,7 +109,18 @@ class Waits:
 
 
 def collective_waits(ctx: RuleContext, window_s: float, min_n: int = 5) -> Waits | None:
-    """GPUs of one job that wait for another in a collective, and those they wait for; None if none."""
+    """GPUs of one job that wait for another in a collective, and those they wait for; None if none
+    (at once with fewer than two GPUs). Worked out once an evaluation for each window (the power
+    cap, starvation, underuse and straggler rules all ask)."""
+    if len(ctx.gpus()) < 2:
+        return None
+    key = ("collective_waits", window_s, min_n)
+    if key not in ctx._cache:
+        ctx._cache[key] = _collective_waits(ctx, window_s, min_n)
+    return ctx._cache[key]
+
+
+def _collective_waits(ctx: RuleContext, window_s: float, min_n: int) -> Waits | None:
     ld = loads(ctx, window_s, min_n=min_n)
     if len(ld) < 2:
         return None
