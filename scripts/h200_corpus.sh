@@ -70,6 +70,6 @@ run_one() {
 
 for s in ${SCENARIOS:?name the scenarios}; do run_one "$s"; done
 tar czf "$OUT/corpus-$BATCH.tgz" *.ttrec *.labels.jsonl *-smi.csv.gz *-dmon.txt.gz *-run.log *-job.log env.txt \
-  $(ls *-screen-*.txt *-metrics.txt *-agent.log 2>/dev/null) \
+  $(ls *-screen-*.txt *-metrics*.txt *-agent.log 2>/dev/null) \
   $(ls -d ./*.captures 2>/dev/null)
 ls -la "$OUT"
