@@ -297,7 +297,9 @@ class ProbeClient:
                 _remove_if_dead(pid, path)
                 raise
             uid = peer_uid(s)
-            if uid not in (self.owner_uid, 0):
+            # in another user's directory, root takes only that user's sockets: a name swapped for a
+            # link to a root service's socket between the scan and this connect reaches root's peer
+            if uid not in (self.owner_uid, 0) or (uid == 0 != self.owner_uid and os.geteuid() == 0):
                 self.rejected.add(pid)
                 s.close()
                 return

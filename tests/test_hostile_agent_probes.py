@@ -357,3 +357,38 @@ def test_a_probe_past_its_rates_loses_its_excess_and_the_tick_goes_on():
     assert len(client._conns[7].buf) <= 8192 and guard.refused["rate"] == 11
     client.close()
     b.close()
+
+
+@ROOT
+def test_in_another_users_directory_the_agent_reads_only_that_users_sockets(user_dir):
+    """nobody swaps a probe-N.sock of hers for a link to a root service's socket between the agent's
+    scan (a socket) and its connect (which follows links): the agent, as root, took a root peer in
+    her directory as a probe, its rank labelled uid 0. A root socket there is what that race gives."""
+    import json
+    import socket
+
+    d, _ = user_dir
+    srv = socket.socket(socket.AF_UNIX)
+    srv.bind(os.path.join(d, f"probe-{os.getpid()}.sock"))  # root's, in nobody's directory
+    srv.listen(4)
+    srv.settimeout(0.1)
+    msg = {"v": 1, "pid": os.getpid(), "rank": 0, "local_rank": 0, "world_size": 1, "job": "root-service",
+           "steps": 1, "step_times": [0.1], "window": 0.1, "input_wait": 0.0, "t": time.time()}
+    probes = AllProbes(lambda: [d])
+    conns, ranks = [], ()
+    try:
+        for _ in range(20):  # bounded: 2 s
+            ranks = probes.ranks()
+            try:
+                conns.append(srv.accept()[0])
+                conns[-1].sendall((json.dumps(msg) + "\n").encode())
+            except OSError:
+                pass
+            time.sleep(0.1)
+        ranks = probes.ranks()
+        assert not ranks, ranks
+    finally:
+        probes.close()
+        for c in conns:
+            c.close()
+        srv.close()

@@ -167,3 +167,46 @@ def test_alerts_past_their_text_budget_do_not_stand_for_the_rules(tmp_path, monk
     r = recording.RecordingReader(path)
     assert not r.judged_by()
     assert any(f.rule == "starvation" for f in analyze(r).findings)  # found again by the rules
+
+
+def _recording_of_unchanging_chunks(path, chunks: int, n: int = 10_000) -> str:
+    """A recording (the writer's tables) whose chunks each hold ``n`` samples of one GPU that never
+    change: ~200 bytes a chunk, as the writer would store them."""
+    import shutil
+
+    sim = Simulator("healthy", gpus=1, interval=0.5)
+    seed = str(path) + ".seed"
+    w = RecordingWriter(seed, sim.info(), chunk_frames=10)
+    for f in sim.frames(10):
+        w.add(f)
+    w.close()
+    shutil.copy(seed, path)
+    db = sqlite3.connect(path)
+    db.execute("DELETE FROM chunks")
+    t0 = 1_790_000_000_000  # ms
+    for k in range(chunks):
+        start = t0 + k * n * 500
+        doc = {"n": n, "t": [start] + [500] * (n - 1),
+               "c": {"g0.util": ["d", 50] + [0] * (n - 1), "g0.procs": [[]] + [None] * (n - 1)}}
+        db.execute("INSERT INTO chunks(t0, t1, n, codec, data) VALUES (?,?,?,?,?)",
+                   (start / 1000, (start + (n - 1) * 500) / 1000, n, "cols3+zlib",
+                    zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 9)))
+    db.commit()
+    db.execute("VACUUM")
+    db.close()
+    return str(path)
+
+
+def test_a_small_recording_claiming_millions_of_samples_is_refused_at_once(tmp_path):
+    """1 001 chunks of 10 000 unchanging samples: 10 million samples in under 400 KB. Before, analyze
+    judged every one (100 000 of them took 24 s of CPU here: this one, hours). A recording holds at
+    most 10 million samples, as a log does; one claiming more is refused before a chunk is decoded."""
+    from traintop.recording import MAX_SAMPLES
+
+    path = _recording_of_unchanging_chunks(tmp_path / "claims.ttrec", MAX_SAMPLES // 10_000 + 1)
+    assert os.path.getsize(path) < 400_000
+    for command in (["analyze", path], ["export", "--csv", path]):
+        assert_refused(run_traintop(tmp_path, *command, timeout=120), "10,010,000 samples", "10,000,000")
+    ok = _recording_of_unchanging_chunks(tmp_path / "fits.ttrec", 3)
+    p = run_traintop(tmp_path, "analyze", "--json", ok)
+    assert p.returncode == 0 and json.loads(p.stdout)["samples"] == 30_000, p.stderr[-2000:]

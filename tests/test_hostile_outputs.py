@@ -190,8 +190,18 @@ def test_a_cell_that_is_a_number_stays_one():
         assert csv_cell(number) == number
     for text in FORMULAS + ("-", "+", "-1.5.2", "-1 ", "-inf", "-nan"):
         assert csv_cell(text) == "'" + text
-    for text in ("", "H100", "1-2", " =1"):
+    for text in ("", "H100", "1-2", "a =1", "\u3000H100"):
         assert csv_cell(text) == text
+
+
+def test_a_formula_after_spaces_or_in_fullwidth_is_neutralised_too():
+    """" =1+1" ran in a spreadsheet whose CSV import trims spaces (LibreOffice's "Trim spaces"), and a
+    CJK locale may take the fullwidth ＝ for =: both were written as they came."""
+    from traintop.export import csv_cell
+
+    for text in (" =HYPERLINK(\"http://evil.example\")", "  +1+1", "\u00a0@SUM(1)", "\u3000=1+1",
+                 "\uff1dHYPERLINK(\"http://evil.example\")", "\uff0b1", "\uff0d1", "\uff20SUM(1)", " \uff1d1"):
+        assert csv_cell(text) == "'" + text, text
 
 
 # -- a full or closed standard output --------------------------------------------------------------

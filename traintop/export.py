@@ -88,15 +88,19 @@ def json_line(record: dict) -> str:
     return json.dumps(record, separators=(",", ":"), allow_nan=False)
 
 
-_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+# The fullwidth forms too: a spreadsheet in a CJK locale may take ＝ for = (as an IME's input does).
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\uff1d", "\uff0b", "\uff0d", "\uff20")
 _NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
 
 
 def csv_cell(value: Any) -> Any:
     """A cell a spreadsheet will not run: a text starting with =, +, -, @, a tab or a carriage return
     gets a leading ' (OWASP's advice for CSV injection: a GPU or host name from a recording or a log
-    is someone else's text). Numbers, and texts that are plain numbers (-1.5), stay as they are."""
-    if isinstance(value, str) and value.startswith(_FORMULA_START) and not _NUMBER.fullmatch(value):
+    is someone else's text), also after leading spaces (an import that trims them would run
+    " =1+1") and in their fullwidth forms. Numbers, and texts that are plain numbers (-1.5), stay as
+    they are."""
+    if isinstance(value, str) and (value.startswith(_FORMULA_START) or value.lstrip().startswith(_FORMULA_START)) \
+            and not _NUMBER.fullmatch(value):
         return "'" + value
     return value
 

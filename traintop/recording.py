@@ -368,6 +368,11 @@ MAX_META_ROWS = 1000
 # row at a time near the damage; at most this many rows and queries (a week of chunks: ~2 500).
 SALVAGE_BATCH = 256
 MAX_SALVAGED_ROWS = 1_000_000
+# What one recording may hold at most (as an nvidia-smi log: importers.MAX_ROWS): each sample read
+# costs analyze the rules' time, and a chunk of 10 000 unchanging samples takes ~200 bytes, so a
+# 150 KB file claimed 11 million samples (hours of analyze). Chunks: as a damaged file's list.
+MAX_SAMPLES = 10_000_000  # 58 days at 2 samples a second
+MAX_CHUNK_ROWS = MAX_SALVAGED_ROWS
 MAX_SALVAGE_QUERIES = 20_000
 MAX_META_VALUE = 1 << 20  # a session's metadata is a few kB
 MAX_ALERTS = 100_000
@@ -482,7 +487,7 @@ class RecordingReader:
             raise RecordingError(f"{path} has damaged session metadata ({type(e).__name__})") from None
         self.meta = meta
         try:
-            rows = self._query("SELECT id, t0, t1, n, codec FROM chunks ORDER BY t0, id")
+            rows = self._query(f"SELECT id, t0, t1, n, codec FROM chunks ORDER BY t0, id LIMIT {MAX_CHUNK_ROWS + 1}")
         except sqlite3.DatabaseError as e:
             if self._interrupted:
                 raise self._error(e) from None
@@ -496,6 +501,12 @@ class RecordingReader:
         self._chunks = [(r[0], _ms(r[1]), _ms(r[2]), r[3], r[4]) for r in rows
                         if type(r[0]) is int and plausible.time_ok(r[1]) and plausible.time_ok(r[2])
                         and type(r[3]) is int and 0 <= r[3] <= MAX_CHUNK_SAMPLES and r[1] <= r[2]]
+        samples = sum(r[3] for r in self._chunks)
+        if len(rows) > MAX_CHUNK_ROWS or samples > MAX_SAMPLES:
+            held = f"more than {MAX_CHUNK_ROWS:,} chunks" if len(rows) > MAX_CHUNK_ROWS else f"{samples:,} samples"
+            self._db.close()
+            raise RecordingError(f"{self.path} holds {held}: more than traintop reads from one recording "
+                                 f"({MAX_SAMPLES:,} samples in at most {MAX_CHUNK_ROWS:,} chunks)")
         self._t0s = [r[1] for r in self._chunks]
         self.skipped_chunks = len(rows) - len(self._chunks)  # rows no writer makes
         # why the first damaged chunk could not be read (said when nothing could be)
