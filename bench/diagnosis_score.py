@@ -29,7 +29,9 @@ time ledger and MFU are scored too (bench/ledger_score.py).
     python bench/diagnosis_score.py --check tests/fixtures/corpus/score-baseline.json   # CI's gate
     python bench/diagnosis_score.py --write-baseline     # regenerate the baseline (deliberately)
 
-``--check`` exits 1 (``check``) on any wrong-advice second, on a rule and source pair that is in
+``--check`` exits 1 (``check``) on any wrong-advice second in the training split (in the held-out
+split, on more wrong-advice seconds than the baseline recorded: a held-out run is scored, never
+tuned on; mending what it shows moves it to training, where none is allowed), on a rule and source pair that is in
 the baseline and not scored or scored and not in the baseline, on a recall or precision below
 the baseline's, a start or end latency above it, a situation missed that was not, and on a ledger
 bucket or MFU off by more than the gate (5 points, 10 %) where the baseline did not already
@@ -380,8 +382,10 @@ def check_cells(cells: dict, baseline: dict, split: str = "training") -> list[st
         if c is None:
             problems.append(f"{where}: in the baseline, no longer scored (the rule never came, and nothing expects it)")
             continue
-        if c["wrong_s"]:
-            problems.append(f"{where}: {c['wrong_s']:.0f} wrong-advice seconds ({', '.join(c['wrong_where'])})")
+        allowed = (was or {}).get("wrong_s", 0.0) if split == "held_out" else 0.0
+        if c["wrong_s"] > allowed:
+            problems.append(f"{where}: {c['wrong_s']:.0f} wrong-advice seconds ({', '.join(c['wrong_where'])})"
+                            + (f", was {allowed:.0f}" if allowed else ""))
         if was is None:
             problems.append(f"{where}: not in the baseline (a new rule or source is scored: regenerate it, "
                             "python bench/diagnosis_score.py --write-baseline)")

@@ -199,3 +199,16 @@ def test_a_rule_made_to_fire_always_or_never_fails_the_gate(rule_id, always, bas
     else:
         assert any(k in p for p in problems for k in ("recall", "precision", "missed", "no longer scored")), \
             (pair, problems)
+
+
+def test_wrong_advice_fails_in_training_always_and_in_held_out_when_it_grows():
+    """Held-out runs are scored, never tuned on: what they show wrong is recorded and may not grow;
+    in the training split no wrong-advice second is allowed."""
+    Cell = diagnosis_score.Cell
+    cells = {("underuse", "noprobe-1Hz"): Cell(up=29.0, good=0.0, wrong=3.0, wrong_where=["run:input_bound"])}
+    recorded = diagnosis_score.to_json(cells)
+    assert any("wrong-advice" in p for p in diagnosis_score.check_cells(cells, recorded, "training"))
+    assert diagnosis_score.check_cells(cells, recorded, "held_out") == []
+    more = {("underuse", "noprobe-1Hz"): Cell(up=29.0, good=0.0, wrong=4.0, wrong_where=["run:input_bound"])}
+    assert any("4 wrong-advice seconds" in p and "was 3" in p
+               for p in diagnosis_score.check_cells(more, recorded, "held_out"))
