@@ -107,6 +107,19 @@ def test_training_on_the_cpu_by_the_probes_word_whatever_the_cpu_share():
     assert not [a for a in run(idle).engine.alerts if a.rule == "cpu_training"]  # not stepping: not training
 
 
+def test_training_on_the_cpu_counts_its_steps_over_the_seconds_there_are():
+    """Watched for 20 s (or a replay 20 s in), 2 steps a second: 38 steps over those 19 s, not "in the
+    last 30 s", the rule's window, which would read as a job five times slower than it is."""
+    frames = [Frame(t=float(t), gpus=gpu(util=0.0, pid=None), process=job(t, cpu=90.0),
+                    ranks=(RankSample(pid=10, cuda=False, steps=t * 2),)) for t in range(20)]
+    a = next(a for a in run(frames).engine.alerts if a.rule == "cpu_training")
+    assert "took 38 optimizer steps in the last 19 s" in a.evidence, a.evidence
+    later = [Frame(t=float(t), gpus=gpu(util=0.0, pid=None), process=job(t, cpu=90.0),
+                   ranks=(RankSample(pid=10, cuda=False, steps=t * 2),)) for t in range(60)]
+    a = next(a for a in run(later).engine.alerts if a.rule == "cpu_training")
+    assert "took 60 optimizer steps in the last 30 s" in a.evidence, a.evidence
+
+
 def test_step_time_regression():
     frames = [Frame(t=float(t), gpus=gpu(), process=job(t),
                     ranks=(RankSample(pid=10, rank=0, cuda=True, step_time=0.1 if t < 200 else 0.18),))
