@@ -281,10 +281,11 @@ def test_the_process_line_says_no_dataloader_seen_instead_of_an_input_wait_of_no
     for line in (rank_line(RankView(r, 0, None, [], [], [], [], 0.0)),
                  compact_rank_line(RankView(r, 0, None, [], [], [], [], 0.0), 1, 200)):
         text = line.to_text().plain
-        assert "no DataLoader seen" in text and "input wait" not in text
+        assert "no DataLoader seen" in text and "input wait" not in text.replace("\u00a0", " ")
     fed = dataclasses.replace(r, input_wait=0.4, loader=True)
     shown = rank_line(RankView(fed, 0, None, [], [], [], [], None)).to_text().plain
-    assert "input wait\u00a040\u00a0%" in shown  # the figure kept with its words and unit when the line wraps
+    # the figure kept with its words and unit when the line wraps: never "input" / "wait 40 %"
+    assert "input\u00a0wait\u00a040\u00a0%" in shown
 
 
 def test_a_hung_collective_is_a_stall_though_its_spinning_kernel_reads_18_percent_sms():
