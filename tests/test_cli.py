@@ -293,6 +293,15 @@ def test_stdout_to_a_file_is_no_terminal_either(tmp_path):
     assert (tmp_path / "out").read_text() == ""
 
 
+@pytest.mark.parametrize("env", [{"PYTHONIOENCODING": "ascii"}, {"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0"}])
+def test_a_standard_output_that_cannot_encode_the_reports_dashes_gets_them_escaped(env):
+    """A Latin-1 or ASCII locale: "—" and "→" come out as \\u2014 and \\u2192, never a traceback."""
+    r = subprocess.run([sys.executable, "-m", "traintop", "analyze", FIXTURE], capture_output=True,
+                       timeout=120, env={**os.environ, **env})
+    assert r.returncode in (0, 1) and b"Traceback" not in r.stderr, r.stderr.decode()
+    assert r.stdout.isascii() and b"traintop analyze \\u2014 " in r.stdout and b"\\u2192 " in r.stdout
+
+
 # -- a reader that goes away -------------------------------------------------------------------
 
 @pytest.mark.parametrize("args", [["config"], ["analyze", FIXTURE]])

@@ -823,6 +823,10 @@ def main(argv: list[str] | None = None) -> int:
     quietly with 141, as a command killed by SIGPIPE; one that is full or fails (a full disk,
     /dev/full) with one line and exit 2 — never a traceback."""
     real = sys.stdout
+    if real is not None and hasattr(real, "reconfigure"):
+        # a standard output that cannot encode "—" or "→" (PYTHONIOENCODING=ascii, a Latin-1 locale)
+        # shows them as \u2014, as Python's own stderr does: never a traceback, nothing lost
+        real.reconfigure(errors="backslashreplace")
     out = _Stdout(real) if real is not None else None
     sys.stdout = out
     try:
