@@ -5,7 +5,7 @@ import dataclasses
 from traintop.collectors.simulated import Simulator
 from traintop.monitor import Monitor
 from traintop.rules import Severity
-from traintop.samples import Frame, GpuProcess, GpuSample, HostSample, ProcessSample, ProcInfo, RankSample
+from traintop.samples import Frame, GpuProcess, GpuSample, HostSample, ProcessSample, ProcInfo, RankSample, SessionInfo
 from traintop.units import GiB
 
 
@@ -601,6 +601,28 @@ def test_the_worker_advice_says_no_number_it_does_not_know():
     # the cores known, the job not attached: how many it runs is not known, so no count to try
     assert _starved(_cores(16), process=False) == ("Raise DataLoader num_workers (try the number of free CPU cores "
                                                    "per GPU: this host has 16 for 1 GPU in use).")
+
+
+def _starved_on_cpu(host, workers=1):
+    """A CPU job (no GPU in view) whose probe measures a 90 % input wait: its starvation's first remedy."""
+    members = [ProcInfo(10, "python", 100.0, GiB, 10, ppid=1)]
+    members += [ProcInfo(100 + k, "pt_data_worker", 95.0, GiB, 2, True, 10) for k in range(workers)]
+    proc = ProcessSample(pid=10, alive=True, name="python", cpu_percent=150.0, members=tuple(members))
+    rank = RankSample(pid=10, cuda=False, loader=True, steps=1, input_wait=0.9, time_train=0.1, time_input=0.9)
+    frames = [Frame(t=float(t), gpus=(), host=host, process=proc, ranks=(rank,)) for t in range(40)]
+    alerts = [a for a in run(frames, SessionInfo(kind="live", interval=1.0)).engine.alerts if a.rule == "starvation"]
+    assert alerts, "no starvation found"
+    return alerts[0].remedies[0]
+
+
+def test_the_worker_advice_on_no_gpu_gives_this_hosts_cores_and_no_count_to_try():
+    """A job that computes on the CPU needs the cores for its own threads: "free cores per GPU" fits
+    no such job; the host's cores and the job's workers do (seen in a new user's trial)."""
+    advice = _starved_on_cpu(_cores(16), workers=1)
+    assert advice == ("Raise DataLoader num_workers only as far as CPU cores are free: this host has 16, and a job "
+                      "that computes on the CPU needs them for its own threads too; 1 worker now.")
+    assert "per GPU" not in _starved_on_cpu(_cores(4), workers=0) and "num_workers=0 now" in _starved_on_cpu(_cores(4), 0)
+    assert _starved_on_cpu(None) == "Raise DataLoader num_workers where CPU cores are free."  # no host data
 
 
 def _underused(ranks=True, mem=True):
