@@ -286,6 +286,9 @@ def test_the_process_line_says_no_dataloader_seen_instead_of_an_input_wait_of_no
     shown = rank_line(RankView(fed, 0, None, [], [], [], [], None)).to_text().plain
     # the figure kept with its words and unit when the line wraps: never "input" / "wait 40 %"
     assert "input\u00a0wait\u00a040\u00a0%" in shown
+    held = dataclasses.replace(r, allocated=10 << 30, reserved=12 << 30, peak=11 << 30)
+    # every memory figure with its unit: "peak 11.0" alone read as a count (seen in a new user's trial)
+    assert "peak 11.0\u00a0GiB" in rank_line(RankView(held, 0, None, [], [], [], [], None)).to_text().plain
 
 
 def test_a_hung_collective_is_a_stall_though_its_spinning_kernel_reads_18_percent_sms():

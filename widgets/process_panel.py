@@ -52,7 +52,7 @@ def rank_line(rv: RankView, thresholds: Thresholds = DEFAULT) -> Line:
         if r.reserved and r.allocated is not None:
             frag = (r.reserved - r.allocated) / r.reserved
             out.append(f" · cached {frag * 100:.0f}\u00a0%", "dim")
-        out.append(f" · peak {gib(r.peak)}", "dim")
+        out.append(f" · peak {gib(r.peak)}" + ("\u00a0GiB" if r.peak is not None else ""), "dim")
         if r.alloc_retries:
             out.append(f"  retries {r.alloc_retries}", "bold yellow")
         if r.ooms:
