@@ -11,8 +11,8 @@
 #   OUT=dir bash scripts/h200_perf.sh
 #
 # traintop runs from this checkout (a linked tree makes app/, widgets/ and collectors/ its
-# subpackages, as an install does; bytecode compiled first); nvitop, nvitop-exporter, textual and
-# plotext from SITE (default /tmp/site). Everything lands in $OUT: peer_cost.txt (the table),
+# subpackages, as an install does; bytecode compiled first); nvitop, nvitop-exporter and
+# textual from SITE (default /tmp/site). Everything lands in $OUT: peer_cost.txt (the table),
 # peer_cost.json (raw), and the rest beside them.
 set -u
 REPO="$(cd "$(dirname "$0")/.." && pwd)"

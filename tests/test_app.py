@@ -1167,7 +1167,7 @@ def test_the_all_gpus_subject_reads_as_words():
 
 
 def test_the_memory_chart_follows_a_trend_at_once_and_a_wobble_every_half_minute(monkeypatch):
-    """plotext costs more than the rest of a frame: the chart is drawn again after 10 s when a
+    """The chart is drawn again only when it moves: again after 10 s when a
     series leaves the band it was drawn in (a leak, memory freed), after 30 s when it only wobbles."""
     import types
 

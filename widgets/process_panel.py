@@ -17,8 +17,9 @@ from traintop.view import LEDGER_WINDOW_S, ProcessView, RankView
 from traintop.widgets.memory_chart import memory_chart, rss_chart
 from traintop.widgets.owner_text import owner_text, proc_text
 
-# plotext costs 15-55 ms a chart, more than all the rest of a frame: the chart spans 240
-# samples (4 minutes at 1 s), so redrawn every 10 s it lags by at most 4 % of its width.
+# A chart costs about 1 ms (braille, widgets/memory_chart.py); drawn again only when memory
+# moves it still costs less. It spans 240 samples (4 minutes at 1 s), so redrawn every 10 s it
+# lags by at most 4 % of its width; the figures above it are live every frame.
 CHART_EVERY_S = 10.0
 CHART_IDLE_S = 30.0
 CHART_STEP_BYTES = 64 * 2**20  # a move smaller than this does not redraw the chart
