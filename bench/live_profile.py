@@ -5,7 +5,9 @@
 
 Runs ``traintop ARGS`` as a user does, on a pseudo-terminal of the given size whose output is
 drained (and counted). From the first frame after ``--warmup`` seconds (start-up is not the
-steady cost) to ``--seconds`` later, when it types ``q``, it measures:
+steady cost) to ``--seconds`` later, when it types ``q``, it measures what follows. A headless
+command (``record``, ``agent``) is measured from ``--warmup`` seconds after start and ended with
+SIGINT, as Ctrl-C does:
 
 - the stages, exactly: each stage's entry point (event-loop wakeups, timer callbacks, messages
   handled, feed ticks and their rules, refresh_view and its parts, the compositor, terminal
@@ -51,6 +53,12 @@ STAGES = [
     ("feed ticks (ingest)", "traintop.monitor", "Monitor.ingest"),
     ("  rules", "traintop.rules.engine", "RulesEngine.evaluate"),
     ("probe client (parse, merge)", "traintop.collectors.probe_client", "ProbeClient.sample"),
+    ("GPU sample (NVML, its thread)", "traintop.collectors.nvml", "NvmlCollector.sample"),
+    ("GPM poll (slow thread)", "traintop.collectors.nvml", "NvmlCollector.poll_gpm"),
+    ("slow NVML poll (slow thread)", "traintop.collectors.nvml", "NvmlCollector.poll_slow"),
+    ("host sample", "traintop.collectors.host", "HostCollector.sample"),
+    ("job's process tree sample", "traintop.collectors.process", "ProcessCollector.sample"),
+    ("recording writer (encode, commit)", "traintop.recording", "RecordingWriter.flush"),
     ("refresh_view", "traintop.app.main", "TraintopApp.refresh_view"),
     ("  build_view", "traintop.app.main", "build_view"),
     ("  panels' redraw (text_lines, diff)", "traintop.widgets.lines", "TextLines.redraw"),
@@ -195,6 +203,11 @@ class Sampler(threading.Thread):
             self.samples += 1
 
 
+def headless(argv: list[str]) -> bool:
+    """A command that draws no dashboard (its options may come before it)."""
+    return any(a in ("record", "agent") for a in argv)
+
+
 def child(argv: list[str], out: str, warmup: float, period: float, sim_nvml: str | None = None) -> int:
     """Run traintop with its stages wrapped and the sampler on, from the first frame ``warmup``
     seconds after start (start-up, imports and the first layout are not the steady cost)."""
@@ -224,6 +237,13 @@ def child(argv: list[str], out: str, warmup: float, period: float, sim_nvml: str
         frame_ready(self, message)
 
     TraintopApp.on_frame_ready = on_frame_ready
+    if headless(argv):  # no frames: the profile starts on the clock
+        def begin() -> None:
+            began.append(time.monotonic())
+            on.set()
+            sampler.start()
+
+        threading.Timer(warmup, begin).start()
     ended = []
 
     def stop(*_) -> None:  # the parent is about to type q: quitting (a dialog, the job's end) is not steady
@@ -282,7 +302,10 @@ def main() -> int:
         if not sent and time.monotonic() >= quit_at:
             os.kill(proc.pid, signal.SIGUSR1)  # the profile ends here
             time.sleep(0.1)
-            os.write(master, b"q")
+            if headless(a.args):
+                os.kill(proc.pid, signal.SIGINT)
+            else:
+                os.write(master, b"q")
             sent = True
             quit_at = time.monotonic()
         elif sent == 1 and time.monotonic() > quit_at + 1:

@@ -175,3 +175,63 @@ def test_the_tree_is_every_process_under_the_job_grandchildren_included():
             k.kill()
         p.kill()
         p.wait()
+
+
+def test_between_full_walks_main_threads_children_are_found_at_once_and_other_threads_children_later():
+    """Every thread's children file is read every TREE_EVERY_S; between, each process's main
+    thread's (where DataLoader and compile workers start): a worker started by the main thread
+    is in the next sample, one started by another thread within TREE_EVERY_S."""
+    import psutil
+
+    from traintop.collectors import process
+
+    code = ("import subprocess, sys, threading, time\n"
+            "print('ready', flush=True)\n"
+            "sys.stdin.readline(); subprocess.Popen(['sleep', '30'])\n"  # from the main thread
+            "sys.stdin.readline(); threading.Thread(target=lambda: (subprocess.Popen(['sleep', '31']), time.sleep(30)),\n"
+            "                                       daemon=True).start()\n"  # a thread that lives on: the child stays its
+            "time.sleep(30)")
+    p = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    clock = [100.0]
+    try:
+        assert p.stdout.readline().strip() == b"ready"
+        c = ProcessCollector(p.pid, clock=lambda: clock[0])
+        assert {m.pid for m in c.sample().members} == {p.pid}
+
+        def kids():
+            return {k.pid for k in psutil.Process(p.pid).children()}
+
+        p.stdin.write(b"\n")
+        p.stdin.flush()
+        first = until(lambda: len(kids()) == 1 and kids())
+        clock[0] += 1
+        assert {m.pid for m in c.sample().members} == {p.pid} | first
+        p.stdin.write(b"\n")
+        p.stdin.flush()
+        both = until(lambda: len(kids()) == 2 and kids())
+        clock[0] += 1
+        assert {m.pid for m in c.sample().members} == {p.pid} | first  # a thread's child: not yet
+        clock[0] += process.TREE_EVERY_S
+        assert {m.pid for m in c.sample().members} == {p.pid} | both
+        clock[0] += 1
+        assert {m.pid for m in c.sample().members} == {p.pid} | both  # kept between full walks
+    finally:
+        for k in psutil.Process(p.pid).children(recursive=True):
+            k.kill()
+        p.kill()
+        p.wait()
+
+
+def test_a_process_read_from_proc_gives_what_psutil_gives():
+    import psutil
+
+    from traintop.collectors.process import read_cmdline, read_io, read_rss, read_stat
+
+    me = psutil.Process()
+    comm, state, ppid, ticks, threads, start = read_stat(os.getpid())
+    assert comm == me.name()[:15] and ppid == me.ppid() and threads == me.num_threads() and state in "RS"
+    assert read_cmdline(os.getpid()) == me.cmdline()
+    assert abs(read_rss(os.getpid()) - me.memory_info().rss) < 64 * 2**20
+    io = read_io(os.getpid())
+    assert io is None or io[0] <= me.io_counters().read_bytes
+    assert read_stat(2**22 + 12345) is None and read_rss(2**22 + 12345) is None and read_cmdline(2**22 + 12345) == []
