@@ -438,7 +438,7 @@ def test_process_panel_reads_the_starvation_thresholds_from_the_view():
 
     def style_of_wait(thresholds):
         line = rank_line(rv, thresholds).to_text()
-        start = line.plain.index("input wait")
+        start = line.plain.index("input\u00a0wait")
         return {str(s.style) for s in line.spans if s.start <= start < s.end}
 
     assert style_of_wait(Thresholds()) == {"bold yellow"}  # 50 % ≥ the default 30 %

@@ -293,6 +293,15 @@ def test_stdout_to_a_file_is_no_terminal_either(tmp_path):
     assert (tmp_path / "out").read_text() == ""
 
 
+@pytest.mark.parametrize("env", [{"PYTHONIOENCODING": "ascii"}, {"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0"}])
+def test_a_standard_output_that_cannot_encode_the_reports_dashes_gets_them_escaped(env):
+    """A Latin-1 or ASCII locale: "—" and "→" come out as \\u2014 and \\u2192, never a traceback."""
+    r = subprocess.run([sys.executable, "-m", "traintop", "analyze", FIXTURE], capture_output=True,
+                       timeout=120, env={**os.environ, **env})
+    assert r.returncode in (0, 1) and b"Traceback" not in r.stderr, r.stderr.decode()
+    assert r.stdout.isascii() and b"traintop analyze \\u2014 " in r.stdout and b"\\u2192 " in r.stdout
+
+
 # -- a reader that goes away -------------------------------------------------------------------
 
 @pytest.mark.parametrize("args", [["config"], ["analyze", FIXTURE]])
@@ -367,7 +376,10 @@ def test_headless_the_end_says_what_was_found_and_where_the_evidence_is():
     assert lines[1].startswith("found: [critical] Stalled") and "\x1b" not in lines[1] and "\n" not in lines[1]
     assert lines[1].endswith("until the end)")
     assert lines[2] == "evidence: trace on Training pauses: /run/x/capture-7-20261202-184505.pt.trace.json"
-    assert len(lines) == 4 and "traintop analyze" in lines[3]
+    # no recording kept: the last line says how to keep one, not "on a recording" the user does not have
+    assert len(lines) == 4 and lines[3] == "with --record FILE, `traintop analyze FILE` gives the evidence and what to try"
+    recorded = findings_summary([pause], [], "/data/runs/my run.ttrec")
+    assert recorded[-1] == "`traintop analyze '/data/runs/my run.ttrec'` gives the evidence and what to try"
     many = findings_summary([pause] * (MAX_SUMMARY_FINDINGS + 3))
     assert many[MAX_SUMMARY_FINDINGS] == "found: 3 more"
     assert findings_summary([info, explained]) == []

@@ -65,3 +65,24 @@ def test_rows_without_csv_is_one_line():
     out = _export(RECORDING, "--rows", "ranks")
     assert out.returncode == 2 and out.stdout == "" and len(out.stderr.splitlines()) == 1
     assert out.stderr.startswith("traintop: --rows") and "Traceback" not in out.stderr
+
+
+def test_a_ranks_precision_and_backend_export_by_name_not_by_their_index_in_the_recording(tmp_path):
+    """A recording keeps a rank's matmul precision and backend as indexes (0 is fp32); a script reading
+    the export must get "fp32" and "gloo", as the dashboard says, in JSON and CSV alike."""
+    import json
+
+    from traintop.samples import RankSample, backend_index
+
+    path = tmp_path / "ranks.ttrec"
+    writer = RecordingWriter(str(path), no_gpu_info(0.5, "NVML could not start (no driver)"))
+    for k in range(3):
+        writer.add(Frame(t=1_790_000_000.0 + 0.5 * k, host=HostSample(cpu_percent=12.0),
+                         ranks=[RankSample(pid=4242, steps=10 + k, matmul=0, backend=backend_index("gloo"))]))
+    writer.close()
+    lines = [json.loads(line) for line in _export(path).stdout.splitlines()]
+    assert [r["ranks"][0]["matmul"] for r in lines] == ["fp32"] * 3
+    assert lines[-1]["ranks"][0]["backend"] == "gloo" and lines[-1]["ranks"][0]["steps"] == 12
+    out = _export(path, "--csv", "--rows", "ranks")
+    rows = list(csv.DictReader(io.StringIO(out.stdout)))
+    assert out.returncode == 0 and [r["matmul"] for r in rows] == ["fp32"] * 3 and rows[-1]["backend"] == "gloo"

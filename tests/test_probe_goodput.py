@@ -200,6 +200,47 @@ def test_a_barrier_before_the_first_step_is_startup(monkeypatch):
     assert g.totals["startup"] == pytest.approx(1.0)
 
 
+def _thread_waiting_in(path: str):
+    """A thread blocked in a function whose code lies in ``path`` (as torch's own would); its release."""
+    import threading
+
+    code: dict = {}
+    exec(compile("def wait(inside, release):\n    inside.set()\n    release.wait(60)\n", path, "exec"), code)
+    inside, release = threading.Event(), threading.Event()
+    thread = threading.Thread(target=code["wait"], args=(inside, release), daemon=True)
+    thread.start()
+    assert inside.wait(30)
+    return thread, release
+
+
+@pytest.mark.parametrize("path, input_wait, taken", [
+    # the whole window in the loader's wait (measured up to now): its stack is no pause's
+    ("/venv/lib/python3.11/site-packages/torch/utils/data/dataloader.py", 1.0, False),
+    ("/venv/lib/python3.11/site-packages/torch/utils/data/dataloader.py", 0.0, False),
+    ("/home/u/train.py", 0.0, True),  # a pause in the job's own code
+])
+def test_a_pause_stack_is_never_a_wait_for_the_next_batch(monkeypatch, path, input_wait, taken):
+    """An overdue step while the training thread sits in the DataLoader is input wait, not a pause: its
+    stack, labelled "not waiting for input", would say the opposite of what it shows."""
+    clock = [100.0]
+    g = Goodput(clock=lambda: clock[0])
+    g.flops_disabled = True
+    monkeypatch.setattr(g, "arm", lambda why: None)
+    for k in range(1, 6):  # steps 0.1 s apart
+        clock[0] += 0.1
+        g.on_step(k)
+    thread, release = _thread_waiting_in(path)
+    try:
+        g.train_thread = thread.ident
+        clock[0] += 1.0
+        g.window(clock[0], 1.0, input_wait, 5, 1.0, 30.0)  # the step is overdue
+        assert g.totals["input"] == input_wait
+        assert (g.pause_stack is not None) is taken, g.pause_stack
+    finally:
+        release.set()
+        thread.join(10)
+
+
 def test_a_module_seen_while_it_is_still_being_imported_is_wrapped_once_it_is_whole(monkeypatch):
     """The probe's tick can find torch.distributed in sys.modules before its names are defined; it
     must look again at the next tick rather than mark it done with nothing wrapped."""

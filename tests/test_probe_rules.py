@@ -5,7 +5,7 @@ import dataclasses
 from traintop.collectors.simulated import Simulator
 from traintop.monitor import Monitor
 from traintop.rules import Severity
-from traintop.samples import Frame, GpuProcess, GpuSample, HostSample, ProcessSample, ProcInfo, RankSample
+from traintop.samples import Frame, GpuProcess, GpuSample, HostSample, ProcessSample, ProcInfo, RankSample, SessionInfo
 from traintop.units import GiB
 
 
@@ -105,6 +105,19 @@ def test_training_on_the_cpu_by_the_probes_word_whatever_the_cpu_share():
     idle = [Frame(t=float(t), gpus=gpu(util=0.0, pid=None), process=job(t, cpu=70.0),
                   ranks=(RankSample(pid=10, cuda=False, steps=5),)) for t in range(60)]
     assert not [a for a in run(idle).engine.alerts if a.rule == "cpu_training"]  # not stepping: not training
+
+
+def test_training_on_the_cpu_counts_its_steps_over_the_seconds_there_are():
+    """Watched for 20 s (or a replay 20 s in), 2 steps a second: 38 steps over those 19 s, not "in the
+    last 30 s", the rule's window, which would read as a job five times slower than it is."""
+    frames = [Frame(t=float(t), gpus=gpu(util=0.0, pid=None), process=job(t, cpu=90.0),
+                    ranks=(RankSample(pid=10, cuda=False, steps=t * 2),)) for t in range(20)]
+    a = next(a for a in run(frames).engine.alerts if a.rule == "cpu_training")
+    assert "took 38 optimizer steps in the last 19 s" in a.evidence, a.evidence
+    later = [Frame(t=float(t), gpus=gpu(util=0.0, pid=None), process=job(t, cpu=90.0),
+                   ranks=(RankSample(pid=10, cuda=False, steps=t * 2),)) for t in range(60)]
+    a = next(a for a in run(later).engine.alerts if a.rule == "cpu_training")
+    assert "took 60 optimizer steps in the last 30 s" in a.evidence, a.evidence
 
 
 def test_step_time_regression():
@@ -268,10 +281,14 @@ def test_the_process_line_says_no_dataloader_seen_instead_of_an_input_wait_of_no
     for line in (rank_line(RankView(r, 0, None, [], [], [], [], 0.0)),
                  compact_rank_line(RankView(r, 0, None, [], [], [], [], 0.0), 1, 200)):
         text = line.to_text().plain
-        assert "no DataLoader seen" in text and "input wait" not in text
+        assert "no DataLoader seen" in text and "input wait" not in text.replace("\u00a0", " ")
     fed = dataclasses.replace(r, input_wait=0.4, loader=True)
     shown = rank_line(RankView(fed, 0, None, [], [], [], [], None)).to_text().plain
-    assert "input wait\u00a040\u00a0%" in shown  # the figure kept with its words and unit when the line wraps
+    # the figure kept with its words and unit when the line wraps: never "input" / "wait 40 %"
+    assert "input\u00a0wait\u00a040\u00a0%" in shown
+    held = dataclasses.replace(r, allocated=10 << 30, reserved=12 << 30, peak=11 << 30)
+    # every memory figure with its unit: "peak 11.0" alone read as a count (seen in a new user's trial)
+    assert "peak 11.0\u00a0GiB" in rank_line(RankView(held, 0, None, [], [], [], [], None)).to_text().plain
 
 
 def test_a_hung_collective_is_a_stall_though_its_spinning_kernel_reads_18_percent_sms():
@@ -587,6 +604,28 @@ def test_the_worker_advice_says_no_number_it_does_not_know():
     # the cores known, the job not attached: how many it runs is not known, so no count to try
     assert _starved(_cores(16), process=False) == ("Raise DataLoader num_workers (try the number of free CPU cores "
                                                    "per GPU: this host has 16 for 1 GPU in use).")
+
+
+def _starved_on_cpu(host, workers=1):
+    """A CPU job (no GPU in view) whose probe measures a 90 % input wait: its starvation's first remedy."""
+    members = [ProcInfo(10, "python", 100.0, GiB, 10, ppid=1)]
+    members += [ProcInfo(100 + k, "pt_data_worker", 95.0, GiB, 2, True, 10) for k in range(workers)]
+    proc = ProcessSample(pid=10, alive=True, name="python", cpu_percent=150.0, members=tuple(members))
+    rank = RankSample(pid=10, cuda=False, loader=True, steps=1, input_wait=0.9, time_train=0.1, time_input=0.9)
+    frames = [Frame(t=float(t), gpus=(), host=host, process=proc, ranks=(rank,)) for t in range(40)]
+    alerts = [a for a in run(frames, SessionInfo(kind="live", interval=1.0)).engine.alerts if a.rule == "starvation"]
+    assert alerts, "no starvation found"
+    return alerts[0].remedies[0]
+
+
+def test_the_worker_advice_on_no_gpu_gives_this_hosts_cores_and_no_count_to_try():
+    """A job that computes on the CPU needs the cores for its own threads: "free cores per GPU" fits
+    no such job; the host's cores and the job's workers do (seen in a new user's trial)."""
+    advice = _starved_on_cpu(_cores(16), workers=1)
+    assert advice == ("Raise DataLoader num_workers only as far as CPU cores are free: this host has 16, and a job "
+                      "that computes on the CPU needs them for its own threads too; 1 worker now.")
+    assert "per GPU" not in _starved_on_cpu(_cores(4), workers=0) and "num_workers=0 now" in _starved_on_cpu(_cores(4), 0)
+    assert _starved_on_cpu(None) == "Raise DataLoader num_workers where CPU cores are free."  # no host data
 
 
 def _underused(ranks=True, mem=True):

@@ -239,9 +239,12 @@ def cmd_run(args) -> int:
 MAX_SUMMARY_FINDINGS = 8
 
 
-def findings_summary(alerts, captures=()) -> list[str]:
+def findings_summary(alerts, captures=(), recorded: str | None = None) -> list[str]:
     """Headless, at the job's end: what was found while it ran (warnings and worse, not the ones a
-    stronger finding explains), and where the evidence taken for them is; one line each."""
+    stronger finding explains), and where the evidence taken for them is; one line each.
+    ``recorded``: the recording of this run, if one was kept (the last line names it)."""
+    import shlex
+
     from traintop.findings import Severity
     from traintop.text import one_line
     from traintop.units import fmt_clock, fmt_duration
@@ -257,8 +260,10 @@ def findings_summary(alerts, captures=()) -> list[str]:
     for c in list(captures)[-4:]:
         where = one_line(c.error or c.path or "", 300)
         out.append(f"evidence: {c.kind} on {one_line(c.reason or 'a finding', 100)}: {where}")
-    if shown:
-        out.append("`traintop analyze` on a recording gives the evidence and what to try")
+    if shown and recorded:
+        out.append(f"`traintop analyze {one_line(shlex.quote(recorded), 300)}` gives the evidence and what to try")
+    elif shown:  # nothing was recorded: say how to keep the next run
+        out.append("with --record FILE, `traintop analyze FILE` gives the evidence and what to try")
     return out
 
 
@@ -272,7 +277,8 @@ def _run_job_headless(args, job, session) -> int:
     finally:
         session.close()
     _hook_summary(session)
-    for line in findings_summary(monitor.engine.alerts, monitor.captures):
+    recorded = args.record if args.record and not monitor.recording_error else None
+    for line in findings_summary(monitor.engine.alerts, monitor.captures, recorded):
         echo(line)
     end = job.end
     saved = f"; recorded to {args.record}" if args.record and not monitor.recording_error else ""
@@ -817,6 +823,10 @@ def main(argv: list[str] | None = None) -> int:
     quietly with 141, as a command killed by SIGPIPE; one that is full or fails (a full disk,
     /dev/full) with one line and exit 2 — never a traceback."""
     real = sys.stdout
+    if real is not None and hasattr(real, "reconfigure"):
+        # a standard output that cannot encode "—" or "→" (PYTHONIOENCODING=ascii, a Latin-1 locale)
+        # shows them as \u2014, as Python's own stderr does: never a traceback, nothing lost
+        real.reconfigure(errors="backslashreplace")
     out = _Stdout(real) if real is not None else None
     sys.stdout = out
     try:

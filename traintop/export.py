@@ -49,6 +49,11 @@ def _plain(obj, names: list[str]) -> dict:
     return {n: _num(getattr(obj, n)) for n in names}
 
 
+def _rank(r: RankSample) -> dict:
+    """A rank's fields, its matmul precision and backend by name (a recording keeps their index)."""
+    return {**_plain(r, _RANK_FIELDS), "matmul": r.matmul_mode, "backend": r.backend_name}
+
+
 def sample_record(frame: Frame, info: SessionInfo, owners: dict[int, dict] | None = None) -> dict:
     """One sample as a JSON-ready dict. ``owners``: PID -> what ``collectors.whose`` says of it
     (live only: user, container, job …), merged into that GPU process's entry."""
@@ -67,7 +72,7 @@ def sample_record(frame: Frame, info: SessionInfo, owners: dict[int, dict] | Non
         gpus.append(entry)
     out: dict[str, Any] = {"schema": SCHEMA, "t": frame.t, "host": info.hostname, "gpus": gpus,
                            "host_stats": _plain(frame.host, _HOST_FIELDS) if frame.host else None,
-                           "process": None, "ranks": [_plain(r, _RANK_FIELDS) for r in frame.ranks]}
+                           "process": None, "ranks": [_rank(r) for r in frame.ranks]}
     if frame.process is not None:
         p = frame.process
         out["process"] = {**_plain(p, _PROCESS_FIELDS),
@@ -164,7 +169,7 @@ def csv_rows(frame: Frame, info: SessionInfo, rows: str = "gpus") -> str:
         return buf.getvalue()
     if rows == "ranks":
         for r in frame.ranks:
-            w.writerow(head + [_cell(getattr(r, n)) for n in _RANK_FIELDS])
+            w.writerow(head + [_cell(v) for v in _rank(r).values()])
         return buf.getvalue()
     names = {g.index: g for g in info.gpus}
     for g in frame.gpus:

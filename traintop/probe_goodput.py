@@ -59,6 +59,7 @@ _COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gathe
                 "reduce", "gather", "gather_object", "scatter", "scatter_object_list", "all_to_all",
                 "all_to_all_single")
 _COLLECTIVE_FILES = ("/torch/distributed/distributed_c10d.py", "/torch/distributed/c10d_logger.py")
+_LOADER_FILE = "/torch/utils/data/dataloader.py"  # a thread in it waits for its next batch (or starts workers)
 # Where torch.compile compiles (every frame dynamo takes passes through convert_frame); not all of
 # torch/_dynamo: its eval_frame wrappers sit on every optimizer step's stack.
 _COMPILE_FILES = ("/torch/_dynamo/convert_frame.py", "/torch/_inductor/compile_fx.py",
@@ -112,6 +113,15 @@ def stack_kind(frame, depth: int = 80) -> str | None:
         frame = frame.f_back
         depth -= 1
     return "collective" if collective else None
+
+
+def _in_loader(frame, depth: int = 80) -> bool:
+    while frame is not None and depth > 0:
+        if frame.f_code.co_filename.endswith(_LOADER_FILE):
+            return True
+        frame = frame.f_back
+        depth -= 1
+    return False
 
 
 def stack_text(frame, limit: int = 40) -> str:
@@ -857,6 +867,7 @@ class Goodput:
             return "startup"
         if since_step is not None and since_step >= stall_after:
             return "stalled"
-        if frame is not None and not self.closing:
+        # a thread waiting for its next batch is no pause: its stack would only show the loader's wait
+        if frame is not None and not self.closing and not _in_loader(frame):
             self.pause_stack = stack_text(frame, 12)[-4096:]
         return "other"

@@ -52,7 +52,7 @@ def rank_line(rv: RankView, thresholds: Thresholds = DEFAULT) -> Line:
         if r.reserved and r.allocated is not None:
             frag = (r.reserved - r.allocated) / r.reserved
             out.append(f" · cached {frag * 100:.0f}\u00a0%", "dim")
-        out.append(f" · peak {gib(r.peak)}", "dim")
+        out.append(f" · peak {gib(r.peak)}" + ("\u00a0GiB" if r.peak is not None else ""), "dim")
         if r.alloc_retries:
             out.append(f"  retries {r.alloc_retries}", "bold yellow")
         if r.ooms:
@@ -65,7 +65,7 @@ def rank_line(rv: RankView, thresholds: Thresholds = DEFAULT) -> Line:
     if r.loader is False:  # the input wait is measured in DataLoader iterators: none here
         out.append(" · no DataLoader seen", "dim")
     elif wait is not None:
-        out.append(f" · input wait\u00a0{wait * 100:.0f}\u00a0%",
+        out.append(f" · input\u00a0wait\u00a0{wait * 100:.0f}\u00a0%",
                    "bold yellow" if wait >= thresholds.starvation_input_wait else "dim")
     if r.matmul_mode:
         out.append(f" · {r.matmul_mode}", "bold yellow" if r.matmul_mode == "fp32" else "dim")

@@ -47,10 +47,12 @@ class TrainingOnCpu(HostRule):
         # The probe's word: optimizer steps taken in the window, and no CUDA in the process.
         # Then the CPU share does not matter (on a busy host the job may get far less than a core).
         stepping = [(r, steps) for subject, r in ctx.ranks()
-                    if len(steps := ctx.rank_window(subject, "steps", w)) >= 2 and steps[-1] > steps[0]]
+                    if len(steps := ctx.rank_pairs(subject, "steps", w)) >= 2 and steps[-1][1] > steps[0][1]]
         if stepping:
-            r, steps = max(stepping, key=lambda rs: rs[1][-1] - rs[1][0])
-            text = (f"PID {r.pid} took {steps[-1] - steps[0]:.0f} optimizer steps in the last {w:.0f} s "
+            r, steps = max(stepping, key=lambda rs: rs[1][-1][1] - rs[1][0][1])
+            # over the samples there are: a job watched (or a replay started) a few seconds ago has fewer than w
+            span = steps[-1][0] - steps[0][0]
+            text = (f"PID {r.pid} took {steps[-1][1] - steps[0][1]:.0f} optimizer steps in the last {span:.0f} s "
                     f"({r.steps} in all), but its probe reports no CUDA use")
             if mean_cpu is not None:
                 text += f"; the job uses {mean_cpu:.0f} % CPU"

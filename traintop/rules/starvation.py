@@ -170,7 +170,8 @@ class Starvation(HostRule):
                         f"{now * 100:.0f} % over the last {self.RECENT_WAIT_S:.0f} s (measured in the job)")
             if wait >= c.starvation_input_wait and now >= c.starvation_fed_input_wait:
                 text = f"{r.label} (on no GPU) {measured}"
-                yield Verdict(subject, text + (f", while {load.sentence()}" if load.saturated else ""))
+                yield Verdict(subject, text + (f", while {load.sentence()}" if load.saturated else ""),
+                              remedies=(self._workers_on_cpu(ctx),) + self.remedies[1:])
             elif ctx.is_active(self.id, subject):
                 fed = now < c.starvation_fed_input_wait
                 yield Verdict(subject, f"{r.label} no longer starved: it {measured}", state=REVERSED if fed else LAPSED)
@@ -188,6 +189,19 @@ class Starvation(HostRule):
             x, span = (recent_wait, self.RECENT_WAIT_S) if recent_wait is not None else (wait, c.starvation_window_s)
             text += f"; the job waits for its next batch {x * 100:.0f} % of the time over the last {span:.0f} s (measured in the job)"
         return Verdict(gpu_subject(i), text, state=REVERSED if fed else LAPSED)
+
+    @classmethod
+    def _workers_on_cpu(cls, ctx: RuleContext) -> str:
+        """The loader-worker advice for a job that computes on the CPU: its own threads need the
+        cores its workers would take, so no count to try, only this machine's numbers."""
+        host, job = ctx.host, ctx.process
+        cores = len(host.per_core) if host is not None else 0
+        if not cores:
+            return "Raise DataLoader num_workers where CPU cores are free."
+        workers = len(job.loader_workers) if job is not None and job.alive else None
+        now = "" if workers is None else f"; {_count(workers, 'worker')} now" if workers else "; num_workers=0 now"
+        return (f"Raise DataLoader num_workers only as far as CPU cores are free: this host has {cores}, and a job "
+                f"that computes on the CPU needs them for its own threads too{now}.")
 
     @classmethod
     def _workers(cls, ctx: RuleContext, gpus: int) -> str:
