@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import dataclass
 from typing import Any
 
 from traintop.samples import (
@@ -173,116 +174,20 @@ class Simulator:
 
     def _gpu(self, i: int, scenario: str, t: float) -> GpuSample:
         r = _rng(self.seed, "gpu", i, round(t * 1000))
-        rel = t - self.t0
-        total = H200["mem_total"]
-        limit = H200["power_limit_w"]
-        reasons = 0
-        procs = (GpuProcess(TRAIN_PID + i, None),)
-        util_min = util_max = None
-        sm_share = None  # GPM SM activity as a share of utilization
         rx = 0.4e9 * r.random()
-        if scenario == "healthy":
-            util = 100.0 if r.random() > 0.02 else 97.0
-            util_min, util_max = 96.0, 100.0
-            power = min(limit, 600 + 90 * r.random())
-            reasons = REASON_SW_POWER_CAP if r.random() < 0.85 else 0
-            sm = 1980 - (int(200 * r.random()) if reasons else 0)
-            temp = 62 + 4 * r.random()
-            mem = 96 * GiB + int(2 * GiB * r.random())
-            mem_util = 55 + 10 * r.random()
-            sm_share = 0.82
-        elif scenario == "starved":
-            share, util_min, util_max = self._busy_share(i, t - self.interval, t)
-            util = 100.0 if self._busy(i, t) else 0.0
-            power = 140 + 380 * share / 100 + 20 * r.random()
-            sm = 1980
-            temp = 45 + 6 * share / 100 + 2 * r.random()
-            mem = 40 * GiB + int(512 * MiB * r.random())
-            mem_util = share * 0.4
-        elif scenario == "underused":
-            util = 4 + 3 * r.random()
-            util_min, util_max = 0.0, 12.0
-            power = 112 + 14 * r.random()
-            sm = 1980
-            temp = 38 + 2 * r.random()
-            mem = 3 * GiB + int(128 * MiB * r.random())
-            mem_util = 1 + r.random()
-        elif scenario == "thermal":
-            util = 100.0
-            util_min, util_max = 98.0, 100.0
-            temp = min(88.0, 60 + rel * 0.6) + r.random()
-            hot = temp >= 84
-            reasons = REASON_SW_THERMAL if hot else REASON_SW_POWER_CAP
-            sm = 1410 + int(100 * r.random()) if hot else 1980
-            power = (520 if hot else 680) + 20 * r.random()
-            mem = 80 * GiB
-            mem_util = 60.0
-        elif scenario == "memory_creep":
-            util = 92 + 8 * r.random()
-            util_min, util_max = 85.0, 100.0
-            power = 420 + 60 * r.random()
-            sm = 1980
-            temp = 55 + 3 * r.random()
-            mem = min(int(total * 0.985), int(8 * GiB + 0.5 * GiB * rel + 64 * MiB * r.random()))
-            mem_util = 40.0
-        elif scenario in ("slow_loader", "collective_wait"):
-            # as two H200s showed it: the straggler's GPU mostly idles; the waiting one reads busy
-            # while its NCCL kernel spins, at the same ~170 W and ~5 % of SMs active
-            waiting = scenario == "collective_wait"
-            util = 40 + 35 * r.random() if waiting else 4 + 7 * r.random()
-            util_min, util_max = 0.0, 100.0 if waiting else 30.0
-            power = 165 + 12 * r.random()
-            sm = 1980
-            temp = 36 + 2 * r.random()
-            mem = 3 * GiB + int(256 * MiB * r.random())
-            mem_util = 1 + r.random()
-            sm_share = 0.09 if waiting else 0.7
-        elif scenario == "small_kernels":
-            util = 100.0 if r.random() > 0.05 else 99.0
-            util_min, util_max = 98.0, 100.0
-            power = 190 + 15 * r.random()
-            sm = 1980
-            temp = 44 + 2 * r.random()
-            mem = 6 * GiB
-            mem_util = 8 + 2 * r.random()
-            sm_share = 0.12
-        elif scenario == "pcie_bound":
-            util = 100.0 if r.random() < 0.35 else 0.0
-            util_min, util_max = 0.0, 100.0
-            power = 230 + 40 * r.random()
-            sm = 1980
-            temp = 46 + 2 * r.random()
-            mem = 24 * GiB
-            mem_util = 10 + 5 * r.random()
-            sm_share = 0.7
-            rx = 47e9 + 4e9 * r.random()
-        else:  # idle
-            util = 0.0
-            util_min, util_max = 0.0, 0.0
-            power = 82 + 6 * r.random()
-            reasons = REASON_GPU_IDLE
-            sm = 345
-            temp = 31 + r.random()
-            mem = 0
-            mem_util = 0.0
-            procs = ()
-        # a process's CUDA context and the rest it holds; a GPU no process uses reads 0 (as an H200 does)
-        mem_used = mem + 560 * MiB if procs else 0
-        procs = tuple(GpuProcess(p.pid, mem) for p in procs)
-        return GpuSample(
-            index=i, util=round(util), util_min=util_min, util_max=util_max, mem_util=round(mem_util),
-            mem_used=mem_used, mem_total=total, mem_reserved=542 * MiB, power_w=round(power, 1),
-            power_limit_w=limit, temp_c=round(temp), temp_slowdown_c=H200["temp_slowdown_c"],
-            sm_clock=sm, sm_clock_max=H200["sm_clock_max"], mem_clock=3201 if scenario != "idle" else 1593,
-            mem_clock_max=H200["mem_clock_max"], reasons=reasons, processes=procs,
-            pcie_rx=rx, pcie_tx=0.3 * rx, pcie_gen=5 if util > 0 else 1, pcie_width=16, pcie_gen_max=5,
-            pcie_width_max=16,
-            sm_active=round(min(100.0, util * (sm_share or 0.6) * (0.9 + 0.2 * r.random()))),
-            tensor_active=round(util * 0.5 * (sm_share or 0.5)), dram_active=round(mem_util * 0.8),
-            throttle_power=round((60 + 30 * r.random()) if reasons & REASON_SW_POWER_CAP else 0.0),
-            throttle_thermal=100.0 if reasons & REASON_SW_THERMAL else 0.0,
-            ecc_corrected=0, ecc_uncorrected=0,
-        )
+        if scenario == "starved":
+            shape = self._starved(i, t, r)
+        else:
+            shape = _SHAPES[scenario](r, t - self.t0)
+        return _gpu_sample(i, scenario, shape, rx if shape.rx is None else shape.rx, r)
+
+    def _starved(self, i: int, t: float, r: random.Random) -> _Shape:
+        share, util_min, util_max = self._busy_share(i, t - self.interval, t)
+        util = 100.0 if self._busy(i, t) else 0.0
+        power = 140 + 380 * share / 100 + 20 * r.random()
+        temp = 45 + 6 * share / 100 + 2 * r.random()
+        mem = 40 * GiB + int(512 * MiB * r.random())
+        return _Shape(util, power, 1980, temp, mem, share * 0.4, util_min=util_min, util_max=util_max)
 
     def _host(self, t: float, process: ProcessSample | None = None) -> HostSample:
         """The host: the job's CPU (its busiest processes each on a core of their own) over a light
@@ -337,3 +242,122 @@ class Simulator:
             threads=sum(m.threads for m in members), read_rate=(150 if starved else 30) * MiB,
             write_rate=1 * MiB, members=tuple(members),
         )
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """What a scenario's GPU shows at one instant, before it becomes a GpuSample (its values drawn in
+    a fixed order from the instant's generator: the order is part of the seed's output)."""
+
+    util: float
+    power: float
+    sm: int
+    temp: float
+    mem: int
+    mem_util: float
+    reasons: int = 0
+    util_min: float | None = None
+    util_max: float | None = None
+    sm_share: float | None = None  # GPM SM activity as a share of utilization
+    rx: float | None = None  # PCIe receive bytes/s, where the scenario sets its own
+    job: bool = True  # a training process uses the GPU
+
+
+def _healthy(r: random.Random, rel: float) -> _Shape:
+    util = 100.0 if r.random() > 0.02 else 97.0
+    power = min(H200["power_limit_w"], 600 + 90 * r.random())
+    reasons = REASON_SW_POWER_CAP if r.random() < 0.85 else 0
+    sm = 1980 - (int(200 * r.random()) if reasons else 0)
+    temp = 62 + 4 * r.random()
+    mem = 96 * GiB + int(2 * GiB * r.random())
+    mem_util = 55 + 10 * r.random()
+    return _Shape(util, power, sm, temp, mem, mem_util, reasons, 96.0, 100.0, sm_share=0.82)
+
+
+def _underused(r: random.Random, rel: float) -> _Shape:
+    util = 4 + 3 * r.random()
+    power = 112 + 14 * r.random()
+    temp = 38 + 2 * r.random()
+    mem = 3 * GiB + int(128 * MiB * r.random())
+    return _Shape(util, power, 1980, temp, mem, 1 + r.random(), util_min=0.0, util_max=12.0)
+
+
+def _thermal(r: random.Random, rel: float) -> _Shape:
+    temp = min(88.0, 60 + rel * 0.6) + r.random()
+    hot = temp >= 84
+    reasons = REASON_SW_THERMAL if hot else REASON_SW_POWER_CAP
+    sm = 1410 + int(100 * r.random()) if hot else 1980
+    power = (520 if hot else 680) + 20 * r.random()
+    return _Shape(100.0, power, sm, temp, 80 * GiB, 60.0, reasons, 98.0, 100.0)
+
+
+def _memory_creep(r: random.Random, rel: float) -> _Shape:
+    util = 92 + 8 * r.random()
+    power = 420 + 60 * r.random()
+    temp = 55 + 3 * r.random()
+    mem = min(int(H200["mem_total"] * 0.985), int(8 * GiB + 0.5 * GiB * rel + 64 * MiB * r.random()))
+    return _Shape(util, power, 1980, temp, mem, 40.0, util_min=85.0, util_max=100.0)
+
+
+def _waiting_rank(waiting: bool):
+    """As two H200s showed it: the straggler's GPU mostly idles (``waiting`` False); the waiting one
+    reads busy while its NCCL kernel spins, at the same ~170 W and ~5 % of SMs active."""
+
+    def shape(r: random.Random, rel: float) -> _Shape:
+        util = 40 + 35 * r.random() if waiting else 4 + 7 * r.random()
+        power = 165 + 12 * r.random()
+        temp = 36 + 2 * r.random()
+        mem = 3 * GiB + int(256 * MiB * r.random())
+        return _Shape(util, power, 1980, temp, mem, 1 + r.random(), util_min=0.0,
+                      util_max=100.0 if waiting else 30.0, sm_share=0.09 if waiting else 0.7)
+
+    return shape
+
+
+def _small_kernels(r: random.Random, rel: float) -> _Shape:
+    util = 100.0 if r.random() > 0.05 else 99.0
+    power = 190 + 15 * r.random()
+    temp = 44 + 2 * r.random()
+    return _Shape(util, power, 1980, temp, 6 * GiB, 8 + 2 * r.random(), util_min=98.0, util_max=100.0,
+                  sm_share=0.12)
+
+
+def _pcie_bound(r: random.Random, rel: float) -> _Shape:
+    util = 100.0 if r.random() < 0.35 else 0.0
+    power = 230 + 40 * r.random()
+    temp = 46 + 2 * r.random()
+    mem_util = 10 + 5 * r.random()
+    return _Shape(util, power, 1980, temp, 24 * GiB, mem_util, util_min=0.0, util_max=100.0, sm_share=0.7,
+                  rx=47e9 + 4e9 * r.random())
+
+
+def _idle(r: random.Random, rel: float) -> _Shape:
+    return _Shape(0.0, 82 + 6 * r.random(), 345, 31 + r.random(), 0, 0.0, REASON_GPU_IDLE, 0.0, 0.0, job=False)
+
+
+# each scenario's GPU but "starved" (its busy cycles are the Simulator's): (generator, seconds since t0) -> shape
+_SHAPES = {"healthy": _healthy, "underused": _underused, "thermal": _thermal, "memory_creep": _memory_creep,
+           "slow_loader": _waiting_rank(False), "collective_wait": _waiting_rank(True),
+           "small_kernels": _small_kernels, "pcie_bound": _pcie_bound, "idle": _idle}
+
+
+def _gpu_sample(i: int, scenario: str, s: _Shape, rx: float, r: random.Random) -> GpuSample:
+    """The GpuSample of a shape (its last values drawn from ``r``)."""
+    # a process's CUDA context and the rest it holds; a GPU no process uses reads 0 (as an H200 does)
+    mem_used = s.mem + 560 * MiB if s.job else 0
+    procs = (GpuProcess(TRAIN_PID + i, s.mem),) if s.job else ()
+    util, reasons = s.util, s.reasons
+    return GpuSample(
+        index=i, util=round(util), util_min=s.util_min, util_max=s.util_max, mem_util=round(s.mem_util),
+        mem_used=mem_used, mem_total=H200["mem_total"], mem_reserved=542 * MiB, power_w=round(s.power, 1),
+        power_limit_w=H200["power_limit_w"], temp_c=round(s.temp), temp_slowdown_c=H200["temp_slowdown_c"],
+        sm_clock=s.sm, sm_clock_max=H200["sm_clock_max"], mem_clock=3201 if scenario != "idle" else 1593,
+        mem_clock_max=H200["mem_clock_max"], reasons=reasons, processes=procs,
+        pcie_rx=rx, pcie_tx=0.3 * rx, pcie_gen=5 if util > 0 else 1, pcie_width=16, pcie_gen_max=5,
+        pcie_width_max=16,
+        sm_active=round(min(100.0, util * (s.sm_share or 0.6) * (0.9 + 0.2 * r.random()))),
+        tensor_active=round(util * 0.5 * (s.sm_share or 0.5)), dram_active=round(s.mem_util * 0.8),
+        throttle_power=round((60 + 30 * r.random()) if reasons & REASON_SW_POWER_CAP else 0.0),
+        throttle_thermal=100.0 if reasons & REASON_SW_THERMAL else 0.0,
+        ecc_corrected=0, ecc_uncorrected=0,
+    )

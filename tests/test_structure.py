@@ -144,6 +144,32 @@ def test_the_contracts_catch_a_breach():
     ]
 
 
+MAX_FUNCTION_LINES = 80  # a function of the core, its docstring counted: beyond, split it into helpers
+
+
+def long_functions(source: str) -> list[tuple[str, int, int]]:
+    """Each function (methods and nested ones too) over MAX_FUNCTION_LINES, as (name, first line, lines)."""
+    return [(node.name, node.lineno, node.end_lineno - node.lineno + 1) for node in ast.walk(ast.parse(source))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
+
+
+def test_no_core_function_is_over_80_lines():
+    """The core (traintop/ and collectors/, less the drawing; the command line is in it) reads in
+    functions of one job each (docs/CONTRIBUTING.md)."""
+    long = [f"{path.relative_to(REPO)}:{line} {name}: {n} lines" for m, path in sorted(modules().items())
+            if not within(m, DRAWING) for name, line, n in long_functions(path.read_text())]
+    assert not long, f"functions of the core over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(long)
+
+
+def test_the_length_check_finds_a_long_function():
+    def function(name: str, lines: int, indent: str = "") -> str:  # a def, its docstring, statements
+        return f"{indent}def {name}():\n{indent}    \"\"\"doc\"\"\"\n" + f"{indent}    x = 1\n" * (lines - 2)
+
+    source = function("fits", MAX_FUNCTION_LINES) + "\n\nclass C:\n" + function("over", MAX_FUNCTION_LINES + 1, "    ")
+    assert long_functions(source) == [("over", MAX_FUNCTION_LINES + 4, MAX_FUNCTION_LINES + 1)]
+
+
 def test_every_module_imports_without_torch():
     """traintop never needs torch (the probe reads it inside a job that has it): every module imports
     where `import torch` fails. scripts/test runs this again in a Python with no torch installed."""

@@ -676,23 +676,38 @@ def _series(times: list[float], columns: dict[str, list], scheme) -> SeriesWindo
     gpu_fields, host_fields, proc_fields, rank_fields, core_scale, _ = scheme
     n = len(times)
     groups: list[tuple[int, int, list[tuple[str, list]]]] = []  # (first sample, place in a frame, its series)
+    _gpu_groups(groups, columns, gpu_fields, n)
+    if any(k.startswith("h.") for k in columns):
+        _host_group(groups, columns, host_fields, core_scale, n)
+    ended_at = _process_group(groups, times, columns, proc_fields) if columns.get("p.pid") is not None else None
+    rank_present = _rank_groups(groups, columns, rank_fields, n)
+    probe_at = next((times[j] for j in range(n - 1, -1, -1) if rank_present[j]), None)
+    groups.sort(key=lambda g: (g[0], g[1]))
+    ordered = [kv for _, _, out in groups for kv in out]
+    last = _frames(times[-1:], {k: col[-1:] for k, col in columns.items()}, scheme)[0]
+    return SeriesWindow(times, ordered, last, ended_at, probe_at)
 
-    def group(order: int, present: list[bool], values: dict[str, list], derived: dict[str, list],
-              key: Callable[[str], str], names: tuple[str, ...], defaults: dict) -> None:
-        first = next((j for j, p in enumerate(present) if p), None)
-        if first is None:
-            return
-        out = []
-        for name in names:
-            col = values.get(name)
-            if col is None:
-                v = defaults.get(name)
-                col = [v] * n
-            out.append((key(name), [v if p else None for v, p in zip(col, present)]))
-        for name, col in derived.items():
-            out.append((key(name), [v if p else None for v, p in zip(col, present)]))
-        groups.append((first, order, out))
 
+def _group(groups: list, n: int, order: int, present: list[bool], values: dict[str, list], derived: dict[str, list],
+           key: Callable[[str], str], names: tuple[str, ...], defaults: dict) -> None:
+    """Add to ``groups`` the series of one GPU, the host, the process or one rank (``order``: its
+    place in a frame), each None where it was not ``present``; nothing where it never was."""
+    first = next((j for j, p in enumerate(present) if p), None)
+    if first is None:
+        return
+    out = []
+    for name in names:
+        col = values.get(name)
+        if col is None:
+            v = defaults.get(name)
+            col = [v] * n
+        out.append((key(name), [v if p else None for v, p in zip(col, present)]))
+    for name, col in derived.items():
+        out.append((key(name), [v if p else None for v, p in zip(col, present)]))
+    groups.append((first, order, out))
+
+
+def _gpu_groups(groups: list, columns: dict[str, list], gpu_fields: dict, n: int) -> None:
     gpu_names = FIELDS["gpu"]
     for i in sorted({g for g in (_key_index(k, "g", MAX_GPUS) for k in columns) if g is not None}):
         p = f"g{i}."
@@ -705,32 +720,41 @@ def _series(times: list[float], columns: dict[str, list], scheme) -> SeriesWindo
                   for cell in procs_col]
         cols = [values[name] for name in gpu_names]
         present = [bool(k) or any(v is not None for v in row) for k, row in zip(nprocs, zip(*cols))]
-        group(i, present, values, {"nprocs": nprocs}, partial(gpu_key, i), gpu_names, {})
-    if any(k.startswith("h.") for k in columns):
-        values = {name: _dq_col(columns.get("h." + name), scale, False, n, plausible.HOST[name])
-                  for name, scale in host_fields.items()}
-        cores = columns.get("h.cores") or [None] * n
-        lo, hi = _bounds(core_scale, plausible.CORE)
-        cols = list(values.values())
-        present = [bool(c) and all(x is not None and lo <= x <= hi for x in c) or any(v is not None for v in row)
-                   for c, row in zip(cores, zip(*cols))]
-        group(MAX_GPUS, present, values, {}, host_key, FIELDS["host"], _DEFAULTS[HostSample])
-    pids = columns.get("p.pid")
-    ended_at = None
-    if pids is not None:
-        values = {name: _dq_col(columns.get("p." + name), scale, name == "threads", n, plausible.PROCESS[name])
-                  for name, scale in proc_fields.items()}
-        present = [plausible.number(pid, plausible.PID) is not None for pid in pids]
-        alive = [bool(a) for a in (columns.get("p.alive") or [None] * n)]
-        members = columns.get("p.members") or [None] * n
-        workers = [sum(1 for m in row or () if m[5] and plausible.number(m[0], plausible.PID) is not None)
-                   for row in members]
-        ended_at = next((t for t, p, a in zip(times, present, alive) if p and not a), None)
-        group(MAX_GPUS + 1, present, values, {"alive": [1.0 if a else 0.0 for a in alive], "workers": workers},
-              proc_key, FIELDS["proc"], _DEFAULTS[ProcessSample])
+        _group(groups, n, i, present, values, {"nprocs": nprocs}, partial(gpu_key, i), gpu_names, {})
+
+
+def _host_group(groups: list, columns: dict[str, list], host_fields: dict, core_scale, n: int) -> None:
+    values = {name: _dq_col(columns.get("h." + name), scale, False, n, plausible.HOST[name])
+              for name, scale in host_fields.items()}
+    cores = columns.get("h.cores") or [None] * n
+    lo, hi = _bounds(core_scale, plausible.CORE)
+    cols = list(values.values())
+    present = [bool(c) and all(x is not None and lo <= x <= hi for x in c) or any(v is not None for v in row)
+               for c, row in zip(cores, zip(*cols))]
+    _group(groups, n, MAX_GPUS, present, values, {}, host_key, FIELDS["host"], _DEFAULTS[HostSample])
+
+
+def _process_group(groups: list, times: list[float], columns: dict[str, list], proc_fields: dict) -> float | None:
+    """The attached process's series; when it was first seen ended (None: never)."""
+    n = len(times)
+    values = {name: _dq_col(columns.get("p." + name), scale, name == "threads", n, plausible.PROCESS[name])
+              for name, scale in proc_fields.items()}
+    present = [plausible.number(pid, plausible.PID) is not None for pid in columns["p.pid"]]
+    alive = [bool(a) for a in (columns.get("p.alive") or [None] * n)]
+    members = columns.get("p.members") or [None] * n
+    workers = [sum(1 for m in row or () if m[5] and plausible.number(m[0], plausible.PID) is not None)
+               for row in members]
+    ended_at = next((t for t, p, a in zip(times, present, alive) if p and not a), None)
+    _group(groups, n, MAX_GPUS + 1, present, values, {"alive": [1.0 if a else 0.0 for a in alive], "workers": workers},
+           proc_key, FIELDS["proc"], _DEFAULTS[ProcessSample])
+    return ended_at
+
+
+def _rank_groups(groups: list, columns: dict[str, list], rank_fields: dict, n: int) -> list[int]:
+    """Each rank's series, a rank being its number (or, without one, its place in the sample);
+    the count of ranks in each sample."""
     rank_present = [0] * n  # ranks in each sample: a rank without a number is named by its place
     by_prefix: dict[str, tuple[int, list[bool], dict]] = {}  # rank prefix -> (its place, present, values)
-    rank_names = FIELDS["rank"]
     for _, rcols in _rank_columns(columns, rank_fields, n):
         first_field = next(iter(rcols.values()))
         numbers = rcols.get("rank") or [None] * n
@@ -747,12 +771,9 @@ def _series(times: list[float], columns: dict[str, list], scheme) -> SeriesWindo
             for name, col in rcols.items():
                 entry[2][name][j] = col[j]
     for prefix, (k, present, values) in by_prefix.items():
-        group(MAX_GPUS + 2 + k, present, values, {}, partial(rank_key, prefix), rank_names, _DEFAULTS[RankSample])
-    probe_at = next((times[j] for j in range(n - 1, -1, -1) if rank_present[j]), None)
-    groups.sort(key=lambda g: (g[0], g[1]))
-    ordered = [kv for _, _, out in groups for kv in out]
-    last = _frames(times[-1:], {k: col[-1:] for k, col in columns.items()}, scheme)[0]
-    return SeriesWindow(times, ordered, last, ended_at, probe_at)
+        _group(groups, n, MAX_GPUS + 2 + k, present, values, {}, partial(rank_key, prefix), FIELDS["rank"],
+               _DEFAULTS[RankSample])
+    return rank_present
 
 
 def _repeat_nulls_window(col: list, j0: int, j1: int) -> list:

@@ -161,8 +161,14 @@ def load_pmon(path: str, header_line: str, rows, clock, skips, lines, gpu_index)
         out["pid"].append(pid)
         for c in ("fb", *_PCT):
             out[c].append(values.get(c, _NAN))
-    skipped = skips.count + lines.too_long
-    why = f" (first: {skips.first})" if skips.first else ""
+    return _pmon_log(path, t, out, has_dt, total, skips.count + lines.too_long, skips.first)
+
+
+def _pmon_log(path: str, t: array, out: dict[str, array], has_dt: bool, total: int, skipped: int,
+              first: str | None) -> PmonLog:
+    """The log of the columns read (``total`` lines, ``skipped`` of them unreadable, the ``first``
+    said why), or PmonFailed where they hold no log: nothing read, most lines unreadable, times going back."""
+    why = f" (first: {first})" if first else ""
     if not t:
         raise PmonFailed(f"{path}: no sample could be read ({skipped} unreadable line(s){why})")
     if skipped > max(10, total // 2):

@@ -202,59 +202,14 @@ def build_view(monitor: Monitor, points: int = SERIES_POINTS) -> View:
         # causes first, most severe first; what a stronger finding explains after them
         active = tuple(sorted(monitor.engine.active, key=lambda a: (a.explained_by is not None, -a.severity, a.start)))
         recent = tuple(a for a in reversed(monitor.engine.alerts) if not a.active)  # all: the panel counts what it cuts
-        gpus = []
-        for g in frame.gpus if frame else ():
-            i = g.index
-            mine = [a for a in active if a.subject == f"gpu{g.index}" and not a.explained_by]  # most severe first
-            gpus.append(GpuView(
-                info=infos.get(g.index) or GpuInfo(index=g.index, name="GPU"),
-                sample=g,
-                # a MIG device has no utilization (NVML answers NOT_SUPPORTED): its GPM SM activity
-                util=store.last(gpu_key(i, "util" if g.parent is None else "sm_active"), points),
-                power=store.last(gpu_key(i, "power_w"), points),
-                mem=store.last(gpu_key(i, "mem_used"), points),
-                temp=store.last(gpu_key(i, "temp_c"), points),
-                badges=("STALE",) + badges_for(g) if g.index in frame.stale_gpus else badges_for(g),
-                alert_level=int(mine[0].severity) if mine else 0,
-                alert_title=mine[0].title if mine else None,
-                procs=gpu_procs(g),
-            ))
+        gpus = _gpu_views(store, frame, infos, active, points)
         host = HostView(frame.host if frame else None, store.last(host_key("cpu_percent"), points))
         proc = frame.process if frame else None
-        gpu_mem: dict[int, int] = {}
-        gpu_share: dict[int, float] = {}  # GPU index -> % of its time the tree's processes computed (NVML)
-        owners: dict[Owner, None] = {}  # ordered, distinct
-        if proc is not None and frame is not None:
-            pids = {m.pid for m in proc.members} | {proc.pid}
-            for g in frame.gpus:
-                owners.update((gp.owner, None) for gp in g.processes if gp.pid in pids and gp.owner is not None)
-                used = [gp.used_bytes or 0 for gp in g.processes if gp.pid in pids]
-                if used:
-                    gpu_mem[g.index] = sum(used)
-                shares = [gp.sm_util for gp in g.processes if gp.pid in pids and gp.sm_util is not None]
-                if shares:
-                    gpu_share[g.index] = min(100.0, sum(shares))
-        ranks = []
+        gpu_mem, gpu_share, owners = _tree_on_gpus(proc, frame)
         seen = frame.ranks if frame else ()
         # the job has ended: its ranks as last seen, with the history the store keeps (the time ledger)
         last_seen = not seen and monitor.ended_at is not None and bool(monitor.last_ranks)
-        probed = [(rank_id(r, k), r) for k, r in enumerate(monitor.last_ranks if last_seen else seen)]
-        if any(r.cuda for _, r in probed):  # launchers (torchrun) carry a probe too: show the ranks
-            probed = [(subject, r) for subject, r in probed if r.cuda or r.steps]
-        for subject, r in probed:
-            gpu = nvml_used = None
-            for g in frame.gpus:
-                for gp in g.processes:
-                    if gp.pid == r.pid:
-                        gpu, nvml_used = g.index, gp.used_bytes
-            # the same sample (the frame's, or the ranks last seen) until the store changes: its id is enough
-            fig = store.memo(("rank view", subject, id(r), gpu, points, info.interval),
-                             lambda subject=subject, r=r, gpu=gpu: _rank_figures(store, subject, r, gpu, points,
-                                                                                 info.interval))
-            gpu_name = infos[gpu].name if gpu is not None and gpu in infos else None
-            ranks.append(RankView(r, gpu, nvml_used, fig.allocated, fig.reserved, fig.nvml, fig.step_time,
-                                  fig.input_wait_10s, ledger=fig.ledger, ledger_s=fig.ledger_s,
-                                  mfu=mfu(r.step_flops, fig.period, gpu_name, r.matmul_mode)))
+        ranks = _rank_views(store, frame, infos, info.interval, monitor.last_ranks if last_seen else seen, points)
         config = monitor.engine.config
         pview = ProcessView(proc, store.last(proc_key("cpu_percent"), points), monitor.ended_at, gpu_mem, ranks,
                             config, launched=monitor.launched, job_end=monitor.job_end,
@@ -279,3 +234,66 @@ def build_view(monitor: Monitor, points: int = SERIES_POINTS) -> View:
             collector_errors=failing, thresholds=monitor.engine.config,
             hook_error=monitor.hook.problem() if monitor.hook is not None else None,
         )
+
+
+def _gpu_views(store, frame: Frame | None, infos: dict, active: tuple, points: int) -> list[GpuView]:
+    """Each GPU of the frame with its charts' series and its most severe finding that is a cause."""
+    gpus = []
+    for g in frame.gpus if frame else ():
+        i = g.index
+        mine = [a for a in active if a.subject == f"gpu{g.index}" and not a.explained_by]  # most severe first
+        gpus.append(GpuView(
+            info=infos.get(g.index) or GpuInfo(index=g.index, name="GPU"),
+            sample=g,
+            # a MIG device has no utilization (NVML answers NOT_SUPPORTED): its GPM SM activity
+            util=store.last(gpu_key(i, "util" if g.parent is None else "sm_active"), points),
+            power=store.last(gpu_key(i, "power_w"), points),
+            mem=store.last(gpu_key(i, "mem_used"), points),
+            temp=store.last(gpu_key(i, "temp_c"), points),
+            badges=("STALE",) + badges_for(g) if g.index in frame.stale_gpus else badges_for(g),
+            alert_level=int(mine[0].severity) if mine else 0,
+            alert_title=mine[0].title if mine else None,
+            procs=gpu_procs(g),
+        ))
+    return gpus
+
+
+def _tree_on_gpus(proc, frame: Frame | None) -> tuple[dict[int, int], dict[int, float], dict[Owner, None]]:
+    """The attached process tree on each GPU: its memory, the share of the GPU's time it computed
+    (NVML, %), and the owners its processes there carry (ordered, distinct)."""
+    gpu_mem: dict[int, int] = {}
+    gpu_share: dict[int, float] = {}  # GPU index -> % of its time the tree's processes computed (NVML)
+    owners: dict[Owner, None] = {}  # ordered, distinct
+    if proc is not None and frame is not None:
+        pids = {m.pid for m in proc.members} | {proc.pid}
+        for g in frame.gpus:
+            owners.update((gp.owner, None) for gp in g.processes if gp.pid in pids and gp.owner is not None)
+            used = [gp.used_bytes or 0 for gp in g.processes if gp.pid in pids]
+            if used:
+                gpu_mem[g.index] = sum(used)
+            shares = [gp.sm_util for gp in g.processes if gp.pid in pids and gp.sm_util is not None]
+            if shares:
+                gpu_share[g.index] = min(100.0, sum(shares))
+    return gpu_mem, gpu_share, owners
+
+
+def _rank_views(store, frame: Frame | None, infos: dict, interval: float | None, shown, points: int) -> list[RankView]:
+    """The probed ranks ``shown`` (the frame's, or those last seen), each with its GPU and figures."""
+    ranks = []
+    probed = [(rank_id(r, k), r) for k, r in enumerate(shown)]
+    if any(r.cuda for _, r in probed):  # launchers (torchrun) carry a probe too: show the ranks
+        probed = [(subject, r) for subject, r in probed if r.cuda or r.steps]
+    for subject, r in probed:
+        gpu = nvml_used = None
+        for g in frame.gpus:
+            for gp in g.processes:
+                if gp.pid == r.pid:
+                    gpu, nvml_used = g.index, gp.used_bytes
+        # the same sample (the frame's, or the ranks last seen) until the store changes: its id is enough
+        fig = store.memo(("rank view", subject, id(r), gpu, points, interval),
+                         lambda subject=subject, r=r, gpu=gpu: _rank_figures(store, subject, r, gpu, points, interval))
+        gpu_name = infos[gpu].name if gpu is not None and gpu in infos else None
+        ranks.append(RankView(r, gpu, nvml_used, fig.allocated, fig.reserved, fig.nvml, fig.step_time,
+                              fig.input_wait_10s, ledger=fig.ledger, ledger_s=fig.ledger_s,
+                              mfu=mfu(r.step_flops, fig.period, gpu_name, r.matmul_mode)))
+    return ranks

@@ -57,18 +57,31 @@ def dcgm_report(prom: Prometheus, start: float, end: float, step: float | None, 
 
 def dcgm_findings(prom: Prometheus, start: float, end: float, step: float | None, config=None):
     """The cluster's GPUs from dcgm-exporter's series, and what the local and cross-host rules find."""
-    from traintop.monitor import Monitor
-    from traintop.rules import default_engine
-
     grid = Grid.over(start, end, step or choose_step(end - start))
-    start, step = grid.start, grid.step
-    data = ClusterData(prom.shown, start, end, step, grid.times, mode="dcgm")
-    cols: dict[tuple[str, int], dict[str, dict]] = {}
-    models: dict[tuple[str, int], str] = {}
-    uuids: dict[tuple[str, int], str] = {}
+    data = ClusterData(prom.shown, grid.start, end, grid.step, grid.times, mode="dcgm")
     results = {field: prom.query_grid(name, grid) for field, (name, _) in FIELDS.items()}
     named = claims.host_names(list(results.values()), host_of, data.conflicts)  # two sources: shown apart
     check = Checked()
+    cols, models, uuids = _columns(results, named, check)
+    findings = []
+    missing = sorted({f for c in cols.values() for f in FIELDS} - {f for c in cols.values() for f in c})
+    for host in sorted({h for h, _ in cols}):
+        findings += _host_findings(data, host, cols, models, uuids, config)
+    for c in crosshost.evaluate(data, config or DEFAULT, crosshost.WITHOUT_RANKS):
+        findings.append(R.cross_finding(data, c))
+    notes = [CANNOT_SEE] + check.notes()
+    if missing:
+        notes.append("series not exported here: " + ", ".join(FIELDS[f][0] for f in missing))
+    data.notes = notes
+    return data, findings, notes
+
+
+def _columns(results: dict, named, check: Checked) -> tuple[dict, dict, dict]:
+    """Each GPU's fields, (host, index) -> {field: {t: value}} in traintop's units (values out of
+    their plausible range dropped and counted in ``check``), with its model and UUID by (host, index)."""
+    cols: dict[tuple[str, int], dict[str, dict]] = {}
+    models: dict[tuple[str, int], str] = {}
+    uuids: dict[tuple[str, int], str] = {}
     for field, (name, scale) in FIELDS.items():
         lo, hi = BOUNDS[field]
         for s in results[field]:
@@ -83,68 +96,73 @@ def dcgm_findings(prom: Prometheus, start: float, end: float, step: float | None
             cols.setdefault(key, {})[field] = kept
             models[key] = s.get("modelName", "model_name") or models.get(key, "")
             uuids[key] = s.get("UUID", "gpu_uuid") or uuids.get(key, "")
+    return cols, models, uuids
+
+
+def _host_findings(data: ClusterData, host: str, cols: dict, models: dict, uuids: dict, config) -> list:
+    """One host's GPUs played through the local rules instant by instant (their GpuData laid into
+    ``data`` on the way): the findings, each with the GPU-hours it cost."""
+    from traintop.monitor import Monitor
+    from traintop.rules import default_engine
+
+    keys = sorted(k for k in cols if k[0] == host)
+    infos = tuple(GpuInfo(index=i, name=models[(h, i)] or "GPU", uuid=uuids[(h, i)] or None) for h, i in keys)
+    monitor = Monitor(SessionInfo(kind="dcgm-exporter", gpus=infos, hostname=host, interval=data.step),
+                      engine=default_engine(config) if config else None)
+    last_xid = {k: 0.0 for k in keys}
+    for t in data.grid:
+        gpus = [g for k in keys if (g := _sample(data, k, models[k], cols[k], t, last_xid)) is not None]
+        if gpus:
+            monitor.ingest(Frame(t=t, gpus=tuple(gpus)))
+    monitor.close()
+    series = {i: R.gpu_series(g, data.step) for (h, i), g in data.gpus.items() if h == host}
     findings = []
-    missing = sorted({f for c in cols.values() for f in FIELDS} - {f for c in cols.values() for f in c})
-    for host in sorted({h for h, _ in cols}):
-        keys = sorted(k for k in cols if k[0] == host)
-        infos = tuple(GpuInfo(index=i, name=models[(h, i)] or "GPU", uuid=uuids[(h, i)] or None) for h, i in keys)
-        monitor = Monitor(SessionInfo(kind="dcgm-exporter", gpus=infos, hostname=host, interval=step),
-                          engine=default_engine(config) if config else None)
-        last_xid = {k: 0.0 for k in keys}
-        for t in data.grid:
-            gpus = []
-            for k in keys:
-                c = cols[k]
-                v = {f: c[f].get(t) for f in c}
-                if v.get("util") is None:
-                    continue
-                total = v["mem_used"] + v["mem_free"] if v.get("mem_used") is not None and v.get("mem_free") is not None \
-                    else None
-                xid = v.get("xid")
-                new_xid = int(xid) if xid and xid != last_xid[k] else None
-                if xid is not None:
-                    last_xid[k] = xid
-                gpus.append(GpuSample(
-                    index=k[1], util=v["util"], sm_active=v.get("sm_active"), tensor_active=v.get("tensor_active"),
-                    dram_active=v.get("dram_active"), mem_used=_i(v.get("mem_used")), mem_total=_i(total),
-                    power_w=v.get("power_w"), power_limit_w=v.get("power_limit_w"), temp_c=v.get("temp_c"),
-                    sm_clock=_i(v.get("sm_clock")), sm_clock_max=_i(v.get("sm_clock_max")),
-                    reasons=_i(v.get("reasons")), xid=new_xid))
-                g = data.gpus.get(k)
-                if g is None:
-                    # dcgm-exporter's XID gauge holds the last code since the driver loaded: a code
-                    # already there when the range starts counts as seen (when is unknown)
-                    g = data.gpus[k] = GpuData(host, k[1], models[k], xid_total={start - step: 0})
-                g.util[t] = v["util"] / 100
-                if v.get("power_w") is not None:
-                    g.power[t] = v["power_w"]
-                if v.get("mem_used") is not None:
-                    g.mem_used[t] = v["mem_used"]
-                if v.get("temp_c") is not None:
-                    g.temp[t] = v["temp_c"]
-                if v.get("sm_clock") and v.get("sm_clock_max"):
-                    g.clock_ratio[t] = v["sm_clock"] / v["sm_clock_max"]
-                if v.get("reasons") is not None:
-                    g.reasons[t] = v["reasons"]
-                g.power_limit = v.get("power_limit_w") or g.power_limit
-                g.mem_total = total or g.mem_total
-                g.xid_total[t] = max(g.xid_total.values(), default=0) + (1 if new_xid else 0)
-                if new_xid:
-                    g.last_xid[t] = new_xid
-            if gpus:
-                monitor.ingest(Frame(t=t, gpus=tuple(gpus)))
-        monitor.close()
-        series = {i: R.gpu_series(g, step) for (h, i), g in data.gpus.items() if h == host}
-        for a in monitor.engine.alerts:
-            lost, _ = waste.finding_cost(a.rule, a.subject, a.explained_by, a.start, a.end, series)
-            findings.append(R.cluster_finding(a, host, R.HOST, lost))
-    for c in crosshost.evaluate(data, config or DEFAULT, crosshost.WITHOUT_RANKS):
-        findings.append(R.cross_finding(data, c))
-    notes = [CANNOT_SEE] + check.notes()
-    if missing:
-        notes.append("series not exported here: " + ", ".join(FIELDS[f][0] for f in missing))
-    data.notes = notes
-    return data, findings, notes
+    for a in monitor.engine.alerts:
+        lost, _ = waste.finding_cost(a.rule, a.subject, a.explained_by, a.start, a.end, series)
+        findings.append(R.cluster_finding(a, host, R.HOST, lost))
+    return findings
+
+
+def _sample(data: ClusterData, k: tuple[str, int], model: str, c: dict, t: float, last_xid: dict) -> GpuSample | None:
+    """GPU ``k``'s sample at ``t`` (None without its utilization), also laid into its GpuData; a new
+    XID code is one that differs from the last the GPU showed (``last_xid``, updated)."""
+    v = {f: c[f].get(t) for f in c}
+    if v.get("util") is None:
+        return None
+    total = v["mem_used"] + v["mem_free"] if v.get("mem_used") is not None and v.get("mem_free") is not None \
+        else None
+    xid = v.get("xid")
+    new_xid = int(xid) if xid and xid != last_xid[k] else None
+    if xid is not None:
+        last_xid[k] = xid
+    sample = GpuSample(
+        index=k[1], util=v["util"], sm_active=v.get("sm_active"), tensor_active=v.get("tensor_active"),
+        dram_active=v.get("dram_active"), mem_used=_i(v.get("mem_used")), mem_total=_i(total),
+        power_w=v.get("power_w"), power_limit_w=v.get("power_limit_w"), temp_c=v.get("temp_c"),
+        sm_clock=_i(v.get("sm_clock")), sm_clock_max=_i(v.get("sm_clock_max")),
+        reasons=_i(v.get("reasons")), xid=new_xid)
+    g = data.gpus.get(k)
+    if g is None:
+        # dcgm-exporter's XID gauge holds the last code since the driver loaded: a code
+        # already there when the range starts counts as seen (when is unknown)
+        g = data.gpus[k] = GpuData(k[0], k[1], model, xid_total={data.start - data.step: 0})
+    g.util[t] = v["util"] / 100
+    if v.get("power_w") is not None:
+        g.power[t] = v["power_w"]
+    if v.get("mem_used") is not None:
+        g.mem_used[t] = v["mem_used"]
+    if v.get("temp_c") is not None:
+        g.temp[t] = v["temp_c"]
+    if v.get("sm_clock") and v.get("sm_clock_max"):
+        g.clock_ratio[t] = v["sm_clock"] / v["sm_clock_max"]
+    if v.get("reasons") is not None:
+        g.reasons[t] = v["reasons"]
+    g.power_limit = v.get("power_limit_w") or g.power_limit
+    g.mem_total = total or g.mem_total
+    g.xid_total[t] = max(g.xid_total.values(), default=0) + (1 if new_xid else 0)
+    if new_xid:
+        g.last_xid[t] = new_xid
+    return sample
 
 
 def _i(v):

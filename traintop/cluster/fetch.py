@@ -186,76 +186,123 @@ def fetch_grid(prom: Prometheus, grid: Grid, end: float, job: str | None = None,
             prom.budget.cancelled.clear()  # a fallback read (dcgm.py) may follow under the same budget
 
 
-def _fetch(prom, grid, end, job, slim, part_of, pool) -> ClusterData:
-    start, step = grid.start, grid.step
-    data = ClusterData(prom.shown, start, end, step, grid.times)
+class _Ask:
+    """Submits queries to the pool: over the grid (``slim``: with only the labels ``by``) or at ``end``."""
 
-    def ask(promql: str, by: tuple[str, ...] = GPU_BY) -> Future:
-        return pool.submit(prom.query_grid, f"max by ({', '.join(by)}) ({promql})" if slim else promql, grid)
+    def __init__(self, prom: Prometheus, grid: Grid, end: float, slim: bool, pool: ThreadPoolExecutor):
+        self.prom, self.grid, self.end, self.slim, self.pool = prom, grid, end, slim, pool
 
-    def ask_now(promql: str) -> Future:
-        return pool.submit(prom.query, promql, end)
+    def __call__(self, promql: str, by: tuple[str, ...] = GPU_BY) -> Future:
+        return self.pool.submit(self.prom.query_grid, f"max by ({', '.join(by)}) ({promql})" if self.slim else promql,
+                                self.grid)
 
-    span = max(1, int(end - start))
+    def now(self, promql: str) -> Future:
+        return self.pool.submit(self.prom.query, promql, self.end)
+
+
+@dataclass
+class _Asked:
+    """The queries under way, as (the attribute each fills, its answer to come) where several are alike."""
+
+    moved: Future
+    util: Future
+    ranks: list
+    gpus: list
+    limits: list
+    findings: Future
+    unreadable: Future
+    loader: Future
+    owners: Future
+    ledger: Future
+    times: Future | None
+
+
+def _ask_all(ask: _Ask, span: int, part_of: ClusterData | None) -> _Asked:
+    """Every query of a read, submitted at once (the GPUs' error counters come later, if ``moved``)."""
     # error counters stay flat on a healthy fleet: read them only where one moved (a margin
     # of Prometheus's lookback before the range: the first instant may show a change from there)
-    moved = ask_now(" or ".join(f"count(changes({S.gpu(f)}[{span + LOOKBACK_S}s]) > 0)"
+    moved = ask.now(" or ".join(f"count(changes({S.gpu(f)}[{span + LOOKBACK_S}s]) > 0)"
                                 for f in ("xid_total", "ecc_uncorrected")))
-    util_q = ask(S.gpu("util"), GPU_BY + ("modelName", "model_name"))
-    rank_qs = [(attr, ask(S.rank(f), RANK_BY)) for f, attr in RANK_READS]
+    util = ask(S.gpu("util"), GPU_BY + ("modelName", "model_name"))
+    ranks = [(attr, ask(S.rank(f), RANK_BY)) for f, attr in RANK_READS]
     # the clock ratio is taken in Prometheus: one series read instead of two (matched on every label)
-    gpu_qs = [("clock_ratio", ask(f"{S.gpu('sm_clock')} / {S.gpu('sm_clock_max')}"))]
-    gpu_qs += [(attr, ask(S.gpu(f))) for f, attr in GPU_READS]
-    limit_qs = [(attr, ask_now(f"max by ({', '.join(GPU_BY)}) (max_over_time({S.gpu(f)}[{span}s]))"))
-                for f, attr in GPU_LIMIT_READS]
-    findings_q = ask(S.agent("findings"), FINDING_BY)
+    gpus = [("clock_ratio", ask(f"{S.gpu('sm_clock')} / {S.gpu('sm_clock_max')}"))]
+    gpus += [(attr, ask(S.gpu(f))) for f, attr in GPU_READS]
+    limits = [(attr, ask.now(f"max by ({', '.join(GPU_BY)}) (max_over_time({S.gpu(f)}[{span}s]))"))
+              for f, attr in GPU_LIMIT_READS]
+    findings = ask(S.agent("findings"), FINDING_BY)
     # GPUs here that the agent cannot read: such a node has no GPU series, and is no CPU node
-    unreadable_q = ask_now(f"max by ({', '.join(HOST_BY)}) "
-                           f"(max_over_time({S.agent('gpus_unreadable')}[{max(span, 60)}s])) == 1")
-    loader_q = ask(S.host("loader_cpu"), HOST_BY)
-    owners_q = ask(S.owner("owner_bytes"), OWNER_BY)  # "who holds idle GPUs", the view's grouping by job or user
+    unreadable = ask.now(f"max by ({', '.join(HOST_BY)}) "
+                         f"(max_over_time({S.agent('gpus_unreadable')}[{max(span, 60)}s])) == 1")
+    loader = ask(S.host("loader_cpu"), HOST_BY)
+    owners = ask(S.owner("owner_bytes"), OWNER_BY)  # "who holds idle GPUs", the view's grouping by job or user
     # where each job's time went: the ranks' ledgers summed over the range (one instant query)
-    ledger_q = ask_now(f"sum by (job, exported_job, uid, job_uid, bucket) (increase({S.ledger()}[{span}s]))")
+    ledger = ask.now(f"sum by (job, exported_job, uid, job_uid, bucket) (increase({S.ledger()}[{span}s]))")
     # a refresh (part_of) reads a few instants: too few sample times to tell a gap from a scrape
-    times_q = pool.submit(prom.query_grid, SAMPLE_TIMES, grid) if part_of is None else None
+    times = ask.pool.submit(ask.prom.query_grid, SAMPLE_TIMES, ask.grid) if part_of is None else None
+    return _Asked(moved, util, ranks, gpus, limits, findings, unreadable, loader, owners, ledger, times)
 
-    util = util_q.result()
+
+@dataclass
+class _Answers:
+    """The series answered, where each host's name is read from (as (attribute, series) where several are alike)."""
+
+    util: list
+    ranks: list
+    gpus: list
+    limits: list
+    findings: list
+    loader: list
+
+    def every(self) -> list:
+        return [self.util] + [r for _, r in self.ranks] + [r for _, r in self.gpus] + [r for _, r in self.limits] \
+            + [self.findings, self.loader]
+
+
+def _answers(ask: _Ask, asked: _Asked, part_of: ClusterData | None) -> _Answers:
+    """The answers of the series that name hosts; NoTraintopSeries where Prometheus holds no agent's."""
+    util = asked.util.result()
     if not util and part_of is None and not ask(f"count({S.agent('info')})", ()).result():
-        raise NoTraintopSeries(prom.shown)
-    check = Checked()
-    rank_results = [(f, q.result()) for f, q in rank_qs]
-    if moved.result():
-        gpu_qs += [(attr, ask(S.gpu(f))) for f, attr in GPU_ERROR_READS]
-    gpu_results = [(attr, q.result()) for attr, q in gpu_qs]
-    limit_results = [(attr, q.result()) for attr, q in limit_qs]
-    finding_results = findings_q.result()
-    loader_results = loader_q.result()
-    # Who claims what: a host's series from two scrape targets, a rank from two hosts or owners.
-    # Neither is merged: each source keeps its own name, and each is a finding (claims.py).
-    every = [util] + [r for _, r in rank_results] + [r for _, r in gpu_results] + [r for _, r in limit_results] \
-        + [finding_results, loader_results]
-    named = claims.host_names(every, host_of, data.conflicts)
-    ranks_seen = claims.RankClaims()
-    # Whose is each job id: every owner its ranks and ledgers name, over the window (a refresh's with
-    # the window's before it), before any rank is laid into a job (claims.py)
-    owners = claims.JobOwners()
-    ledger_rows = []
-    for s in ledger_q.result():
+        raise NoTraintopSeries(ask.prom.shown)
+    ranks = [(f, q.result()) for f, q in asked.ranks]
+    gpu_qs = asked.gpus
+    if asked.moved.result():
+        gpu_qs = gpu_qs + [(attr, ask(S.gpu(f))) for f, attr in GPU_ERROR_READS]
+    gpus = [(attr, q.result()) for attr, q in gpu_qs]
+    limits = [(attr, q.result()) for attr, q in asked.limits]
+    return _Answers(util, ranks, gpus, limits, asked.findings.result(), asked.loader.result())
+
+
+@dataclass
+class _Claims:
+    """Whose is each job id: every owner its ranks, ledgers and GPUs name, with the rows that named them."""
+
+    owners: claims.JobOwners = field(default_factory=claims.JobOwners)
+    ledger: list = field(default_factory=list)  # (series, job, owner)
+    gpu_owners: list = field(default_factory=list)  # (series, OwnerLabels)
+    ranks: list = field(default_factory=list)  # (attribute, series, job, host, rank labels)
+
+
+def _claims(asked: _Asked, answers: _Answers, job: str | None, span: tuple[float, float], named,
+            check: Checked) -> _Claims:
+    """Every owner each job id's ranks and ledgers name over the window, before any rank is laid
+    into a job (claims.py)."""
+    out = _Claims()
+    owners = out.owners
+    for s in asked.ledger.result():
         lj, uid = job_of(s)[:128], s.get("uid")
         uid = uid if _UID.fullmatch(uid) else ""
         if job is None or lj == job:
             vouched = bool(uid) and s.get("job_uid") == uid
-            owners.see(lj, claims.owner_of(uid), vouched, span=(start, end))
-            ledger_rows.append((s, lj, claims.owner_of(uid)))
-    owner_rows = []
-    for s in owners_q.result():  # the GPUs' owners claim job ids too
+            owners.see(lj, claims.owner_of(uid), vouched, span=span)
+            out.ledger.append((s, lj, claims.owner_of(uid)))
+    for s in asked.owners.result():  # the GPUs' owners claim job ids too
         who = owner_labels(s)
-        owner_rows.append((s, who))
+        out.gpu_owners.append((s, who))
         j, owner, vouched = who.claim()
         if j and (job is None or j == job):
             owners.see(j, owner, vouched, named(s), span=claims.times(s.values))
-    rank_rows = []
-    for ranks_field, results in rank_results:
+    for ranks_field, results in answers.ranks:
         for s in results:
             j = job_of(s)
             if job is not None and j != job:
@@ -265,11 +312,13 @@ def _fetch(prom, grid, end, job, slim, part_of, pool) -> ClusterData:
                 continue
             host = named(s)
             owners.see(j, claims.owner_of(labels[3]), labels[4], host, labels[0], claims.times(s.values))
-            rank_rows.append((ranks_field, s, j, host, labels))
-    if part_of is not None:
-        owners = owners.merged(part_of.job_owners, since=part_of.start)
-    data.job_owners = owners
-    owners.conflicts(data.conflicts)
+            out.ranks.append((ranks_field, s, j, host, labels))
+    return out
+
+
+def _lay_ranks(data: ClusterData, rank_rows: list, owners: claims.JobOwners, check: Checked) -> None:
+    """Each rank under its job's name for its owner; a rank claimed twice settled (claims.py)."""
+    ranks_seen = claims.RankClaims()
     for ranks_field, s, j, host, (rank, local, world, uid, vouched) in rank_rows:
         name = owners.name(j, claims.owner_of(uid))
         ranks_seen.see(name, rank, host, uid, s.values)
@@ -279,11 +328,11 @@ def _fetch(prom, grid, end, job, slim, part_of, pool) -> ClusterData:
             r = data.ranks[key] = RankData(name, rank, local, world, host, uid, j, vouched)
         _merge(r, ranks_field, check.values(s.values, "rank", ranks_field))
     data.ranks = ranks_seen.settle(data.ranks, data.conflicts)
-    if job is not None and not data.ranks and part_of is None:
-        raise TraintopError(f"no ranks of job {job!r} at {prom.shown} between the times asked")
-    hosts = {r.host for r in data.ranks.values()} if job is not None else None
-    if hosts is not None and part_of is not None:
-        hosts |= {r.host for r in part_of.ranks.values()}
+
+
+def _gpu_finder(data: ClusterData, hosts: set | None, named, check: Checked):
+    """``gpu(series)``: the GpuData a series belongs to (made on first sight); None for a host out of
+    ``hosts`` or a series without a GPU index."""
 
     def gpu(s: GridSeries) -> GpuData | None:
         h = named(s)
@@ -298,46 +347,90 @@ def _fetch(prom, grid, end, job, slim, part_of, pool) -> ClusterData:
             g = data.gpus[key] = GpuData(h, i, s.get("modelName", "model_name"))
         return g
 
-    for s in util:
+    return gpu
+
+
+def _lay_gpus(answers: _Answers, gpu, check: Checked) -> None:
+    for s in answers.util:
         if (g := gpu(s)) is not None:
             _merge(g, "util", check.values(s.values, "gpu", "util"))
-    for attr, results in gpu_results:
+    for attr, results in answers.gpus:
         for s in results:
             if (g := gpu(s)) is not None:
                 _merge(g, attr, check.values(s.values, "gpu", attr))
-    for attr, results in limit_results:
+    for attr, results in answers.limits:
         for s in results:
             if (g := gpu(s)) is not None:
                 setattr(g, attr, check.value(s.last, "gpu", attr))
-    for s in finding_results:
+
+
+def _lay_findings(data: ClusterData, results: list, hosts: set | None, named) -> None:
+    for s in results:
         h = named(s)
         if hosts is not None and h not in hosts:
             continue
         if s.values:
             data.findings.append(AgentFinding(h, s.get("rule"), s.get("severity"), s.get("subject"), sorted(s.values)))
-    for s in loader_results:
-        _merge(data.loader_cpu, named(s), check.values(s.values, "host", "loader_cpu"), keyed=True)
-    for s, who in owner_rows:
+
+
+def _lay_gpu_owners(data: ClusterData, rows: list, gpu) -> None:
+    for s, who in rows:
         if (g := gpu(s)) is None:
             continue
         held = {t: v for t, v in s.values.items() if 0 <= v <= OWNER_MAX_BYTES}
         if held:
             data.owners.setdefault((g.host, g.index), []).append((who, held))
-    for s, lj, owner in ledger_rows:
+
+
+def _lay_ledger(data: ClusterData, rows: list, span: int, owners: claims.JobOwners) -> None:
+    for s, lj, owner in rows:
         bucket, v = s.get("bucket"), s.last
         if bucket in LEDGER_BUCKETS and v is not None and 0 <= v <= span * MAX_RANKS_PER_JOB:
             mine = data.ledger_by_owner.setdefault((lj, owner), {})
             mine[bucket] = mine.get(bucket, 0.0) + v
     data.ledger = job_ledger(data.ledger_by_owner, owners)
+
+
+def _fetch(prom, grid, end, job, slim, part_of, pool) -> ClusterData:
+    start, step = grid.start, grid.step
+    data = ClusterData(prom.shown, start, end, step, grid.times)
+    span = max(1, int(end - start))
+    ask = _Ask(prom, grid, end, slim, pool)
+    asked = _ask_all(ask, span, part_of)
+    answers = _answers(ask, asked, part_of)
+    check = Checked()
+    # Who claims what: a host's series from two scrape targets, a rank from two hosts or owners.
+    # Neither is merged: each source keeps its own name, and each is a finding (claims.py).
+    named = claims.host_names(answers.every(), host_of, data.conflicts)
+    # Whose is each job id (a refresh's with the window's before it)
+    claimed = _claims(asked, answers, job, (start, end), named, check)
+    owners = claimed.owners
+    if part_of is not None:
+        owners = owners.merged(part_of.job_owners, since=part_of.start)
+    data.job_owners = owners
+    owners.conflicts(data.conflicts)
+    _lay_ranks(data, claimed.ranks, owners, check)
+    if job is not None and not data.ranks and part_of is None:
+        raise TraintopError(f"no ranks of job {job!r} at {prom.shown} between the times asked")
+    hosts = {r.host for r in data.ranks.values()} if job is not None else None
+    if hosts is not None and part_of is not None:
+        hosts |= {r.host for r in part_of.ranks.values()}
+    gpu = _gpu_finder(data, hosts, named, check)
+    _lay_gpus(answers, gpu, check)
+    _lay_findings(data, answers.findings, hosts, named)
+    for s in answers.loader:
+        _merge(data.loader_cpu, named(s), check.values(s.values, "host", "loader_cpu"), keyed=True)
+    _lay_gpu_owners(data, claimed.gpu_owners, gpu)
+    _lay_ledger(data, claimed.ledger, span, owners)
     by_host: dict = {}
-    for s in times_q.result() if times_q is not None else ():
+    for s in asked.times.result() if asked.times is not None else ():
         by_host.setdefault(named(s), []).append(check.sample_times(s.values))
     data.notes.extend(check.notes())
-    for s in unreadable_q.result():
+    for s in asked.unreadable.result():
         h = host_of(s)
         if hosts is None or h in hosts:
             data.unreadable.add(h)
-    if times_q is not None:
+    if asked.times is not None:
         data.samples = gaps.read(by_host)
         _drop_stale(data)
     return data

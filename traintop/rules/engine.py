@@ -381,79 +381,100 @@ class RulesEngine:
                           pause_stacks=self.pause_stacks)
         recent_min_s = NOW_MIN_SAMPLES * _interval(store)
         for rule in self.rules:  # in order: a later rule may defer to an earlier one's verdict
-            verdicts = {f.subject: f for f in rule.evaluate(ctx)}
-            holding = {subject: f for subject, f in verdicts.items() if f.holding}
-            holding_now.update((rule.id, subj) for subj in holding)
-            now_check = _NowCheck(rule, ctx, max(getattr(rule, "now_s", DEFAULT_NOW_S) or 0.0, recent_min_s))
-            for subject, verdict in holding.items():
-                tr = self._tracks.setdefault((rule.id, subject), _Track())
-                if tr.first_true is None:
-                    tr.first_true = now
-                tr.last_true = now
-                severity = verdict.severity or rule.severity
-                remedies = fill_pid(rule.remedies if verdict.remedies is None else verdict.remedies,
-                                    _pid_for(ctx, subject))
-                if tr.up:
-                    if verdict.state == HOLDS and now_check(subject):  # the kept sentence held now too
-                        tr.keep_if_better(verdict.evidence, remedies)
-                        severity = max(tr.alert.severity, severity)
-                    else:
-                        severity = tr.alert.severity
-                    if tr.alert.evidence != verdict.evidence or tr.alert.severity != severity \
-                            or tr.alert.remedies != remedies:
-                        self._update(tr, evidence=verdict.evidence, severity=severity, remedies=remedies)
-                elif not following and verdict.state == HOLDS and now - tr.first_true >= rule.raise_after \
-                        and now_check(subject):
-                    tr.alert = Finding(rule.id, rule.title, subject, severity, now, None, verdict.evidence,
-                                       remedies, id=self._next_id)
-                    tr.best, tr.best_remedies, tr.best_figures = verdict.evidence, remedies, None
-                    tr.not_now_since = None
-                    tr.onset = tr.first_true
-                    self._next_id += 1
-                    self._findings[tr.alert.id] = self._changed[tr.alert.id] = tr.alert
-                if tr.up and verdict.since is not None and (tr.onset is None or verdict.since < tr.onset):
-                    tr.onset = verdict.since
-            for (rule_id, subject), tr in self._tracks.items():
-                if rule_id != rule.id:
-                    continue
-                if subject not in holding:
-                    tr.first_true = None
-                if not tr.up:
-                    continue
-                verdict = verdicts.get(subject)
-                if following:  # it ends where the recording says; the figures follow now
-                    if subject not in holding and verdict is not None and verdict.state == LAPSED \
-                            and tr.alert.evidence != verdict.evidence:
-                        self._update(tr, evidence=verdict.evidence)
-                    continue
-                if verdict is not None and verdict.state == REVERSED:
-                    self._update(tr, **tr.ended(now))
-                    continue
-                if tr.restored and store.span() < now_check.recent_s:
-                    pass  # taken up from a recording with little history yet: nothing to judge now by
-                elif not now_check(subject):  # its cause has ended, whatever the longer window still holds
-                    if tr.not_now_since is None:
-                        tr.not_now_since = now
-                    elif now - tr.not_now_since >= SETTLE_S:
-                        self._update(tr, **tr.ended(tr.not_now_since))
-                        tr.first_true = now if subject in holding else None  # raised again only after raise_after
-                        continue
-                else:
-                    tr.not_now_since = None
-                if subject in holding:
-                    continue
-                if tr.last_true is not None and now - tr.last_true >= rule.clear_after:
-                    self._update(tr, **tr.ended(now))
-                elif verdict is not None and verdict.state == LAPSED and tr.alert.evidence != verdict.evidence:
-                    self._update(tr, evidence=verdict.evidence)
+            self._judge(rule, ctx, holding_now, recent_min_s, following)
         self._explain()
+        self._forget_oldest()
+        return list(self._changed.values())
+
+    def _judge(self, rule, ctx: RuleContext, holding_now: set[tuple[str, str]], recent_min_s: float,
+               following: bool) -> None:
+        """One rule at ``ctx.now``: the subjects it holds for noted in ``holding_now`` (for the rules
+        after it), then each of its findings raised, updated or ended."""
+        verdicts = {f.subject: f for f in rule.evaluate(ctx)}
+        holding = {subject: f for subject, f in verdicts.items() if f.holding}
+        holding_now.update((rule.id, subj) for subj in holding)
+        now_check = _NowCheck(rule, ctx, max(getattr(rule, "now_s", DEFAULT_NOW_S) or 0.0, recent_min_s))
+        for subject, verdict in holding.items():
+            self._hold(rule, subject, verdict, ctx, now_check, following)
+        for (rule_id, subject), tr in self._tracks.items():
+            if rule_id == rule.id:
+                self._settle(rule, subject, tr, verdicts.get(subject), subject in holding, now_check, ctx, following)
+
+    def _hold(self, rule, subject: str, verdict, ctx: RuleContext, now_check: _NowCheck, following: bool) -> None:
+        """A verdict that holds: its finding raised once it has held for ``raise_after`` and holds now
+        too (not while following a recording), or the raised one's evidence, severity and remedies
+        brought up to date."""
+        now = ctx.now
+        tr = self._tracks.setdefault((rule.id, subject), _Track())
+        if tr.first_true is None:
+            tr.first_true = now
+        tr.last_true = now
+        severity = verdict.severity or rule.severity
+        remedies = fill_pid(rule.remedies if verdict.remedies is None else verdict.remedies, _pid_for(ctx, subject))
+        if tr.up:
+            if verdict.state == HOLDS and now_check(subject):  # the kept sentence held now too
+                tr.keep_if_better(verdict.evidence, remedies)
+                severity = max(tr.alert.severity, severity)
+            else:
+                severity = tr.alert.severity
+            if tr.alert.evidence != verdict.evidence or tr.alert.severity != severity \
+                    or tr.alert.remedies != remedies:
+                self._update(tr, evidence=verdict.evidence, severity=severity, remedies=remedies)
+        elif not following and verdict.state == HOLDS and now - tr.first_true >= rule.raise_after \
+                and now_check(subject):
+            tr.alert = Finding(rule.id, rule.title, subject, severity, now, None, verdict.evidence,
+                               remedies, id=self._next_id)
+            tr.best, tr.best_remedies, tr.best_figures = verdict.evidence, remedies, None
+            tr.not_now_since = None
+            tr.onset = tr.first_true
+            self._next_id += 1
+            self._findings[tr.alert.id] = self._changed[tr.alert.id] = tr.alert
+        if tr.up and verdict.since is not None and (tr.onset is None or verdict.since < tr.onset):
+            tr.onset = verdict.since
+
+    def _settle(self, rule, subject: str, tr: _Track, verdict, held: bool, now_check: _NowCheck,
+                ctx: RuleContext, following: bool) -> None:
+        """A track of ``rule`` after its verdicts (``verdict`` None where it gave none for ``subject``):
+        its finding ended where the verdict reverses, where its cause has ended for ``SETTLE_S``, or
+        where it has not held for ``clear_after``; a lapsed verdict's evidence taken up."""
+        now = ctx.now
+        if not held:
+            tr.first_true = None
+        if not tr.up:
+            return
+        if following:  # it ends where the recording says; the figures follow now
+            if not held and verdict is not None and verdict.state == LAPSED and tr.alert.evidence != verdict.evidence:
+                self._update(tr, evidence=verdict.evidence)
+            return
+        if verdict is not None and verdict.state == REVERSED:
+            self._update(tr, **tr.ended(now))
+            return
+        if tr.restored and ctx.store.span() < now_check.recent_s:
+            pass  # taken up from a recording with little history yet: nothing to judge now by
+        elif not now_check(subject):  # its cause has ended, whatever the longer window still holds
+            if tr.not_now_since is None:
+                tr.not_now_since = now
+            elif now - tr.not_now_since >= SETTLE_S:
+                self._update(tr, **tr.ended(tr.not_now_since))
+                tr.first_true = now if held else None  # raised again only after raise_after
+                return
+        else:
+            tr.not_now_since = None
+        if held:
+            return
+        if tr.last_true is not None and now - tr.last_true >= rule.clear_after:
+            self._update(tr, **tr.ended(now))
+        elif verdict is not None and verdict.state == LAPSED and tr.alert.evidence != verdict.evidence:
+            self._update(tr, evidence=verdict.evidence)
+
+    def _forget_oldest(self) -> None:
+        """Beyond ``max_history`` findings, the oldest ended ones go (counted in ``dropped``)."""
         if len(self._findings) > self.max_history:
             keep_from = len(self._findings) - self.max_history
             dropped = [i for i, a in list(self._findings.items())[:keep_from] if a.end is not None]
             for i in dropped:
                 del self._findings[i]
             self.dropped += len(dropped)
-        return list(self._changed.values())
 
     def _take_recorded(self, now: float) -> None:
         """Follow the recording to ``now``: its findings started by then are up (or ended, where
