@@ -129,6 +129,11 @@ LABELS: dict[str, Label] = {
     "cpu_train": Label(("cpu_training",), wrong=frozenset({"underuse", "starvation", "stall"}),
                        needs=_n("process")),
     "train_other": Label(("other_process",), allow=_HEALTHY_ALLOW, wrong=_NOT_RUNNING, needs=_n("process")),
+    # another job computes on the same GPU: the job's steps are slower (the probe's step times say by
+    # how much); the process list names the other job. Not underuse: the GPU is full, of two jobs.
+    "train_contended": Label(("step_regression", "other_process"), allow=_HEALTHY_ALLOW | {"pause"},
+                             wrong=_NOT_RUNNING | {"underuse", "memory_creep", "fragmentation", "oom"},
+                             needs=_n("process")),
     # two ranks on one GPU: only the probe tells them apart
     "straggler_input": Label(("straggler", "starvation"), wrong=frozenset({"underuse", "stall", "power_cap"}),
                              needs=_n("probe")),
@@ -149,7 +154,7 @@ LABELS: dict[str, Label] = {
 # the probe says so only after the stall threshold (max(30 s, 3x the usual step)), and what it says
 # before (input, collective, other) counts against it; the score says so rather than hiding it.
 BUCKET: dict[str, str | None] = {
-    "startup": "startup", "train": "train", "train_gloo": "train", "train_fp32": "train", "train_other": "train",
+    "startup": "startup", "train": "train", "train_gloo": "train", "train_fp32": "train", "train_other": "train", "train_contended": "train",
     "leak": "train", "fragmented": "train", "underused": "train", "oom": "train", "after_oom": "train",
     "eval": "eval", "checkpoint": "checkpoint", "barrier_wait": "collective", "compile": "compile",
     "input_bound": "input", "hung_collective": "stalled", "hung_loader": "stalled", "hung_loader_timeout": "stalled",

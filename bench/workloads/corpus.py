@@ -497,6 +497,48 @@ def other_process(L, a):
     train_for(a.scale * 30, model, opt, x)
 
 
+_COMPUTER = """
+import sys, time, torch
+dev = "cuda" if torch.cuda.is_available() else "cpu"
+n = int(sys.argv[1])
+x = torch.randn(n, n, device=dev, dtype=torch.bfloat16 if dev == "cuda" else torch.float32)
+end = time.time() + float(sys.argv[3])
+open(sys.argv[2], "w").close()
+while time.time() < end:
+    for _ in range(10):
+        y = x @ x
+    if dev == "cuda":
+        torch.cuda.synchronize()
+"""
+
+
+def second_job(L, a):
+    """Healthy training; then a second job outside this one's tree computes on the same GPU (its
+    steps slow down while the GPU is shared), then it ends and the pace comes back."""
+    import subprocess
+    import tempfile
+
+    model, opt, x = big_model()
+    L("train")
+    train_for(a.scale * 40, model, opt, x)
+    ready = os.path.join(tempfile.mkdtemp(), "ready")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TRAINTOP_PROBE_DIR")}
+    launcher = ("import subprocess, sys; subprocess.Popen(sys.argv[1:], start_new_session=True, "
+                "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)")
+    contended_s = a.scale * 40
+    subprocess.run([sys.executable, "-c", launcher, sys.executable, "-c", _COMPUTER, str(size(8192, 256)),
+                    ready, str(contended_s)], env=env, check=True)
+    for _ in range(600):
+        if os.path.exists(ready):
+            break
+        time.sleep(0.1)
+    L("train_contended")
+    train_for(contended_s, model, opt, x)
+    time.sleep(1.0)  # its loop ends at its deadline: its last matmuls
+    L("train")
+    train_for(a.scale * 40, model, opt, x)
+
+
 # -- torchrun scenarios (gloo, every rank on the one GPU) ---------------------------------------------------
 def _ddp(a, width: int, depth: int, timeout_s: float = 60.0):
     import torch.distributed as dist
@@ -653,7 +695,7 @@ def straggler_sleep(L, a):
 SCENARIOS = {f.__name__: f for f in (
     healthy_bf16, compile_warmup, healthy_crash, starved_then_fed, underused, leak, oom_retries, reserved_gap, fragmented,
     copies_and_kernels, tiny_kernels, fp32_no_tf32, eval_phases, checkpoints, loader_hang, idle_alive, cpu_training,
-    other_process, torchrun_healthy, gloo_hang, gloo_rank0_saves, gloo_long_save, straggler_input, straggler_cpu, straggler_sleep)}
+    other_process, second_job, torchrun_healthy, gloo_hang, gloo_rank0_saves, gloo_long_save, straggler_input, straggler_cpu, straggler_sleep)}
 
 
 def main() -> int:
