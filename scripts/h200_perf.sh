@@ -8,7 +8,7 @@
 # (bench/nvml_calls.py).
 #
 #   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl   # once
-#   OUT=dir bash scripts/h200_perf.sh
+#   OUT=dir bash scripts/h200_perf.sh    (NO_PROFILE=1: the side-by-side table alone)
 #
 # traintop runs from this checkout (a linked tree makes app/, widgets/ and collectors/ its
 # subpackages, as an install does; bytecode compiled first); nvitop, nvitop-exporter and
@@ -44,6 +44,7 @@ python3 "$REPO/bench/peer_cost.py" --preset h200 --load nanogpt --runs "${RUNS:-
   --warmup "$WARMUP" --json "$OUT/peer_cost.json" --table "$OUT/peer_cost.txt" > "$OUT/peer_cost.log" 2>&1
 cat "$OUT/peer_cost.txt" >> "$LOG" 2>/dev/null || tail -20 "$OUT/peer_cost.log" >> "$LOG"
 
+if [ -z "${NO_PROFILE:-}" ]; then  # NO_PROFILE=1: the table alone
 say "where the CPU goes under the job: the dashboard (cProfile), the recorder (by part)"
 python3 "$REPO/bench/workloads/nanogpt.py" --seconds 150 > "$OUT/job.log" 2>&1 &
 JOB=$!
@@ -56,5 +57,6 @@ python3 "$REPO/bench/nvml_calls.py" --json "$OUT/nvml_calls.json" > "$OUT/nvml_c
 kill $JOB 2>/dev/null
 head -24 "$OUT/live_profile.txt" >> "$LOG"
 grep -A8 '"per_tick_us"' "$OUT/recorder_cost.txt" >> "$LOG"
+fi
 say "done in $(( $(date +%s) - START )) s"
 rm -rf "$TREE"
