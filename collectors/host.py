@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import time
+from io import FileIO
 
 import psutil
 
@@ -28,6 +29,7 @@ class ProcFile:
 
     def __init__(self, path: str) -> None:
         self.path = path
+        self._f: FileIO | None
         try:
             self._f = open(path, "rb", buffering=0)  # closed when the collector goes
         except OSError:

@@ -326,7 +326,7 @@ class NvmlCollector:
                 if not self._window_primed[i]:  # after idling the buffer holds samples from before: skip them
                     self._window_primed[i] = True
                     mean = None
-                elif lo is not None:
+                elif lo is not None and hi is not None:  # both or neither
                     with self._slow_lock:
                         self._window[i] = (lo, hi)
             if i not in self.mig.parents:
@@ -348,7 +348,7 @@ class NvmlCollector:
         per_process = self.process_util.poll(i)
         if per_process is not None:
             self._putil[i] = (time.monotonic(), per_process, 0.0)
-        elif self._putil[i] is not None and self._putil[i][2] is None:
+        elif (held := self._putil[i]) is not None and held[2] is None:
             self._putil[i] = None  # a sole process's share does not stand for one of several
 
     def poll_gpm(self) -> None:

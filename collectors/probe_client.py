@@ -54,6 +54,11 @@ def _time_ok(v) -> bool:
     return v is None or plausible.time_ok(v)
 
 
+def _when(v) -> float:
+    """The time a probe gave (``v``), or now where it gave none that is plausible."""
+    return float(v) if plausible.time_ok(v) else time.time()
+
+
 def _counted(bounds):
     return lambda v: _count(v, bounds)
 
@@ -255,9 +260,10 @@ class ProbeClient:
     def _directories(self, pid: int) -> list[str]:
         if pid not in self._job_dirs:
             self._job_dirs[pid] = job_probe_dir(pid)
+        job_dir = self._job_dirs[pid]
         dirs = [self.directory]
-        if self._job_dirs[pid] and self._job_dirs[pid] != self.directory:
-            dirs.append(self._job_dirs[pid])
+        if job_dir and job_dir != self.directory:
+            dirs.append(job_dir)
         return dirs
 
     def _connect(self, pid: int, now: float) -> None:
@@ -529,6 +535,7 @@ class ProbeClient:
         memory: a compile worker, a loader worker started by spawn, an evaluation subprocess. It is no
         rank (mp.spawn's ranks become ones at their first step, or once they hold GPU memory)."""
         m = c.last
+        assert m is not None  # sample() asks only of a connection that has a message
         if m.get("ppid") not in self._conns or m.get("steps"):
             return False
         return not any(isinstance(d, dict) and d.get("reserved") for d in m.get("memory") or ())
@@ -539,6 +546,7 @@ class ProbeClient:
 
     def _rank(self, c: _Conn, now: float) -> RankSample:
         m = c.last
+        assert m is not None  # sample() asks only of a connection that has a message
         precision, flops = m.get("precision"), m.get("flops")
         mem = [d for d in (m.get("memory") or []) if isinstance(d, dict)]
         main = max(mem, key=lambda d: d.get("reserved") or 0) if mem else {}
@@ -611,7 +619,7 @@ def capture_record(rec, msg: dict, pid: int, folder: str) -> Capture | None:
     removed = tuple(n for n in removed[:16] if isinstance(n, str) and CAPTURE_NAME.fullmatch(n)) \
         if isinstance(removed, list) else ()
     return Capture(
-        t=float(t) if type(t) in (int, float) and plausible.time_ok(t) else time.time(), pid=pid,
+        t=_when(t), pid=pid,
         kind=rec["kind"], rank=rank if type(rank) is int else None, path=path,
         size=size if type(size) is int and 0 <= size < 1 << 40 else None,
         steps=steps if type(steps) is int and 0 <= steps < 1000 else None,
@@ -629,7 +637,7 @@ def pause_dump(msg: dict, pid: int) -> StackDump:
 def _dump(msg: dict, pid: int, reason: str, threads: tuple[ThreadStack, ...]) -> StackDump:
     t, since, rank = msg.get("t"), msg.get("since_step"), msg.get("rank")
     return StackDump(
-        t=float(t) if plausible.time_ok(t) else time.time(), pid=pid,
+        t=_when(t), pid=pid,
         rank=rank if type(rank) is int and _count(rank, _RANK["rank"]) else None, reason=reason,
-        since_step=float(since) if plausible.number(since, _RANK["step_time"]) is not None else None,
+        since_step=float(s) if (s := plausible.number(since, _RANK["step_time"])) is not None else None,
         threads=threads)

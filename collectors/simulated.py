@@ -212,7 +212,7 @@ class Simulator:
         others = int(total_mem * (0.08 + 0.01 * r.random()))
         return HostSample(
             cpu_percent=round(sum(cores) / len(cores), 1), per_core=tuple(cores),
-            iowait=round(0.5 + r.random(), 1), mem_used=min(total_mem, others + (process.rss if process else 0)),
+            iowait=round(0.5 + r.random(), 1), mem_used=min(total_mem, others + ((process.rss or 0) if process else 0)),
             mem_total=total_mem, swap_used=0, swap_total=0,
             disk_read=(180 if starved else 40) * MiB * (0.8 + 0.4 * r.random()), disk_write=2 * MiB * r.random(),
             net_rx=1 * MiB * r.random(), net_tx=0.5 * MiB * r.random(),
@@ -238,8 +238,8 @@ class Simulator:
         starved = "starved" in self.scenarios
         return ProcessSample(
             pid=TRAIN_PID, alive=True, name="python", cmdline="python train.py --bf16",
-            cpu_percent=round(sum(m.cpu_percent for m in members), 1), rss=sum(m.rss for m in members),
-            threads=sum(m.threads for m in members), read_rate=(150 if starved else 30) * MiB,
+            cpu_percent=round(sum(m.cpu_percent or 0.0 for m in members), 1), rss=sum(m.rss or 0 for m in members),
+            threads=sum(m.threads or 0 for m in members), read_rate=(150 if starved else 30) * MiB,
             write_rate=1 * MiB, members=tuple(members),
         )
 

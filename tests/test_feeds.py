@@ -38,6 +38,16 @@ def test_step_forward_and_back(tmp_rec):
     assert mon.store.t_last == sim.t0 + 20
 
 
+def test_a_recording_without_samples_plays_nothing(tmp_rec):
+    sim = Simulator("healthy", interval=1.0, seed=4)
+    RecordingWriter(tmp_rec, sim.info()).close()
+    mon = Monitor(sim.info())
+    feed = ReplayFeed(mon, RecordingReader(tmp_rec))
+    assert feed.peek() is None
+    feed.step(1)
+    assert feed.position is None and not mon.store
+
+
 def test_clock_advances_by_speed(tmp_rec, monkeypatch):
     sim = make_recording(tmp_rec)
     mon = Monitor(sim.info())

@@ -200,6 +200,16 @@ def test_a_stuck_reader_never_blocks_the_publisher(fake_torch, probe_dir):
         p.stop()
 
 
+def test_the_publishing_thread_accepting_after_stop_is_a_no_op(fake_torch, probe_dir):
+    # stop() waits a second for the publishing thread, then closes the socket: a thread still in
+    # its loop (a slow tick) may come to accept after that
+    p = Probe(interval=10)
+    assert p.start()
+    p.stop()
+    p._accept()
+    assert p._clients == []
+
+
 def test_a_probe_of_another_user_is_refused(probe_dir, monkeypatch):
     probe_dir.mkdir(mode=0o700)
     path = probe_dir / "probe-4242.sock"

@@ -764,7 +764,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = build_parser(command)
     args, extra = parser.parse_known_args(argv)
     command = args.command
-    cmd_parser = subparsers(parser).get(command) if command else parser
+    cmd_parser = subparsers(parser)[command] if command else parser  # argparse took only a command it has
     if extra:
         cmd_parser.exit(2, f"traintop: {plain(_extra_argument(parser, cmd_parser, command, extra))}\n")
     given = {k[len(BEFORE):]: v for k, v in vars(args).items() if k.startswith(BEFORE)}

@@ -12,7 +12,7 @@ import dataclasses
 import sqlite3
 import threading
 import time
-from typing import Callable, Protocol
+from typing import Callable, Iterator, Protocol
 
 from traintop.errors import RecordingError
 from traintop.monitor import Monitor
@@ -152,7 +152,7 @@ class ReplayFeed(Feed):
         self.playing = True
         self.at_end = False
         self._lock = threading.RLock()
-        self._it = None
+        self._it: Iterator[Frame] | None = None  # None: nothing to read (no sample in the recording)
         self._peek: Frame | None = None
         self._peek_ready = False
         self._skip_to: float | None = None
@@ -189,9 +189,12 @@ class ReplayFeed(Feed):
         self._peek = None
 
     def _next(self) -> Frame | None:
-        f = next(self._it, None)
+        it = self._it
+        if it is None:
+            return None
+        f = next(it, None)
         while f is not None and self._skip_to is not None and f.t <= self._skip_to:
-            f = next(self._it, None)
+            f = next(it, None)
         self._skip_to = None
         return f
 
@@ -221,8 +224,9 @@ class ReplayFeed(Feed):
 
     def _emit_until(self, t: float, rules_from: float | None = None) -> int:
         n = 0
-        while self._ensure_peek() is not None and self._peek.t <= t:
+        while (peek := self._ensure_peek()) is not None and peek.t <= t:
             f = self._take()
+            assert f is not None  # the frame just peeked at
             self.monitor.ingest(f, evaluate=rules_from is None or f.t >= rules_from)
             n += 1
         return n

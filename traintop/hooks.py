@@ -28,7 +28,7 @@ import signal
 import subprocess
 import threading
 import time
-from typing import Callable, Iterable
+from typing import IO, Callable, Iterable
 
 from traintop.findings import Finding, Severity
 from traintop.text import one_line
@@ -157,17 +157,19 @@ class FindingHook:
                 self._failed(f"cannot start it: {one_line(getattr(e, 'strerror', None) or str(e), 100)}")
                 return
             self._current = (p, token)
+            stdin, stdout = p.stdin, p.stdout
+            assert stdin is not None and stdout is not None  # both PIPE
             try:
                 try:
-                    p.stdin.write(data)
-                    p.stdin.close()
+                    stdin.write(data)
+                    stdin.close()
                 except OSError:
                     pass  # it did not read its input: its business
-                rc = self._follow(p, log)
+                rc = self._follow(p, stdout, log)
             finally:
                 kill_run(p.pid, token)  # whatever it left behind, in its group or out of it
                 p.wait()
-                p.stdout.close()
+                stdout.close()
                 self._current = None
             if rc is None:
                 self._failed(f"timed out after {self.timeout:g} s, killed")
@@ -178,12 +180,12 @@ class FindingHook:
             if log is not None:
                 log.close()
 
-    def _follow(self, p: subprocess.Popen, log) -> int | None:
-        """Copy the command's output into the log (at most LOG_MAX_BYTES) until it exits or its
+    def _follow(self, p: subprocess.Popen, out: IO[bytes], log) -> int | None:
+        """Copy the command's output (``out``) into the log (at most LOG_MAX_BYTES) until it exits or its
         time is up; its exit status, or None past the timeout. A background child that keeps the
         output open does not keep this waiting: the command's own exit ends it."""
         deadline = time.monotonic() + self.timeout
-        fd = p.stdout.fileno()
+        fd = out.fileno()
         os.set_blocking(fd, False)
         kept = dropped = 0
         open_ = True

@@ -142,7 +142,7 @@ def load_pmon(path: str, header_line: str, rows, clock, skips, lines, gpu_index)
         if new_round:
             if len(t) and not has_dt:
                 clock_t += 1.0
-            t.append(when if has_dt else clock_t)
+            t.append(when if when is not None else clock_t)  # None: no timestamps
             seen = set()
             per_gpu = {}
             if has_dt:

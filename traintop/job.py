@@ -143,6 +143,7 @@ class Job:
                 time.sleep(poll)
             else:
                 self.ended.wait(poll)
+        assert self.end is not None  # enforce is True only once `ended` is set, after `end`
         return self.end
 
 

@@ -301,6 +301,7 @@ def launch(cmd: list[str], log_path: str | None = None, *, base: str | None = No
     pumps = []
     if passthrough:
         for pipe, fd in ((proc.stdout, 1), (proc.stderr, 2)):
+            assert pipe is not None  # both PIPE when passing through
             src = os.dup(pipe.fileno())
             pipe.close()
             t = threading.Thread(target=_pump, args=(src, fd, log, lock), name="traintop-output", daemon=True)

@@ -68,8 +68,10 @@ class OneCall:
             self._go.clear()
             if self._closed:
                 return
+            fn = self._fn
+            assert fn is not None  # only submit (which sets it) and close wake the thread
             try:
-                self._outcome = (self._fn(), None)
+                self._outcome = (fn(), None)
             except BaseException as e:  # handed to the caller, who counts it
                 self._outcome = (None, e)
             self._done.set()
@@ -88,7 +90,7 @@ class LiveSampler:
         self.probes = probes
         self._clock = clock
         self.gpu_timeout = gpu_timeout
-        self._worker = OneCall("traintop-nvml") if gpu else None
+        self._worker = OneCall("traintop-nvml") if gpu is not None else None
         self._pending = False
         self.stale_since: float | None = None
         self.timeouts = 0
@@ -109,7 +111,7 @@ class LiveSampler:
         return out
 
     def _gpus(self) -> tuple[tuple[GpuSample, ...], tuple[int, ...]]:
-        if self.gpu is None:
+        if self.gpu is None or self._worker is None:
             return (), ()
         if not self._pending:
             self._worker.submit(self.gpu.sample)

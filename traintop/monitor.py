@@ -103,7 +103,8 @@ class Monitor:
             self._alerts_shown = frozenset(("hook attached",))  # the next evaluation tells it what is up
 
     def ingest(self, frame: Frame, evaluate: bool = True) -> list[Finding]:
-        events = ()
+        hook: FindingHook | None = None
+        events: list[dict] = []
         t = round(frame.t * 1000) / 1000  # a sample's time to the millisecond, as a recording keeps it
         if t != frame.t:  # so the rules judge live what a re-run or a replay of the recording judges
             frame = dataclasses.replace(frame, t=t)
@@ -129,10 +130,12 @@ class Monitor:
                 if shown != self._alerts_shown:
                     self._alerts_shown = shown
                     self.alert_changes += 1
-                    if self.hook is not None:
-                        events = self._finding_events.update(active, frame.t)
-        for event in events:
-            self.hook.submit(event)  # a queue: the command runs on the hook's own thread
+                    hook, finding_events = self.hook, self._finding_events
+                    if hook is not None and finding_events is not None:  # attached together
+                        events = finding_events.update(active, frame.t)
+        if hook is not None:
+            for event in events:
+                hook.submit(event)  # a queue: the command runs on the hook's own thread
         self._record(frame, changed)
         return changed
 

@@ -372,9 +372,12 @@ class Probe:
         return (json.dumps(msg, separators=(",", ":")) + "\n").encode()
 
     def _accept(self) -> None:
+        srv = self._server
+        if srv is None:  # stopped (stop() gives up waiting for this thread after a second)
+            return
         while True:
             try:
-                conn, _ = self._server.accept()
+                conn, _ = srv.accept()
             except (BlockingIOError, InterruptedError):
                 return
             uid = peer_uid(conn)

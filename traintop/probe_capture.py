@@ -329,8 +329,10 @@ class Capturer:
             cap.record = rec
             cap.phase = "written"
         if cap.phase == "written" and len(cap.after) >= AROUND:
-            if cap.record["step_s_after"] is None:
-                out.append({"kind": cap.kind, "path": cap.record["path"], "step_s_after": _mean(_usual(cap.after))})
+            rec = cap.record
+            assert rec is not None  # set with phase "written"
+            if rec["step_s_after"] is None:
+                out.append({"kind": cap.kind, "path": rec["path"], "step_s_after": _mean(_usual(cap.after))})
             self._active = None
         return out
 

@@ -418,6 +418,7 @@ class Goodput:
     def _close_eval(self, now: float) -> None:
         """(Under the lock.) The evaluation in progress ends now."""
         since, self._eval_since = self._eval_since, None
+        assert since is not None  # the callers check it under the same lock
         self._held["eval"] += max(0.0, now - max(since, self._window_start))
         self._held_total += max(0.0, now - since)
 
@@ -459,7 +460,7 @@ class Goodput:
             torch = sys.modules.get("torch")
             dist = sys.modules.get("torch.distributed")
             try:
-                if dist is None or not dist.is_available() or not dist.is_initialized():
+                if torch is None or dist is None or not dist.is_available() or not dist.is_initialized():
                     return False  # not yet: asked again at the next backward
                 self._gloo_cpu = "gloo" in str(dist.get_backend()) and not torch.cuda.is_initialized()
             except Exception:
@@ -521,6 +522,7 @@ class Goodput:
 
     def _bwd_idle(self, now: float, busy: float) -> None:
         """(Under the lock.) The sleep in backward's stretch up to now goes to the collective bucket."""
+        assert self._bwd is not None  # the callers check it under the same lock
         wall0, busy0 = self._bwd
         idle = max(0.0, (now - wall0) - (busy - busy0))
         self._held["collective"] += idle
@@ -631,7 +633,7 @@ class Goodput:
         og = sys.modules.get("torch._dynamo.output_graph")
         cls = getattr(og, "OutputGraph", None)
         original = getattr(cls, "call_user_compiler", None)
-        if original is None or getattr(getattr(og, "__spec__", None), "_initializing", False):
+        if cls is None or original is None or getattr(getattr(og, "__spec__", None), "_initializing", False):
             return
         if not getattr(original, "__traintop_probe__", False):
             cls.call_user_compiler = self.wrap_user_compiler(original)
@@ -856,7 +858,8 @@ class Goodput:
 
     def _overdue_bucket(self, now: float, window: float, steps: int, since_step: float | None,
                         stall_after: float) -> str:
-        frame = sys._current_frames().get(self.train_thread or threading.main_thread().ident)
+        ident = self.train_thread or threading.main_thread().ident
+        frame = sys._current_frames().get(ident) if ident is not None else None
         kind = stack_kind(frame)
         if kind is not None:
             return "startup" if kind in ("collective", "train") and not steps else kind

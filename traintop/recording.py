@@ -269,6 +269,7 @@ class RecordingWriter:
                     cur = self._db.execute("INSERT INTO chunks(t0, t1, n, codec, data) VALUES (?,?,?,?,?)",
                                            self._row(self._buf))
                     new_id = cur.lastrowid
+                    assert new_id is not None  # set by the INSERT that just ran
                 for a in self._dirty_alerts.values():
                     self._db.execute(
                         "INSERT OR REPLACE INTO alerts(id, rule, subject, severity, title, start, end, evidence, "

@@ -67,13 +67,15 @@ class ReplayControls:
         self.seek_to((self.position or 0.0) + seconds)
 
     def seek_fraction(self, frac: float) -> None:
-        if self.t_start is not None:
-            self.seek_to(self.t_start + (self.t_end - self.t_start) * frac)
+        start, end = self.t_start, self.t_end
+        if start is not None and end is not None:
+            self.seek_to(start + (end - start) * frac)
 
     def seek_to(self, t: float) -> None:
-        if self.t_start is None:
+        start, end = self.t_start, self.t_end
+        if start is None or end is None:
             return
-        t = min(max(t, self.t_start), self.t_end)
+        t = min(max(t, start), end)
         self._submit(lambda: self.feed.seek(t), seek_to=t)
 
     def change_speed(self, direction: int) -> str | None:

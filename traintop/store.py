@@ -15,6 +15,7 @@ import operator
 from array import array
 from collections.abc import Sequence
 from itertools import chain
+from typing import Any
 
 from traintop.metrics import check_key, frame_groups, rank_series_keys
 from traintop.samples import Frame, RankSample
@@ -233,7 +234,7 @@ class Store:
         return self._times[self._phys(self._n - 1)] if self._n else None
 
     def span(self) -> float:
-        return (self.t_last - self.t_first) if self._n > 1 else 0.0
+        return self._times[self._phys(self._n - 1)] - self._times[self._phys(0)] if self._n > 1 else 0.0
 
     def times(self, seconds: float | None = None) -> list[float]:
         return self._slice(self._times, self._start_index(seconds))
@@ -245,7 +246,8 @@ class Store:
         # search each until the next sample (the binary search was a fifth of their cost).
         i = self._starts.get(seconds)
         if i is None:
-            i = self._starts[seconds] = self._first_index_at_or_after(self.t_last - seconds)
+            t_last = self._times[self._phys(self._n - 1)]
+            i = self._starts[seconds] = self._first_index_at_or_after(t_last - seconds)
         return i
 
     def memo(self, key, compute):
@@ -323,8 +325,12 @@ def _all_present(values: list[float]) -> bool:
     return total == total
 
 
-def _nan_as_none(values: list[float]) -> list[float | None]:
-    return values if _all_present(values) else [None if v != v else v for v in values]
+def _nan_as_none(values: list[Any]) -> list[float | None]:
+    """``values`` (floats, NaN where missing: a fresh slice) with None for NaN; the list itself
+    when nothing is missing (no copy: nobody else holds it as a list of floats only)."""
+    if _all_present(values):
+        return values
+    return [None if v != v else v for v in values]
 
 
 def mean(values: list[float]) -> float | None:

@@ -238,8 +238,10 @@ def build_view(monitor: Monitor, points: int = SERIES_POINTS) -> View:
 
 def _gpu_views(store, frame: Frame | None, infos: dict, active: tuple, points: int) -> list[GpuView]:
     """Each GPU of the frame with its charts' series and its most severe finding that is a cause."""
-    gpus = []
-    for g in frame.gpus if frame else ():
+    gpus: list[GpuView] = []
+    if frame is None:
+        return gpus
+    for g in frame.gpus:
         i = g.index
         mine = [a for a in active if a.subject == f"gpu{g.index}" and not a.explained_by]  # most severe first
         gpus.append(GpuView(
@@ -285,7 +287,7 @@ def _rank_views(store, frame: Frame | None, infos: dict, interval: float | None,
         probed = [(subject, r) for subject, r in probed if r.cuda or r.steps]
     for subject, r in probed:
         gpu = nvml_used = None
-        for g in frame.gpus:
+        for g in frame.gpus if frame is not None else ():
             for gp in g.processes:
                 if gp.pid == r.pid:
                     gpu, nvml_used = g.index, gp.used_bytes

@@ -156,20 +156,22 @@ class Series:
         times = sorted(points)
         return cls(array("d", times), array("d", (share(points[t]) for t in times)), holds)
 
-    def _build(self) -> None:
-        t, n = self.t, len(self.t)
-        self._held = [self.holds.held(t[i], t[i + 1] if i + 1 < n else None) for i in range(n)]
-        steps = [max(0.0, v) * h if v == v else 0.0 for v, h in zip(self.v, self._held)]
-        self._prefix = [0.0, *accumulate(steps)]
+    def _built(self) -> tuple[list[float], list[float]]:
+        """How long each sample holds and the prefix sums of value × hold, made on first use."""
+        if self._held is None or self._prefix is None:
+            t, n = self.t, len(self.t)
+            self._held = [self.holds.held(t[i], t[i + 1] if i + 1 < n else None) for i in range(n)]
+            steps = [max(0.0, v) * h if v == v else 0.0 for v, h in zip(self.v, self._held)]
+            self._prefix = [0.0, *accumulate(steps)]
+        return self._held, self._prefix
 
     def seconds(self, t0: float = -math.inf, t1: float = math.inf) -> float:
         """∫ value dt over [t0, t1] (value-seconds): each sample holding as ``holds`` says."""
         t = self.t
         if not t or t1 < t0:
             return 0.0
-        if self._prefix is None:
-            self._build()
-        held, v, prefix = self._held, self.v, self._prefix
+        held, prefix = self._built()
+        v = self.v
 
         def part(i: int, a: float, b: float) -> float:  # sample i's share of [a, b]
             x = v[i]
@@ -189,19 +191,17 @@ class Series:
 
     def at(self, t: float) -> float | None:
         """The value that holds at ``t`` (NaN where unknown); None where no sample holds."""
-        if self._prefix is None:
-            self._build()
+        held, _ = self._built()
         i = bisect.bisect_right(self.t, t) - 1
-        return self.v[i] if i >= 0 and t < self.t[i] + self._held[i] else None
+        return self.v[i] if i >= 0 and t < self.t[i] + held[i] else None
 
     def weighted_hours(self, t0: float, t1: float, weight) -> float:
         """Like ``hours``, each sample's part times ``weight(its time)``: one loop over the span."""
         t = self.t
         if not t or t1 < t0:
             return 0.0
-        if self._prefix is None:
-            self._build()
-        held, v = self._held, self.v
+        held, _ = self._built()
+        v = self.v
         total = 0.0
         for i in range(max(0, bisect.bisect_left(t, t0) - 1), bisect.bisect_right(t, t1)):
             x = v[i]
