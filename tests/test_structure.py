@@ -187,3 +187,33 @@ def test_every_module_imports_without_torch():
     r = subprocess.run([sys.executable, "-c", code, *names], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout == "", r.stdout + r.stderr
     assert len(names) > 100
+
+
+# The in-job probe runs inside users' training processes (`traintop run` copies these files next to
+# the job as _traintop_probe_*.py): it may import the standard library, torch (the job's own) and
+# itself, nothing else (not even the rest of traintop, which a job may not have installed).
+IN_JOB = ("traintop.probe", "traintop.probe_agent", "traintop.probe_goodput", "traintop.probe_capture")
+IN_JOB_FILES = (REPO / "traintop" / "inject" / "sitecustomize.py",)
+
+
+def in_job_breaches(g: dict[str, set[str]]) -> list[str]:
+    import sys
+
+    # sitecustomize: ours hands over to the one that was on the path before it
+    allowed = set(sys.stdlib_module_names) | {"torch", "__future__", "sitecustomize"} | set(IN_JOB)
+    return [f"{m} imports {t}" for m in sorted(g) if m in IN_JOB for t in sorted(g[m])
+            if t not in allowed and not t.startswith("_traintop_probe_")]
+
+
+def test_the_in_job_probe_imports_only_the_standard_library_torch_and_itself():
+    g = graph()
+    for path in IN_JOB_FILES:  # never imported as traintop.*: read as a module of the probe
+        g["traintop.probe"] = g["traintop.probe"] | imports(path, "sitecustomize", set(g))
+    wrong = in_job_breaches(g)
+    assert not wrong, "the in-job probe imports outside the standard library and torch:\n" + "\n".join(wrong)
+
+
+def test_the_in_job_contract_catches_a_breach():
+    g = {"traintop.probe_agent": {"json", "torch", "traintop.probe_goodput", "_traintop_probe_capture", "psutil"},
+         "traintop.probe_goodput": {"traintop.metrics"}, "traintop.store": {"psutil"}}
+    assert in_job_breaches(g) == ["traintop.probe_agent imports psutil", "traintop.probe_goodput imports traintop.metrics"]
