@@ -15,6 +15,7 @@ import json
 import stat
 from array import array
 from dataclasses import asdict, dataclass, field
+from typing import NoReturn
 
 from traintop import waste
 from traintop.errors import TraintopError
@@ -45,11 +46,19 @@ class GpuSummary:
     temp_peak: float | None = None
 
 
+def ended(f: Finding) -> float:
+    """When a report's finding ended: a report (this one, the cluster's) ends each at its data's end
+    at the latest."""
+    assert f.end is not None, f"a report's finding has not ended: {f.rule} {f.subject}"
+    return f.end
+
+
 def finding_json(f: Finding, t0: float) -> dict:
     """A finding as ``analyze --json`` writes it: times in seconds from the first sample, the
     severity by name, its GPU-hours as ``gpu_hours_lost``, "" when nothing explains it."""
+    end = ended(f)
     return {"rule": f.rule, "title": f.title, "subject": f.subject, "severity": f.severity.label,
-            "start_s": round(f.start - t0, 1), "end_s": round(f.end - t0, 1), "duration_s": round(f.end - f.start, 1),
+            "start_s": round(f.start - t0, 1), "end_s": round(end - t0, 1), "duration_s": round(end - f.start, 1),
             "evidence": f.evidence, "remedies": list(f.remedies), "gpu_hours_lost": f.gpu_hours,
             "energy_kwh": f.energy_kwh, "explained_by": f.explained_by or ""}
 
@@ -293,7 +302,7 @@ def _analyze(source, config: Thresholds | None, name: str, rerun: bool) -> Repor
             if acc is None:
                 acc = accs[g.index] = _Acc(g.index, names.get(g.index, "GPU"))
             acc.add(f.t, g)
-    if first is None:
+    if first is None or last is None:
         _nothing_read(source, name)
     if judged is not None:
         findings, dropped = judged
@@ -434,7 +443,7 @@ def damage_summary(source) -> str:
     return " ".join(out)
 
 
-def _nothing_read(source, name: str):
+def _nothing_read(source, name: str) -> NoReturn:
     """No sample could be read: a report of "no findings" would pass a CI gate on a file that
     said nothing, so this is an error."""
     skipped = getattr(source, "skipped_chunks", 0)
@@ -603,7 +612,7 @@ def render_text(r: Report) -> str:
     for note in r.notes:
         out.append(f"  note: {note}")
     causes = [fd for fd in r.findings if not fd.explained_by]
-    explained = [fd for fd in r.findings if fd.explained_by]
+    explained = [(fd, by) for fd in r.findings if (by := fd.explained_by)]
     if not causes:
         out.append("No findings: nothing wasted GPU time that traintop recognises.")
     by_rule: dict[str, float] = {}
@@ -616,7 +625,7 @@ def render_text(r: Report) -> str:
         began = (f"from before the recording began ({fmt_duration(-start_s)} earlier)" if start_s < 0
                  else fmt_duration(start_s))
         out.append(f"[{fd.severity.label.upper()}] {fd.title} — {fd.subject.replace('gpu', 'GPU ')}, "
-                   f"{began} to {fmt_duration(r.at(fd.end))} ({fmt_duration(round(fd.end - fd.start, 1))}, "
+                   f"{began} to {fmt_duration(r.at(ended(fd)))} ({fmt_duration(round(ended(fd) - fd.start, 1))}, "
                    f"from {fmt_clock(fd.start)})"
                    + (f", {fd.gpu_hours:.3f} GPU-hours lost" if fd.gpu_hours else "")
                    + (f", {fd.energy_kwh:.3f} kWh drawn" if fd.energy_kwh else ""))
@@ -626,10 +635,10 @@ def render_text(r: Report) -> str:
     if explained:
         out.append("")
         out.append("Explained by a stronger finding (not causes of their own; their GPU-hours are counted there):")
-        for fd in explained:
-            rule, _, subject = fd.explained_by.partition(" ")
+        for fd, by in explained:
+            rule, _, subject = by.partition(" ")
             out.append(f"  {fd.title} — {fd.subject.replace('gpu', 'GPU ')}, {fmt_duration(r.at(fd.start))} to "
-                       f"{fmt_duration(r.at(fd.end))}: explained by {titles.get(rule, rule)} "
+                       f"{fmt_duration(r.at(ended(fd)))}: explained by {titles.get(rule, rule)} "
                        f"({subject.replace('gpu', 'GPU ')})")
     if any(by_rule.values()):
         out.append("")

@@ -159,8 +159,8 @@ def stragglers(data: ClusterData, config: Thresholds = DEFAULT) -> list[CrossFin
             continue
         lag: dict[int, list[float]] = {r.rank: [] for r in ranks}
         for t in data.grid:
-            steps = {r.rank: r.step.get(t) for r in ranks if r.step.get(t)}
-            waits = {r.rank: r.wait.get(t) for r in ranks if r.wait.get(t) is not None}
+            steps = {r.rank: s for r in ranks if (s := r.step.get(t))}
+            waits = {r.rank: w for r in ranks if (w := r.wait.get(t)) is not None}
             if len(steps) >= 2:
                 m = _reference(steps.values())
                 for rk, s in steps.items():
@@ -440,7 +440,7 @@ def gpu_errors(data: ClusterData, config: Thresholds = DEFAULT) -> list[CrossFin
     out = []
     for h in sorted({h for h, _ in data.gpus}):
         bad = []
-        first = last = None
+        times: list[float] = []  # of every GPU's events
         for (gh, i), g in sorted(data.gpus.items()):
             if gh != h:
                 continue
@@ -454,11 +454,9 @@ def gpu_errors(data: ClusterData, config: Thresholds = DEFAULT) -> list[CrossFin
                 codes = sorted({int(v) for v in g.last_xid.values() if v})
                 bad.append(f"GPU {i}: {len(events)} new " + ", ".join(sorted({lbl for _, lbl in events}))
                            + (f" (XID {', '.join(map(str, codes))})" if codes else ""))
-                ts = [t for t, _ in events]
-                first = min(ts + ([first] if first else []))
-                last = max(ts + ([last] if last else []))
+                times += [t for t, _ in events]
         if bad:
-            out.append(found(NODE_GPU_ERRORS, h, h, first, last, f"{h}: " + "; ".join(bad)))
+            out.append(found(NODE_GPU_ERRORS, h, h, min(times), max(times), f"{h}: " + "; ".join(bad)))
     return out
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from traintop import plausible as P
 from traintop import waste
+from traintop.analyze import ended
 from traintop.cluster import claims, crosshost
 from traintop.cluster import report as R
 from traintop.cluster.checks import Checked, gpu_index_of
@@ -118,7 +119,7 @@ def _host_findings(data: ClusterData, host: str, cols: dict, models: dict, uuids
     series = {i: R.gpu_series(g, data.step) for (h, i), g in data.gpus.items() if h == host}
     findings = []
     for a in monitor.engine.alerts:
-        lost, _ = waste.finding_cost(a.rule, a.subject, a.explained_by, a.start, a.end, series)
+        lost, _ = waste.finding_cost(a.rule, a.subject, a.explained_by, a.start, ended(a), series)
         findings.append(R.cluster_finding(a, host, R.HOST, lost))
     return findings
 

@@ -92,7 +92,7 @@ def install(client) -> int:
     for t in transports:
         pool = getattr(t, "_pool", None)
         backend = getattr(pool, "_network_backend", None)
-        if backend is not None and not isinstance(backend, DeadlineBackend):
+        if pool is not None and backend is not None and not isinstance(backend, DeadlineBackend):
             pool._network_backend = DeadlineBackend(backend)
             n += 1
     return n

@@ -14,7 +14,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from traintop import waste
-from traintop.analyze import GpuSummary
+from traintop.analyze import GpuSummary, ended
 from traintop.cluster import crosshost
 from traintop.cluster.fetch import ClusterData, GpuData
 from traintop.findings import Finding
@@ -30,9 +30,10 @@ HOST, CLUSTER = "host", crosshost.CLUSTER_SCOPE
 
 def finding_json(f: Finding, t0: float) -> dict:
     """A finding as ``analyze --prometheus --json`` writes it (times unix and from ``t0``, the range's start)."""
+    end = ended(f)
     return {"rule": f.rule, "title": f.title, "host": f.host, "subject": f.subject, "severity": f.severity.label,
-            "start": round(f.start, 3), "end": round(f.end, 3), "start_s": round(f.start - t0, 1),
-            "end_s": round(f.end - t0, 1), "duration_s": round(f.end - f.start, 1), "evidence": f.evidence,
+            "start": round(f.start, 3), "end": round(end, 3), "start_s": round(f.start - t0, 1),
+            "end_s": round(end - t0, 1), "duration_s": round(end - f.start, 1), "evidence": f.evidence,
             "remedies": list(f.remedies), "gpu_hours_lost": f.gpu_hours, "scope": f.scope,
             "explained_by": f.explained_by or ""}
 
@@ -233,7 +234,7 @@ def _explaining(f: Finding, lagging: list, shown: list[Finding]):
             continue
         # most of the agent's verdict lies within the straggler's time
         cf = shown[k]
-        if crosshost.overlap(f.start, f.end, cf.start, cf.end) < 0.5 * max(f.end - f.start, 1e-9):
+        if crosshost.overlap(f.start, ended(f), cf.start, ended(cf)) < 0.5 * max(ended(f) - f.start, 1e-9):
             continue
         who = f"{c.subject} on {c.host}"
         if gpu in slow:
@@ -374,7 +375,7 @@ def render_text(r: ClusterReport) -> str:
             subject = f"{f.host} {_subject(f.subject)}"
         out.append("")
         out.append(f"[{f.severity.label.upper()}] {f.title} — {subject}, {fmt_duration(r.at(f.start))} to "
-                   f"{fmt_duration(r.at(f.end))} ({fmt_duration(round(f.end - f.start, 1))})"
+                   f"{fmt_duration(r.at(ended(f)))} ({fmt_duration(round(ended(f) - f.start, 1))})"
                    + (f", {f.gpu_hours:.3f} GPU-hours lost" if f.gpu_hours else ""))
         out.append(f"  {f.evidence}")
         for rem in f.remedies:
@@ -398,7 +399,7 @@ def render_text(r: ClusterReport) -> str:
         out.append("Explained by the findings above (an agent sees only its own node):")
         for f in r.explained:
             out.append(f"  {f.title} — {f.host} {_subject(f.subject)}, {fmt_duration(r.at(f.start))} to "
-                       f"{fmt_duration(r.at(f.end))}: {f.explained_by}")
+                       f"{fmt_duration(r.at(ended(f)))}: {f.explained_by}")
     return "\n".join(out)
 
 

@@ -12,6 +12,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from traintop.analyze import ended
 from traintop.cluster.crosshost import silent_hosts
 from traintop.cluster.fetch import ClusterData
 from traintop.cluster.report import job_ledgers
@@ -127,7 +128,7 @@ def snapshot_from(data: ClusterData, findings: list[Finding], refresh_s: float =
                            _spark(r.step, data.grid))
                   for _, r in sorted(data.ranks.items()))
     # still active: the finding reaches the last step of the window
-    active = tuple(f for f in findings if f.end >= data.end - 2 * data.step)
+    active = tuple(f for f in findings if ended(f) >= data.end - 2 * data.step)
     hosts = data.hosts
     return ClusterSnapshot(data.url, data.end, tuple(hosts), gpus, ranks, active, data.mode,
                            tuple(data.notes), refresh_s, tuple(sorted({r.job for r in data.ranks.values()})),

@@ -78,7 +78,7 @@ class TextfileWriter:
         if problem:
             raise TraintopError(f"--textfile: {one_line(directory, 200)} {problem}")
         try:
-            self.fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            self.fd: int | None = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError as e:
             raise TraintopError(f"--textfile: cannot open {one_line(directory, 200)}: {e.strerror or e}") from None
         problem = dir_problem(os.fstat(self.fd), self.uid, leaf=True)

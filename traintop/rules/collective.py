@@ -76,11 +76,12 @@ def loads(ctx: RuleContext, window_s: float, gpus: list[int] | None = None, min_
     latest = {g.index: g for g in ctx.gpus()}
     for i in job_gpus(ctx) if gpus is None else gpus:
         util = ctx.gpu_window(i, "util", window_s)
-        if len(util) < min_n:
+        mean_util = mean(util)
+        if mean_util is None or len(util) < min_n:
             continue
         sm = ctx.gpu_window(i, "sm_active", window_s)
         g = latest.get(i)
-        out[i] = Load(i, mean(util), ctx.gpu_mean(i, "power_w", window_s), g.power_limit_w if g else None,
+        out[i] = Load(i, mean_util, ctx.gpu_mean(i, "power_w", window_s), g.power_limit_w if g else None,
                       mean(sm) if len(sm) >= min_n else None)
     return out
 

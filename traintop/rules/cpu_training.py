@@ -35,8 +35,9 @@ class TrainingOnCpu(HostRule):
 
     def evaluate(self, ctx: RuleContext):
         c = ctx.config
-        frame, proc = ctx.frame, ctx.process
-        if proc is None or not proc.alive:  # the job is gone: a raised alert ends now, not 20 s later
+        frame = ctx.frame
+        proc = frame.process if frame is not None else None
+        if frame is None or proc is None or not proc.alive:  # the job is gone: a raised alert ends now, not 20 s later
             yield Verdict("process", "the job has ended", state=REVERSED)
             return
         w = c.cpu_training_window_s
@@ -58,7 +59,7 @@ class TrainingOnCpu(HostRule):
                 text += f"; the job uses {mean_cpu:.0f} % CPU"
             yield Verdict("process", text)
             return
-        if len(cpu) < 5 or mean_cpu < c.cpu_training_min_cpu:
+        if mean_cpu is None or len(cpu) < 5 or mean_cpu < c.cpu_training_min_cpu:
             return
         if frame.ranks and not any(r.steps for r in frame.ranks) and not _long_startup(ctx):
             return  # the probe says no step yet: the job is starting (imports, data, model), not training

@@ -252,7 +252,11 @@ class _Track:
 
     @property
     def up(self) -> bool:
-        return self.alert is not None and self.alert.end is None
+        return self.raised() is not None
+
+    def raised(self) -> Finding | None:
+        """Its finding while raised (not ended), else None."""
+        return self.alert if self.alert is not None and self.alert.end is None else None
 
     def keep_if_better(self, evidence: str, remedies: tuple[str, ...]) -> None:
         # advice that changed (underuse once memory creeps) makes the older sentence stale
@@ -352,7 +356,9 @@ class RulesEngine:
         self._follow_next = bisect.bisect_right([a.start for a in self._follow or ()], now)
 
     def _update(self, tr: _Track, **changes) -> Finding:
-        """A new record of ``tr``'s finding with ``changes``, kept and counted as changed."""
+        """A new record of ``tr``'s finding with ``changes``, kept and counted as changed (only a raised
+        finding changes)."""
+        assert tr.alert is not None
         a = tr.alert = dataclasses.replace(tr.alert, **changes)
         self._findings[a.id] = self._changed[a.id] = a
         return a
@@ -440,10 +446,11 @@ class RulesEngine:
         now = ctx.now
         if not held:
             tr.first_true = None
-        if not tr.up:
+        alert = tr.raised()
+        if alert is None:
             return
         if following:  # it ends where the recording says; the figures follow now
-            if not held and verdict is not None and verdict.state == LAPSED and tr.alert.evidence != verdict.evidence:
+            if not held and verdict is not None and verdict.state == LAPSED and alert.evidence != verdict.evidence:
                 self._update(tr, evidence=verdict.evidence)
             return
         if verdict is not None and verdict.state == REVERSED:
@@ -464,7 +471,7 @@ class RulesEngine:
             return
         if tr.last_true is not None and now - tr.last_true >= rule.clear_after:
             self._update(tr, **tr.ended(now))
-        elif verdict is not None and verdict.state == LAPSED and tr.alert.evidence != verdict.evidence:
+        elif verdict is not None and verdict.state == LAPSED and alert.evidence != verdict.evidence:
             self._update(tr, evidence=verdict.evidence)
 
     def _forget_oldest(self) -> None:
@@ -529,8 +536,9 @@ class RulesEngine:
 
 
 def _before(cause: _Track, effect: _Track) -> bool:
-    """The cause's situation began no later than the effect's (within CAUSE_SLACK_S)."""
+    """The cause's situation began no later than the effect's (within CAUSE_SLACK_S); both are raised."""
     if cause.onset is None or effect.onset is None:  # taken up from a recording: its start is all there is
+        assert cause.alert is not None and effect.alert is not None
         return cause.alert.start <= effect.alert.start + CAUSE_SLACK_S
     return cause.onset <= effect.onset + CAUSE_SLACK_S
 

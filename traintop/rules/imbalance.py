@@ -41,8 +41,8 @@ class Imbalance(HostRule):
                 means[g.index] = sum(u) / len(u)
         if len(means) < 2:
             return
-        hi = max(means, key=means.get)
-        lo = min(means, key=means.get)
+        hi = max(means, key=means.__getitem__)
+        lo = min(means, key=means.__getitem__)
         lagging = gpu_subject(lo)
         if any(ctx.is_holding(r, lagging) or ctx.is_active(r, lagging) for r in LAGGING_CAUSES):
             return  # the lagging GPU's own finding says why it lags: "busy unequally" adds nothing

@@ -185,8 +185,8 @@ class Starvation(HostRule):
         fed = probe_says_fed or (
             len(recent) >= 3 and min(recent) >= c.starvation_busy_util and sum(recent) / len(recent) >= 90.0)
         text = f"GPU {i} no longer starved: mean utilization {mu:.0f} % over the last {c.starvation_window_s:.0f} s"
-        if recent_wait is not None or wait is not None:
-            x, span = (recent_wait, self.RECENT_WAIT_S) if recent_wait is not None else (wait, c.starvation_window_s)
+        x, span = (recent_wait, self.RECENT_WAIT_S) if recent_wait is not None else (wait, c.starvation_window_s)
+        if x is not None:
             text += f"; the job waits for its next batch {x * 100:.0f} % of the time over the last {span:.0f} s (measured in the job)"
         return Verdict(gpu_subject(i), text, state=REVERSED if fed else LAPSED)
 

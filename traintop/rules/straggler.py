@@ -166,13 +166,15 @@ def _busy_rank(ctx: RuleContext) -> Verdict | None:
     if len(ranks) < 2:
         return None
     cpu = {m.pid: m.cpu_percent for m in proc.members}
-    loads = {s: cpu.get(r.pid) for s, r in ranks}
-    if any(v is None for v in loads.values()):
-        return None
+    loads: dict[str, float] = {}
+    for s, r in ranks:
+        if (v := cpu.get(r.pid)) is None:
+            return None
+        loads[s] = v
     hot = [s for s, v in loads.items() if v >= BUSY_CPU]
     if len(hot) != 1 or any(v > WAITING_CPU for s, v in loads.items() if s != hot[0]):
         return None
-    steps = [r.step_time for _, r in ranks]
+    steps = [t for _, r in ranks if (t := r.step_time)]  # all of them: ranks have a step time
     if max(steps) > SAME_STEP * min(steps):
         return None
     subject = hot[0]

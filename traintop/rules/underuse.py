@@ -128,8 +128,8 @@ class Underuse(HostRule):
         feed = ctx.feed(i)
         if len(feed.main) < 2:
             return False
-        ranks = [r for _, r in feed.ranks if r.step_time]
-        if ranks and not all(r.step_time >= 0.05 and (r.input_wait or 0) < 0.1 for r in ranks):
+        steps = [(t, r.input_wait) for _, r in feed.ranks if (t := r.step_time)]
+        if steps and not all(t >= 0.05 and (wait or 0) < 0.1 for t, wait in steps):
             return False  # quick steps, or input waits: not this
         # launch-bound ranks keep their main threads busy; a rank that sleeps waits for another
         return min(m.cpu_percent or 0 for m in feed.main) <= 50
