@@ -52,3 +52,9 @@ def test_the_later_series_takes_the_cell_it_shares_and_styles_name_the_colours()
     styles = {style for line in lines[1:-1] for text, style in line.runs if text.strip(" ")}
     assert "bold green" in styles and "bold red" not in styles
     assert memory_chart([], [], [], 30, 8)[0].plain == "collecting memory figures…"
+
+
+def test_the_ticks_of_a_small_range_read_differently():
+    values = [(0.15 + k / 1000) * GIB for k in range(150)]  # 0.15 to 0.30 GiB
+    labels = [line.plain.split("┤")[0].strip() for line in rss_chart(values, 40, 24)[1:] if "┤" in line.plain]
+    assert len(labels) >= 5 and len(set(labels)) == len(labels), labels

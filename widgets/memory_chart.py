@@ -42,8 +42,16 @@ def rss_chart(rss: list, width: int, height: int) -> list[Line]:
     return chart([("RSS of the job's processes (host memory)", rss, "cyan")], width, height, RSS_NAMES)
 
 
-def _label(v: float) -> str:
-    return f"{v:.1f}" if v < 100 else f"{v:.0f}"
+def _label(v: float, digits: int = 1) -> str:
+    return f"{v:.{digits}f}" if v < 100 else f"{v:.0f}"
+
+
+def _digits(step: float) -> int:
+    """Decimals enough for ticks ``step`` GiB apart to read differently (1 to 3)."""
+    digits = 1
+    while digits < 3 and step < 10 ** -digits * 1.5:
+        digits += 1
+    return digits
 
 
 def _legend(drawn: list[tuple[str, str]], width: int, legends) -> Line:
@@ -79,7 +87,8 @@ def chart(series: list[tuple[str, list, str]], width: int, height: int, legends)
     pad = (hi - lo) * 0.05
     lo, hi = max(0.0, lo - pad), hi + pad
     ticks = {r: lo + (hi - lo) * (rows - 1 - r) / (rows - 1) for r in range(rows) if (rows - 1 - r) % TICK_EVERY_ROWS == 0}
-    label_w = max(len(_label(v)) for v in ticks.values())
+    digits = _digits((hi - lo) * TICK_EVERY_ROWS / (rows - 1))
+    label_w = max(len(_label(v, digits)) for v in ticks.values())
     cols = max(4, width - label_w - 1)
     dots_x, dots_y = 2 * cols, 4 * rows
     scale = (dots_y - 1) / (hi - lo)
@@ -102,7 +111,7 @@ def chart(series: list[tuple[str, list, str]], width: int, height: int, legends)
     out = [_legend([(label, color) for label, _, color in points], width, legends)]
     for r in range(rows):
         tick = ticks.get(r)
-        line = Line(f"{_label(tick):>{label_w}}┤" if tick is not None else " " * label_w + "│", "dim")
+        line = Line(f"{_label(tick, digits):>{label_w}}┤" if tick is not None else " " * label_w + "│", "dim")
         run, run_color = [], None
         for c in range(cols):
             cell = cells.get((r, c))
