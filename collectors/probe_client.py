@@ -69,7 +69,7 @@ _RANK = plausible.RANK
 # the message. The structured ones (lists, objects, texts) are checked below them.
 FIELDS = {
     "pid": _counted(plausible.PID), "ppid": _counted((0, plausible.PID[1])), "rank": _counted(_RANK["rank"]), "local_rank": _counted(_RANK["rank"]),
-    "world_size": _counted(_RANK["world_size"]), "steps": _count, "drops": _count,
+    "world_size": _counted(_RANK["world_size"]), "steps": _count, "skipped": _count, "drops": _count,
     "cuda": _flag_ok, "hooks": _flag_ok, "torch": _flag_ok, "loader": _flag_ok,
     "input_wait": _seconds, "window": _seconds, "t": _time_ok,
 }
@@ -560,6 +560,7 @@ class ProbeClient:
             cuda=bool(m.get("cuda")), allocated=i(main.get("allocated")), reserved=i(main.get("reserved")),
             peak=i(main.get("peak")), active=i(main.get("active")), inactive_split=i(main.get("inactive_split")),
             alloc_retries=i(main.get("alloc_retries")), ooms=i(main.get("ooms")), steps=i(m.get("steps")),
+            skipped_steps=i(m.get("skipped")),
             step_time=plausible.number(step_time, plausible.RANK["step_time"]),
             steps_per_s=plausible.number(steps_per_s, plausible.RANK["steps_per_s"]),
             # no DataLoader iterator entered yet: a wait of 0 would measure nothing (and rule out starvation)

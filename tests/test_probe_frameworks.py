@@ -299,3 +299,49 @@ def test_the_precision_of_a_model_whose_forward_enters_autocast_itself(tmp_path)
     pytest.importorskip("torch")
     out = _run(tmp_path, WRAPPED_FORWARD_JOB, with_probe=True)
     assert out["matmul"] == "bf16" and out["autocast"] == "bfloat16"
+
+
+SCALED_JOB = textwrap.dedent("""
+    import json, os
+    import torch, torch.nn as nn
+    from torch.amp.grad_scaler import GradScaler
+    from traintop.probe_agent import Probe
+    import time
+    probe = Probe(interval=0.1); assert probe.start()
+    for _ in range(200):  # its thread installs the hooks once torch is whole
+        if probe._hooks_installed: break
+        time.sleep(0.05)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 32), nn.GELU(), nn.Linear(32, 32))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    scaler = GradScaler("cpu")
+    x = torch.randn(8, 32)
+
+    def step(xb):
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = model(xb).float().pow(2).mean()
+        opt.zero_grad()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+
+    for _ in range(20):
+        step(x)
+    healthy = json.loads(probe.message())
+    for _ in range(15):
+        step(x * 1e6)  # beyond fp16's range at the cast: an inf loss, every step skipped
+    overflow = json.loads(probe.message())
+    probe.stop()
+    print(json.dumps({"healthy": [healthy["steps"], healthy.get("skipped")],
+                      "overflow": [overflow["steps"], overflow.get("skipped")],
+                      "restored": not getattr(GradScaler._maybe_opt_step, "__traintop_probe__", False)}))
+""")
+
+
+def test_steps_a_grad_scaler_skips_are_counted_as_steps_of_the_loop_and_as_skipped(tmp_path):
+    """fp16 overflow: GradScaler skips optimizer.step(), so the step hook never fires and the job
+    would read as stalled; the probe counts each skipped step (a step of the loop) apart."""
+    out = _run(tmp_path, SCALED_JOB, True)
+    assert out["healthy"] == [20, None]
+    assert out["overflow"] == [35, 15]
+    assert out["restored"]

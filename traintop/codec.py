@@ -75,14 +75,16 @@ GPU_FIELDS = dict(GPU_FIELDS_V1, util=1, util_min=1, util_max=1, mem_util=1, pow
 HOST_FIELDS = dict(HOST_FIELDS_V1, cpu_percent=1, iowait=1, disk_read=1e-6, disk_write=1e-6, net_rx=1e-6, net_tx=1e-6)
 PROC_FIELDS = dict(PROC_FIELDS_V1, cpu_percent=1)
 RANK_FIELDS = dict(RANK_FIELDS_V1, step_time=1e4, steps_per_s=10,
-                   **{"time_" + b: 1000 for b in LEDGER_BUCKETS}, matmul=1, step_flops=1e-6, backend=1)
+                   **{"time_" + b: 1000 for b in LEDGER_BUCKETS}, matmul=1, step_flops=1e-6, backend=1,
+                   skipped_steps=1)
 # per codec: GPU, host, process and rank scales; per-core CPU and process-member CPU scales
 SCHEMES: dict[str, tuple] = {
     "cols1+zlib": (GPU_FIELDS_V1, HOST_FIELDS_V1, PROC_FIELDS_V1, RANK_FIELDS_V1, 10, 10),
     "cols2+zlib": (GPU_FIELDS, HOST_FIELDS, PROC_FIELDS, RANK_FIELDS, 1, 1),
     "cols3+zlib": (GPU_FIELDS, HOST_FIELDS, PROC_FIELDS, RANK_FIELDS, 1, 1),
 }
-RANK_INT_FIELDS = {"pid", "rank", "world_size", "device", "alloc_retries", "ooms", "steps", "matmul", "backend"}
+RANK_INT_FIELDS = {"pid", "rank", "world_size", "device", "alloc_retries", "ooms", "steps", "matmul", "backend",
+                   "skipped_steps"}
 
 
 def gpu_column(index: int, name: str) -> str:

@@ -59,7 +59,7 @@ RANK = {
     "pid": (1, 2 ** 31 - 1), "rank": (0, 10_000_000), "world_size": (1, 10_000_000), "device": (0, MAX_GPUS - 1),
     "allocated": _BYTES, "reserved": _BYTES, "peak": _BYTES, "active": _BYTES, "inactive_split": _BYTES,
     "alloc_retries": (0, MAX_COUNT), "ooms": (0, MAX_COUNT), "steps": (0, MAX_COUNT),
-    "step_time": (0.0, 1e6), "steps_per_s": (0.0, 1e6), "input_wait": (0.0, 1.0), "age": (0.0, 1e9),
+    "skipped_steps": (0, MAX_COUNT), "step_time": (0.0, 1e6), "steps_per_s": (0.0, 1e6), "input_wait": (0.0, 1.0), "age": (0.0, 1e9),
     # seconds per second of the sample's interval: above 1 where a pause held back in earlier samples
     # (no step yet, not overdue) is settled, so that a run's buckets add up to its wall time
     **{"time_" + b: (0.0, LEDGER_SETTLE_MAX) for b in LEDGER_BUCKETS},

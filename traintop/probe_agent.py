@@ -7,7 +7,8 @@ second, one JSON line per message to every connected traintop:
 
 - ``torch.cuda.memory_stats()`` figures for the devices this process uses (host-side
   counters of the caching allocator: no device synchronisation);
-- optimizer steps and their durations (a global optimizer step hook);
+- optimizer steps and their durations (a global optimizer step hook), and the steps a
+  GradScaler skipped for inf or NaN gradients (fp16 overflow: no optimizer step happens then);
 - the time spent waiting inside the DataLoader iterator's ``__next__`` (the input wait);
 - every thread's Python stack (``sys._current_frames``), when a reader asks (it writes
   ``stacks`` on the socket) and on its own once the job has stopped stepping
@@ -139,6 +140,7 @@ class Probe:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._steps = 0
+        self._skipped = 0  # steps a GradScaler skipped (counted in _steps too: the loop went round)
         self._step_times: list[float] = []
         self._last_step: float | None = None
         self._input_wait = 0.0
@@ -278,7 +280,31 @@ class Probe:
         if not getattr(original, "__traintop_probe__", False):
             base.__next__ = __next__
             self._undo.append(lambda: setattr(base, "__next__", original))
+        self._install_scaler_hook()
         self._hooks_installed = True
+
+    def _install_scaler_hook(self) -> None:
+        """A GradScaler that finds inf or NaN gradients skips the optimizer step, so the step hook never
+        fires and an fp16 job that overflows every step would look stalled. Its decision is made in
+        ``_maybe_opt_step`` (the path of every optimizer without fused loss scaling): a call of it that
+        did not step counts as a step of the loop, and as a skipped one."""
+        scaler = getattr(sys.modules.get("torch.amp.grad_scaler"), "GradScaler", None)
+        original = getattr(scaler, "_maybe_opt_step", None)
+        if original is None or getattr(original, "__traintop_probe__", False):
+            return
+        probe = self
+
+        def _maybe_opt_step(grad_scaler, optimizer, *args, **kwargs):
+            before = probe._steps
+            out = original(grad_scaler, optimizer, *args, **kwargs)
+            if probe._steps == before:
+                probe._skipped += 1
+                probe._on_step(optimizer)
+            return out
+
+        _maybe_opt_step.__traintop_probe__ = True  # type: ignore[attr-defined]
+        scaler._maybe_opt_step = _maybe_opt_step  # type: ignore[union-attr]
+        self._undo.append(lambda: setattr(scaler, "_maybe_opt_step", original))
 
     # -- publishing --------------------------------------------------------------
     def _memory(self) -> list[dict]:
@@ -349,6 +375,8 @@ class Probe:
             "ledger": {k: round(v, 4) for k, v in ledger.items() if v},
         }
         goodput = self.goodput
+        if self._skipped:
+            msg["skipped"] = self._skipped
         if goodput.precision is not None:
             msg["precision"] = goodput.precision
         if goodput.flops is not None:

@@ -299,6 +299,8 @@ class RankSample:
     alloc_retries: int | None = None
     ooms: int | None = None
     steps: int | None = None
+    # of those steps, the ones a GradScaler skipped for inf or NaN gradients (None: none seen)
+    skipped_steps: int | None = None
     step_time: float | None = None  # median seconds per optimizer step since the last sample
     steps_per_s: float | None = None
     input_wait: float | None = None  # share (0..1) of wall time spent in DataLoader.__next__
