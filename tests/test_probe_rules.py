@@ -143,6 +143,45 @@ def test_slower_steps_are_said_while_they_are_slow_with_the_numbers_of_then():
     assert "643 ms" in a.evidence and "the 31 ms before" in a.evidence, a.evidence
 
 
+def _scaled(t_end, skipping, every=1.0):
+    """10 steps a second; from ``skipping`` on, ``every`` share of them skipped by the GradScaler."""
+    frames, steps, skipped = [], 0, 0.0
+    for t in range(t_end):
+        steps += 10
+        if t in skipping:
+            skipped += 10 * every
+        frames.append(Frame(t=float(t), gpus=gpu(), process=job(t),
+                            ranks=(RankSample(pid=10, rank=0, cuda=True, step_time=0.1, steps=steps,
+                                              skipped_steps=int(skipped)),)))
+    return frames
+
+
+def test_skipped_optimizer_steps_are_said_while_the_scaler_skips_and_end_when_it_steps_again():
+    """fp16 overflow: 40 s in which the GradScaler skips every step, the GPU busy and the loop going
+    on (no stall, no pause): critical, raised within seconds, ended within seconds of the fix."""
+    bad = range(60, 100)
+    frames = _scaled(160, bad)
+    mon = run(frames[:99])
+    (a,) = [a for a in mon.engine.alerts if a.rule == "skipped_steps"]
+    assert bad.start < a.start <= bad.start + 15, a
+    assert a.severity is Severity.CRITICAL and "skipped every one of its last 300" in a.evidence, a.evidence
+    for f in frames[99:]:
+        mon.ingest(f)
+    (a,) = [a for a in mon.engine.alerts if a.rule == "skipped_steps"]
+    assert a.end is not None and a.end <= bad.stop + 20, a
+    assert not {x.rule for x in mon.engine.alerts} & {"stall", "pause", "idle_gpu"}
+
+
+def test_a_scaler_finding_its_scale_is_no_finding_and_a_share_of_skips_is_a_warning():
+    """A skip now and then (the scaler growing its scale every 2000 steps) is how fp16 training
+    works; a third of the steps skipped for a minute is a warning with its count."""
+    assert "skipped_steps" not in _ids(_scaled(200, range(0, 200), every=0.05))
+    mon = run(_scaled(160, range(60, 120), every=0.33))
+    (a,) = [a for a in mon.engine.alerts if a.rule == "skipped_steps"]
+    assert a.severity is Severity.WARNING and "those steps updated nothing" in a.evidence, a.evidence
+    assert "skipped_steps" not in _ids(_scaled(160, ()))  # no scaler: never
+
+
 def test_simulated_probe_round_trips_through_a_recording(tmp_rec):
     from traintop.codec import roundtrip
 

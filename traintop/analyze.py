@@ -393,7 +393,8 @@ def _report(source, name, alerts, accs, first, last, n, notes=()) -> Report:
         notes.append(f"the probe sent {int(bad)} malformed message(s) while recording; they were dropped")
     unasked = getattr(source, "meta", {}).get("probe_unasked_captures", "")
     if unasked.isdigit() and len(unasked) < 12 and int(unasked):
-        notes.append(f"the job sent {int(unasked)} capture record(s) nobody asked for; they were ignored")
+        notes.append(f"the job's probe sent {int(unasked)} capture record(s) this recording did not ask for (the answers "
+                     "to another traintop attached to the same job, or records the job made up); they were not kept")
     return Report(name, getattr(source, "kind", "traintop recording"), round(duration, 1), n, info.interval, summaries,
                   findings, round(present, 4), round(sum(f.gpu_hours for f in findings), 4),
                   notes, None if energy is None else round(energy, 4), skipped_chunks=chunks, skipped_lines=lines, t0=first)

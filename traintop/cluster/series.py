@@ -81,6 +81,8 @@ GPU_DERIVED = (
 RANK_SERIES = (
     Series("step_seconds", "step_time", "Median seconds per optimizer step over the last sample"),
     Series("steps_total", "steps", "Optimizer steps since the job started", counter=True),
+    Series("steps_skipped_total", "skipped_steps", "Of those, the steps a GradScaler skipped (inf or NaN gradients)",
+           counter=True),
     Series("input_wait_ratio", "input_wait", "Share of wall time spent waiting in DataLoader.__next__"),
     Series("torch_allocated_bytes", "allocated", "Bytes allocated by PyTorch's caching allocator"),
     Series("torch_reserved_bytes", "reserved", "Bytes reserved by PyTorch's caching allocator"),

@@ -23,6 +23,7 @@ from traintop.rules.precision import FullPrecision
 from traintop.rules.power_cap import PowerCapAtFullLoad
 from traintop.rules.starvation import Starvation
 from traintop.rules.stall import Stall
+from traintop.rules.skipped_steps import SkippedSteps
 from traintop.rules.step_regression import StepTimeRegression
 from traintop.rules.straggler import Straggler
 from traintop.rules.thermal import ThermalThrottle
@@ -31,7 +32,7 @@ from traintop.rules.underuse import Underuse
 
 # Bump when a rule's logic or default thresholds change: recordings made with another
 # version get their rules re-run by `traintop analyze` instead of trusting their alerts.
-RULES_VERSION = 11  # 11: a cause never begins after its effect, the stall explains the pauses of its hang, slower steps said while slow, a rank waiting for another host is not starved; 10: a wait in a blocking collective is a pause, gloo named as the source of copies; 9: pauses and full fp32 from the probe's ledger and precision; 8: findings hold now (2026-12-02)
+RULES_VERSION = 12  # 12: optimizer steps a GradScaler skipped; 11: a cause never begins after its effect, the stall explains the pauses of its hang, slower steps said while slow, a rank waiting for another host is not starved; 10: a wait in a blocking collective is a pause, gloo named as the source of copies; 9: pauses and full fp32 from the probe's ledger and precision; 8: findings hold now (2026-12-02)
 
 
 def default_rules() -> list:
@@ -40,7 +41,7 @@ def default_rules() -> list:
     # underuse after memory creep and fragmentation (it does not advise a larger batch while memory
     # creeps or fragments).
     return [PcieBottleneck(), Stall(), Straggler(), Starvation(), Pause(), ThermalThrottle(), PowerCapAtFullLoad(),
-            FullPrecision(), MemoryCreep(), OutOfMemory(), Fragmentation(), Underuse(), TrainingOnCpu(), StepTimeRegression(), IdleWhileAlive(), OtherProcess(),
+            FullPrecision(), MemoryCreep(), OutOfMemory(), Fragmentation(), Underuse(), TrainingOnCpu(), StepTimeRegression(), SkippedSteps(), IdleWhileAlive(), OtherProcess(),
             HostMemoryPressure(), Imbalance(), ClocksBelowMax(), GpuErrors()]
 
 

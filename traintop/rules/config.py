@@ -43,6 +43,11 @@ class Thresholds:
     # step-time regression (probe)
     step_regression_ratio: float = 1.3
     step_regression_window_s: float = 30.0
+    # optimizer steps a GradScaler skipped for inf or NaN gradients (probe); an overflow now and then
+    # is how the scaler finds its scale (one in ~2000 steps), so only a large share counts
+    skipped_steps_window_s: float = 30.0
+    skipped_steps_min_frac: float = 0.2
+    skipped_steps_min_n: float = 3
     # GPU idle while the job is alive
     idle_window_s: float = 30.0
     idle_max_util: float = 2.0
@@ -138,6 +143,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "frag_min_unused_frac": _FRAC, "frag_min_unused_gib": _GIB,
     "cpu_training_min_cpu": (0.0, 100_000.0), "cpu_training_window_s": _WINDOW,
     "step_regression_ratio": (1.0, 100.0), "step_regression_window_s": _WINDOW,
+    "skipped_steps_window_s": _WINDOW, "skipped_steps_min_frac": _FRAC, "skipped_steps_min_n": (1, 1_000_000),
     "idle_window_s": _WINDOW, "idle_max_util": _PCT,
     "other_process_min_gib": _GIB, "other_process_min_sm": _PCT,
     "host_mem_frac": _FRAC, "host_swap_rise_gib": _GIB,
