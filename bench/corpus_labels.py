@@ -74,7 +74,7 @@ _NOT_RUNNING = frozenset({"stall", "idle_gpu", "cpu_training"})  # a running job
 #   XID or ECC event); an application XID would have ended its CUDA context.
 _HEALTHY_WRONG = _NOT_RUNNING | frozenset({
     "memory_creep", "fragmentation", "oom", "other_process", "underuse", "straggler",
-    "imbalance", "step_regression", "thermal", "low_clocks", "host_memory", "gpu_errors"})
+    "imbalance", "step_regression", "thermal", "low_clocks", "host_memory", "gpu_errors", "skipped_steps"})
 
 LABELS: dict[str, Label] = {
     "startup": Label(ignore=True),
@@ -134,6 +134,13 @@ LABELS: dict[str, Label] = {
     "train_contended": Label(("step_regression", "other_process"), allow=_HEALTHY_ALLOW | {"pause"},
                              wrong=_NOT_RUNNING | {"underuse", "memory_creep", "fragmentation", "oom"},
                              needs=_n("process")),
+    # fp16 overflow: an inf loss every step, so the GradScaler skips every optimizer step while the GPU
+    # computes at full pace. Not a stall (the loop runs: only the optimizer does not step), nor any
+    # remedy for a slow or starved job; only the probe sees the scaler's decisions.
+    "overflow": Label(("skipped_steps",), allow=_HEALTHY_ALLOW | {"pause"},
+                      wrong=_NOT_RUNNING | {"underuse", "starvation", "memory_creep", "fragmentation", "oom",
+                                            "other_process", "step_regression", "precision"},
+                      needs=_n("probe")),
     # two ranks on one GPU: only the probe tells them apart
     "straggler_input": Label(("straggler", "starvation"), wrong=frozenset({"underuse", "stall", "power_cap"}),
                              needs=_n("probe")),
@@ -155,6 +162,7 @@ LABELS: dict[str, Label] = {
 # before (input, collective, other) counts against it; the score says so rather than hiding it.
 BUCKET: dict[str, str | None] = {
     "startup": "startup", "train": "train", "train_gloo": "train", "train_fp32": "train", "train_other": "train", "train_contended": "train",
+    "overflow": "train",
     "leak": "train", "fragmented": "train", "underused": "train", "oom": "train", "after_oom": "train",
     "eval": "eval", "checkpoint": "checkpoint", "barrier_wait": "collective", "compile": "compile",
     "input_bound": "input", "hung_collective": "stalled", "hung_loader": "stalled", "hung_loader_timeout": "stalled",

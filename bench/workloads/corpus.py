@@ -417,11 +417,7 @@ def checkpoints(L, a, path=None):
             if time.time() >= end:
                 break
             L("checkpoint")
-            state = {"model": model.state_dict(), "opt": opt.state_dict()}
-            with open(target, "wb") as f:
-                torch.save(state, f)
-                f.flush()
-                os.fsync(f.fileno())
+            _checkpoint(model, opt, target)
     finally:
         _unlink_quietly(target)
 
@@ -478,20 +474,7 @@ time.sleep(float(sys.argv[3]))
 
 def other_process(L, a):
     """A process outside the job's tree holds 20 GiB of the job's GPU while the job trains."""
-    import subprocess
-    import tempfile
-
-    ready = os.path.join(tempfile.mkdtemp(), "ready")
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TRAINTOP_PROBE_DIR")}
-    # spawned twice over: its parent exits at once, so it is re-parented away from the job's tree
-    launcher = ("import subprocess, sys; subprocess.Popen(sys.argv[1:], start_new_session=True, "
-                "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)")
-    subprocess.run([sys.executable, "-c", launcher, sys.executable, "-c", _HOLDER, str(size(20 * 2**30, 1024)),
-                    ready, str(a.scale * 40 + 10)], env=env, check=True)
-    for _ in range(600):
-        if os.path.exists(ready):
-            break
-        time.sleep(0.1)
+    _start_outside(_HOLDER, str(size(20 * 2**30, 1024)), a.scale * 40 + 10)
     model, opt, x = big_model()
     L("train_other")
     train_for(a.scale * 30, model, opt, x)
@@ -512,31 +495,176 @@ while time.time() < end:
 """
 
 
-def second_job(L, a):
-    """Healthy training; then a second job outside this one's tree computes on the same GPU (its
-    steps slow down while the GPU is shared), then it ends and the pace comes back."""
+def _start_outside(script: str, arg: str, seconds: float) -> None:
+    """Start ``script`` as another job outside this one's tree (spawned twice over: its parent exits
+    at once, so it is re-parented away; no probe) for ``seconds``; return once it has begun."""
     import subprocess
     import tempfile
 
-    model, opt, x = big_model()
-    L("train")
-    train_for(a.scale * 40, model, opt, x)
     ready = os.path.join(tempfile.mkdtemp(), "ready")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TRAINTOP_PROBE_DIR")}
     launcher = ("import subprocess, sys; subprocess.Popen(sys.argv[1:], start_new_session=True, "
                 "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)")
-    contended_s = a.scale * 40
-    subprocess.run([sys.executable, "-c", launcher, sys.executable, "-c", _COMPUTER, str(size(8192, 256)),
-                    ready, str(contended_s)], env=env, check=True)
+    subprocess.run([sys.executable, "-c", launcher, sys.executable, "-c", script, arg, ready, str(seconds)],
+                   env=env, check=True)
     for _ in range(600):
         if os.path.exists(ready):
             break
         time.sleep(0.1)
+
+
+def _start_second_job(seconds: float) -> None:
+    """Another job that computes on the same GPU (bf16 matmuls back to back) for ``seconds``."""
+    _start_outside(_COMPUTER, str(size(8192, 256)), seconds)
+
+def second_job(L, a):
+    """Healthy training; then a second job outside this one's tree computes on the same GPU (its
+    steps slow down while the GPU is shared), then it ends and the pace comes back."""
+    model, opt, x = big_model()
+    L("train")
+    train_for(a.scale * 40, model, opt, x)
+    contended_s = a.scale * 40
+    _start_second_job(contended_s)
     L("train_contended")
     train_for(contended_s, model, opt, x)
     time.sleep(1.0)  # its loop ends at its deadline: its last matmuls
     L("train")
     train_for(a.scale * 40, model, opt, x)
+
+
+def _scaled_step(model, opt, scaler, x) -> torch.Tensor:
+    """One fp16 step through a GradScaler: it skips the optimizer step when a gradient is inf or NaN."""
+    with autocast(torch.float16):
+        loss = model(x).float().pow(2).mean()
+    opt.zero_grad(set_to_none=True)
+    scaler.scale(loss).backward()
+    scaler.step(opt)
+    scaler.update()
+    return loss
+
+
+def _scaled_train(seconds: float, model, opt, scaler, x) -> int:
+    end, n = time.time() + seconds, 0
+    while time.time() < end:
+        loss = _scaled_step(model, opt, scaler, x)
+        n += 1
+        if n % 10 == 0:
+            loss.item()
+    return n
+
+
+def fp16_overflow(L, a):
+    """fp16 with a GradScaler: healthy, then inputs that overflow fp16 (an inf loss every step, so
+    the scaler skips every optimizer step while the GPU stays busy), then healthy again with a
+    fresh scaler (as after a restart from the last checkpoint)."""
+    model, opt, x = big_model()
+    scaler = torch.amp.GradScaler(dev().type)
+    L("train")
+    _scaled_train(a.scale * 30, model, opt, scaler, x)
+    L("overflow", scale=scaler.get_scale())
+    _scaled_train(a.scale * 40, model, opt, scaler, x * 1e6)  # beyond fp16's 65504 at the cast
+    L("train", scale=scaler.get_scale())  # the scale has fallen to 0 (it halves at each skip): it never
+    _scaled_train(a.scale * 30, model, opt, torch.amp.GradScaler(dev().type), x)  # recovers; a fresh one
+
+
+def recompile(L, a):
+    """torch.compile'd training whose batch size changes twice mid-run: dynamo compiles a new graph
+    each time (the GPU waits for the compiler), then trains on."""
+    model, opt, x = big_model()
+    compiled = torch.compile(model, dynamic=False)
+    for k, rows in enumerate((size(8192, 64), size(6144, 48), size(4096, 32))):
+        xb = x[:rows].contiguous()
+        L("compile", rows=rows)
+        step(compiled, opt, xb)  # a new shape: a new graph, forward and backward
+        if DEV == "cuda":
+            torch.cuda.synchronize()
+        L("train", rows=rows)
+        train_for(a.scale * 30, compiled, opt, xb)
+
+
+def killed_worker(L, a):
+    """Training fed by two loader workers (small batches that add to a large resident one, so the GPU,
+    not the loader, sets the pace); one worker is killed (the kernel's OOM killer, an operator's
+    kill -9): the DataLoader notices within seconds, raises, and the job dies with a traceback."""
+    import signal
+
+    model, opt, x = big_model()
+    rows = min(64, x.shape[0])
+    it = loader(SlowItems(rows, x.shape[1], 0.0), workers=2)
+
+    def fed_step() -> None:
+        x[:rows].copy_(next(it), non_blocking=True)
+        step(model, opt, x).item()
+
+    L("train")
+    end = time.time() + a.scale * 30
+    while time.time() < end:
+        fed_step()
+    os.kill(it._workers[0].pid, signal.SIGKILL)
+    L("ended")  # the job is going: every finding about it must end
+    while True:
+        fed_step()
+
+
+def _checkpoint(model, opt, target: str) -> None:
+    with open(target, "wb") as f:
+        torch.save({"model": model.state_dict(), "opt": opt.state_dict()}, f)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def long_mixed(L, a):
+    """Twelve minutes of one job: healthy stretches of minutes, a checkpoint every two minutes or so,
+    two evaluations, a slow leak (1 MiB kept each step for 90 s, then freed) and, later, a second job
+    that computes on the same GPU for 60 s."""
+    model, opt, x = big_model()
+    target = os.path.join(os.environ.get("CORPUS_SCRATCH", "/tmp"), f"corpus-ckpt-{os.getpid()}.pt")
+    t0 = time.time()
+    keep: list = []
+
+    def until(at: float, phase: str = "train", **kw) -> None:
+        L(phase)
+        train_for(max(0.0, t0 + a.scale * at - time.time()), model, opt, x, **kw)
+
+    def evaluate(seconds: float) -> None:
+        L("eval")
+        end = time.time() + seconds
+        with torch.no_grad():
+            while time.time() < end:
+                with autocast():
+                    model(x).sum().item()
+
+    def leak_step() -> None:
+        keep.append(torch.empty(2**20, dtype=torch.uint8, device=dev()))
+
+    try:
+        until(90)
+        L("checkpoint")
+        _checkpoint(model, opt, target)
+        until(150)
+        evaluate(a.scale * 15)
+        until(210)
+        L("checkpoint")
+        _checkpoint(model, opt, target)
+        until(250)
+        until(340, "leak", between=leak_step, sync_every=1)
+        keep.clear()
+        until(360)
+        L("checkpoint")
+        _checkpoint(model, opt, target)
+        until(420)
+        _start_second_job(a.scale * 60)
+        L("train_contended")
+        train_for(a.scale * 60, model, opt, x)
+        time.sleep(1.0)
+        until(510)
+        evaluate(a.scale * 15)
+        until(560)
+        L("checkpoint")
+        _checkpoint(model, opt, target)
+        until(720)
+    finally:
+        _unlink_quietly(target)
 
 
 # -- torchrun scenarios (gloo, every rank on the one GPU) ---------------------------------------------------
@@ -695,7 +823,8 @@ def straggler_sleep(L, a):
 SCENARIOS = {f.__name__: f for f in (
     healthy_bf16, compile_warmup, healthy_crash, starved_then_fed, underused, leak, oom_retries, reserved_gap, fragmented,
     copies_and_kernels, tiny_kernels, fp32_no_tf32, eval_phases, checkpoints, loader_hang, idle_alive, cpu_training,
-    other_process, second_job, torchrun_healthy, gloo_hang, gloo_rank0_saves, gloo_long_save, straggler_input, straggler_cpu, straggler_sleep)}
+    other_process, second_job, fp16_overflow, recompile, killed_worker, long_mixed,
+    torchrun_healthy, gloo_hang, gloo_rank0_saves, gloo_long_save, straggler_input, straggler_cpu, straggler_sleep)}
 
 
 def main() -> int:
