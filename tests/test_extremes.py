@@ -103,7 +103,7 @@ def _probe_message(pid: int, folder: str, t: float) -> dict:
     from traintop.samples import LEDGER_BUCKETS
 
     msg = {"v": 1, "pid": pid, "rank": 0, "local_rank": 0, "world_size": 2, "cuda": True, "hooks": True,
-           "torch": True, "loader": True, "steps": 100, "drops": 0, "input_wait": 0.1, "window": 0.5, "t": t,
+           "torch": True, "loader": True, "steps": 100, "skipped": 3, "drops": 0, "input_wait": 0.1, "window": 0.5, "t": t,
            "step_times": [0.1, 0.2], "ledger": {b: 0.05 for b in LEDGER_BUCKETS}, "precision": {"matmul": "bf16"},
            "flops": {"flops": 1e12}, "pause_stack": 'File "train.py", line 3\n  step()', "stacks_reason": "stalled",
            "memory": [{k: 1 << 30 for k in P.MEMORY_FIELDS} | {"device": 0, "alloc_retries": 0, "ooms": 0}],
