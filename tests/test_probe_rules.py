@@ -328,6 +328,12 @@ def test_the_process_line_says_no_dataloader_seen_instead_of_an_input_wait_of_no
     held = dataclasses.replace(r, allocated=10 << 30, reserved=12 << 30, peak=11 << 30)
     # every memory figure with its unit: "peak 11.0" alone read as a count (seen in a new user's trial)
     assert "peak 11.0\u00a0GiB" in rank_line(RankView(held, 0, None, [], [], [], [], None)).to_text().plain
+    # steps a GradScaler skipped count as steps: the line says how many of them changed no weight
+    assert "skipped" not in rank_line(RankView(r, 0, None, [], [], [], [], None)).to_text().plain
+    overflowing = dataclasses.replace(r, skipped_steps=25)
+    for line in (rank_line(RankView(overflowing, 0, None, [], [], [], [], None)),
+                 compact_rank_line(RankView(overflowing, 0, None, [], [], [], [], None), 1, 200)):
+        assert "25\u00a0skipped" in line.to_text().plain
 
 
 def test_a_hung_collective_is_a_stall_though_its_spinning_kernel_reads_18_percent_sms():

@@ -62,6 +62,8 @@ def rank_line(rv: RankView, thresholds: Thresholds = DEFAULT) -> Line:
         out.append(f" · {steps_text(r)}")
         if r.step_time:
             out.append(f" ({r.step_time * 1000:.0f} ms)", "dim")
+    if r.skipped_steps:
+        out.append(f" · {skipped_text(r)}", skipped_style(r))
     wait = rv.input_wait_10s if rv.input_wait_10s is not None else r.input_wait
     if r.loader is False:  # the input wait is measured in DataLoader iterators: none here
         out.append(" · no DataLoader seen", "dim")
@@ -151,6 +153,8 @@ def compact_rank_line(rv: RankView, ranks: int, width: int, thresholds: Threshol
         if r.step_time:
             steps.append(f" ({r.step_time * 1000:.0f} ms)", "dim")
         parts.append(steps)
+    if r.skipped_steps:
+        parts.append(Line(skipped_text(r), skipped_style(r)))
     if r.matmul_mode:
         parts.append(Line(r.matmul_mode, "bold yellow" if r.matmul_mode == "fp32" else "dim"))
     if not r.cuda:
@@ -169,6 +173,17 @@ def compact_rank_line(rv: RankView, ranks: int, width: int, thresholds: Threshol
 def steps_text(r) -> str:
     """"12.1 steps/s", or "– steps/s" while the rate is not known yet (never a 0 it did not measure)."""
     return "– steps/s" if r.steps_per_s is None else f"{r.steps_per_s:.1f} steps/s"
+
+
+def skipped_text(r) -> str:
+    """The optimizer steps a GradScaler skipped since the job began: they count as steps (and as
+    goodput) though they changed no weight."""
+    return f"{r.skipped_steps}\u00a0skipped"
+
+
+def skipped_style(r) -> str:
+    # a few skips are how the scaler finds its scale; a large share is the overflow finding's
+    return "bold red" if r.steps and r.skipped_steps >= 0.2 * r.steps else "dim"
 
 
 class ProcessPanel(TextLines):
