@@ -182,6 +182,19 @@ def test_a_scaler_finding_its_scale_is_no_finding_and_a_share_of_skips_is_a_warn
     assert "skipped_steps" not in _ids(_scaled(160, ()))  # no scaler: never
 
 
+
+def test_the_scale_search_at_a_jobs_start_is_no_finding():
+    """A healthy fp16 job at 1 step a second skips its first 12 steps while the scaler halves its
+    scale from 65536 (a warning for 2-6 s when 3 skips were enough)."""
+    frames, skipped = [], 0
+    for t in range(120):
+        skipped += t < 12
+        frames.append(Frame(t=float(t), gpus=gpu(), process=job(t),
+                            ranks=(RankSample(pid=10, rank=0, cuda=True, step_time=1.0, steps=t + 1,
+                                              skipped_steps=skipped),)))
+    assert "skipped_steps" not in _ids(frames)
+
+
 def test_simulated_probe_round_trips_through_a_recording(tmp_rec):
     from traintop.codec import roundtrip
 

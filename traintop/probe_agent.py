@@ -23,6 +23,7 @@ peers of the same uid (or root).
 from __future__ import annotations
 
 import atexit
+import collections
 import fcntl
 import json
 import os
@@ -141,6 +142,8 @@ class Probe:
         self._lock = threading.Lock()
         self._steps = 0
         self._skipped = 0  # steps a GradScaler skipped (counted in _steps too: the loop went round)
+        self._scaler_seen = False  # a GradScaler has stepped: its skipped count is sent, 0 included
+        self._fused_pending: collections.deque = collections.deque()  # (CUDA event, host found_inf)
         self._step_times: list[float] = []
         self._last_step: float | None = None
         self._input_wait = 0.0
@@ -285,26 +288,83 @@ class Probe:
 
     def _install_scaler_hook(self) -> None:
         """A GradScaler that finds inf or NaN gradients skips the optimizer step, so the step hook never
-        fires and an fp16 job that overflows every step would look stalled. Its decision is made in
-        ``_maybe_opt_step`` (the path of every optimizer without fused loss scaling): a call of it that
-        did not step counts as a step of the loop, and as a skipped one."""
+        fires and an fp16 job that overflows every step would look stalled. Two paths, read from the
+        scaler's own decision (its ``found_inf`` per device), never inferred from a hook not firing:
+        - an optimizer without fused loss scaling goes through ``_maybe_opt_step``, which has just
+          synchronised on ``found_inf``: read there, and a skipped step counts as a step of the loop;
+        - a fused optimizer (``_step_supports_amp_scaling``: ``fused=True`` AdamW, Trainer's default)
+          skips inside its kernel and its step hook fires: its ``found_inf`` is copied to the host
+          without blocking the training thread and read by the publishing thread once the GPU is done."""
         scaler = getattr(sys.modules.get("torch.amp.grad_scaler"), "GradScaler", None)
-        original = getattr(scaler, "_maybe_opt_step", None)
-        if original is None or getattr(original, "__traintop_probe__", False):
+        maybe_step = getattr(scaler, "_maybe_opt_step", None)
+        scaler_step = getattr(scaler, "step", None)
+        if maybe_step is None or scaler_step is None or getattr(maybe_step, "__traintop_probe__", False):
             return
         probe = self
 
-        def _maybe_opt_step(grad_scaler, optimizer, *args, **kwargs):
+        def _maybe_opt_step(grad_scaler, optimizer, optimizer_state, *args, **kwargs):
             before = probe._steps
-            out = original(grad_scaler, optimizer, *args, **kwargs)
-            if probe._steps == before:
-                probe._skipped += 1
+            out = maybe_step(grad_scaler, optimizer, optimizer_state, *args, **kwargs)
+            try:
+                skipped = bool(sum(v.item() for v in optimizer_state["found_inf_per_device"].values()))
+            except Exception:
+                return out
+            if skipped:
+                with probe._lock:
+                    probe._skipped += 1
+            if probe._steps == before:  # skipped, or an optimizer whose step runs no hooks
                 probe._on_step(optimizer)
             return out
 
-        _maybe_opt_step.__traintop_probe__ = True  # type: ignore[attr-defined]
-        scaler._maybe_opt_step = _maybe_opt_step  # type: ignore[union-attr]
-        self._undo.append(lambda: setattr(scaler, "_maybe_opt_step", original))
+        def step(grad_scaler, optimizer, *args, **kwargs):
+            out = scaler_step(grad_scaler, optimizer, *args, **kwargs)
+            probe._scaler_seen = True
+            if getattr(optimizer, "_step_supports_amp_scaling", False) and getattr(grad_scaler, "_enabled", False):
+                probe._note_fused_found_inf(grad_scaler, optimizer)
+            return out
+
+        for name, wrapper in (("_maybe_opt_step", _maybe_opt_step), ("step", step)):
+            original = getattr(scaler, name)
+            wrapper.__traintop_probe__ = True  # type: ignore[attr-defined]
+            setattr(scaler, name, wrapper)
+            self._undo.append(lambda name=name, original=original: setattr(scaler, name, original))
+
+    def _note_fused_found_inf(self, grad_scaler, optimizer) -> None:
+        """Queue a fused optimizer's found_inf for the publishing thread: summed on its device and
+        copied to pinned host memory behind a CUDA event (the training thread never waits)."""
+        try:
+            torch = sys.modules["torch"]
+            found = list(grad_scaler._per_optimizer_states[id(optimizer)]["found_inf_per_device"].values())
+            if not found or len(self._fused_pending) >= 1024:
+                return
+            total = sum(t.float().sum() for t in found)
+            if total.device.type != "cuda":
+                with self._lock:
+                    self._skipped += int(bool(total.item()))
+                return
+            host = torch.empty((), dtype=torch.float32, pin_memory=True)
+            host.copy_(total, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record()
+            self._fused_pending.append((done, host))
+        except Exception:
+            return
+
+    def _read_fused_found_inf(self) -> None:
+        """The fused optimizers' decisions the GPU has made by now (publishing thread)."""
+        pending = self._fused_pending
+        while pending:
+            done, host = pending[0]
+            try:
+                if not done.query():
+                    return
+                skipped = bool(host.item())
+            except Exception:
+                skipped = False
+            pending.popleft()
+            if skipped:
+                with self._lock:
+                    self._skipped += 1
 
     # -- publishing --------------------------------------------------------------
     def _memory(self) -> list[dict]:
@@ -347,9 +407,11 @@ class Probe:
 
     def message(self) -> bytes:
         now = time.perf_counter()
+        self._read_fused_found_inf()
         with self._lock:
             step_times, self._step_times = self._step_times, []
             steps = self._steps
+            skipped = self._skipped
             last_step = self._last_step
         wait, self._input_wait = self._input_wait, 0.0
         since = self._waiting_since
@@ -375,8 +437,8 @@ class Probe:
             "ledger": {k: round(v, 4) for k, v in ledger.items() if v},
         }
         goodput = self.goodput
-        if self._skipped:
-            msg["skipped"] = self._skipped
+        if self._scaler_seen or skipped:
+            msg["skipped"] = min(skipped, steps)
         if goodput.precision is not None:
             msg["precision"] = goodput.precision
         if goodput.flops is not None:

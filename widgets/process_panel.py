@@ -63,7 +63,7 @@ def rank_line(rv: RankView, thresholds: Thresholds = DEFAULT) -> Line:
         if r.step_time:
             out.append(f" ({r.step_time * 1000:.0f} ms)", "dim")
     if r.skipped_steps:
-        out.append(f" · {skipped_text(r)}", skipped_style(r))
+        out.append(f" · {skipped_text(r)}", skipped_style(r, thresholds))
     wait = rv.input_wait_10s if rv.input_wait_10s is not None else r.input_wait
     if r.loader is False:  # the input wait is measured in DataLoader iterators: none here
         out.append(" · no DataLoader seen", "dim")
@@ -154,7 +154,7 @@ def compact_rank_line(rv: RankView, ranks: int, width: int, thresholds: Threshol
             steps.append(f" ({r.step_time * 1000:.0f} ms)", "dim")
         parts.append(steps)
     if r.skipped_steps:
-        parts.append(Line(skipped_text(r), skipped_style(r)))
+        parts.append(Line(skipped_text(r), skipped_style(r, thresholds)))
     if r.matmul_mode:
         parts.append(Line(r.matmul_mode, "bold yellow" if r.matmul_mode == "fp32" else "dim"))
     if not r.cuda:
@@ -181,9 +181,9 @@ def skipped_text(r) -> str:
     return f"{r.skipped_steps}\u00a0skipped"
 
 
-def skipped_style(r) -> str:
-    # a few skips are how the scaler finds its scale; a large share is the overflow finding's
-    return "bold red" if r.steps and r.skipped_steps >= 0.2 * r.steps else "dim"
+def skipped_style(r, thresholds: Thresholds = DEFAULT) -> str:
+    # a few skips are how the scaler finds its scale; a large share (since the job began) is the overflow's
+    return "bold red" if r.steps and r.skipped_steps >= thresholds.skipped_steps_min_frac * r.steps else "dim"
 
 
 class ProcessPanel(TextLines):

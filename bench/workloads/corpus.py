@@ -585,7 +585,7 @@ def recompile(L, a):
 def killed_worker(L, a):
     """Training fed by two loader workers (small batches that add to a large resident one, so the GPU,
     not the loader, sets the pace); one worker is killed (the kernel's OOM killer, an operator's
-    kill -9): the DataLoader notices within seconds, raises, and the job dies with a traceback."""
+    kill -9): the DataLoader notices at once, raises, and the job dies with a traceback."""
     import signal
 
     model, opt, x = big_model()
@@ -600,8 +600,8 @@ def killed_worker(L, a):
     end = time.time() + a.scale * 30
     while time.time() < end:
         fed_step()
+    L("ended")  # the job is going: every finding about it must end (the DataLoader raises at once)
     os.kill(it._workers[0].pid, signal.SIGKILL)
-    L("ended")  # the job is going: every finding about it must end
     while True:
         fed_step()
 

@@ -44,10 +44,12 @@ class Thresholds:
     step_regression_ratio: float = 1.3
     step_regression_window_s: float = 30.0
     # optimizer steps a GradScaler skipped for inf or NaN gradients (probe); an overflow now and then
-    # is how the scaler finds its scale (one in ~2000 steps), so only a large share counts
+    # is how the scaler finds its scale (one in ~2000 steps), so only a large share counts, and only
+    # from 20 skips: each halves the scale, and 20 take the default 65536 below 0.1, more than the
+    # scale search at a job's start skips (a healthy job at 1 step/s skipped 8-12 there)
     skipped_steps_window_s: float = 30.0
     skipped_steps_min_frac: float = 0.2
-    skipped_steps_min_n: float = 3
+    skipped_steps_min_n: float = 20
     # GPU idle while the job is alive
     idle_window_s: float = 30.0
     idle_max_util: float = 2.0
