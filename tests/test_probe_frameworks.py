@@ -358,6 +358,7 @@ def test_steps_a_grad_scaler_skips_are_counted_as_steps_of_the_loop_and_as_skipp
     would read as stalled; the probe counts each skipped step (a step of the loop) apart, from the
     scaler's own found_inf: a fused AdamW (Trainer's default) skips inside its kernel with its hook
     firing, and an optimizer that runs no hooks steps without any (neither read as skipped)."""
+    pytest.importorskip("torch")
     monkeypatch.setenv("OPTIMIZER", optimizer)
     out = _run(tmp_path, SCALED_JOB, True)
     assert out["healthy"] == [20, 0]  # a scaler seen: its count is sent, 0 included
