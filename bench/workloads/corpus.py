@@ -667,6 +667,155 @@ def long_mixed(L, a):
         _unlink_quietly(target)
 
 
+def _meminfo() -> dict:
+    with open("/proc/meminfo") as f:
+        return {k: int(v.split()[0]) * 1024 for k, v in (line.split(":", 1) for line in f)}
+
+
+def _cgroup_room() -> int | None:
+    """Bytes this process's memory cgroup may still take (None: no limit)."""
+    try:
+        with open("/sys/fs/cgroup/memory.max") as f:
+            limit = f.read().strip()
+        if limit == "max":
+            return None
+        with open("/sys/fs/cgroup/memory.current") as f:
+            return int(limit) - int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def _fill_host_ram(target_used: float, floor_avail: float, at_pressure) -> tuple[list, float]:
+    """Resident host memory in 1 GiB blocks until the host's used share (total less MemAvailable, as
+    traintop counts it) reaches ``target_used``; never below ``floor_avail`` of it available, nor
+    past this cgroup's limit. ``at_pressure()`` is called once the share passes 95 %. Returns the
+    blocks and the used share reached."""
+    held: list = []
+    block = size(2**30, 2**20)
+    told = False
+    while True:
+        m = _meminfo()
+        total, avail = m["MemTotal"], m["MemAvailable"]
+        used = 1 - avail / total
+        if used >= 0.95 and not told:
+            at_pressure()
+            told = True
+        room = _cgroup_room()
+        if used >= target_used or avail - block < floor_avail * total or (room is not None and room < 2 * block) \
+                or (SMALL and len(held) >= 4):
+            return held, used
+        held.append(torch.empty(block, dtype=torch.uint8).fill_(1))  # written: resident, not just reserved
+
+
+def host_memory_pressure(L, a):
+    """Training while the host's RAM is nearly full (another process's dataset in RAM, a loader's
+    copies): filled to 96.5 % by a thread while the job trains, held ~35 s, then freed and training
+    goes on. ``host_memory`` is labelled from the moment the RAM passes 95 % used (the threshold the
+    rule names); a machine where the fill stops short stays ``train`` (its lines say how far it got)."""
+    model, opt, x = big_model()
+    L("train")
+    train_for(a.scale * 15, model, opt, x)
+    got: dict = {}
+
+    def fill() -> None:
+        got["held"], got["used"] = _fill_host_ram(0.965, 0.025, lambda: L("host_memory"))
+
+    filler = threading.Thread(target=fill, daemon=True)
+    filler.start()
+    while filler.is_alive():
+        train_for(1.0, model, opt, x)
+    L._write({"event": "note", "phase": L.phase, "host_used": round(got["used"], 4),
+              "held_gib": round(len(got["held"]) * size(2**30, 2**20) / 2**30, 3)})
+    train_for(a.scale * 35, model, opt, x)
+    got.clear()
+    m = _meminfo()
+    L("train", host_used=round(1 - m["MemAvailable"] / m["MemTotal"], 4))
+    train_for(a.scale * 25, model, opt, x)
+
+
+def power_capped(L, a):
+    """bf16 matmuls back to back (a GPU at full load: at its power limit, the driver trims its clocks),
+    then the job sits idle holding its memory."""
+    n = size(8192, 64)
+    x = torch.randn(n, n, device=dev(), dtype=torch.bfloat16 if DEV == "cuda" else torch.float32)
+    L("full_load")
+    end = time.time() + a.scale * 45
+    while time.time() < end:
+        for _ in range(20):
+            y = x @ x
+        if DEV == "cuda":
+            torch.cuda.synchronize()
+    del y
+    L("idle")
+    time.sleep(a.scale * 25)
+
+
+def long_compiled(L, a):
+    """Ten minutes of one torch.compile'd job: healthy stretches of minutes, checkpoints, an evaluation,
+    a slow leak (16 MiB a second for four minutes, at a steady rate whatever the step time, then
+    freed), a recompile when the batch shrinks, and a second job on the same GPU for 40 s."""
+    model, opt, x = big_model()
+    compiled = torch.compile(model, dynamic=False)
+    target = os.path.join(os.environ.get("CORPUS_SCRATCH", "/tmp"), f"corpus-ckpt-{os.getpid()}.pt")
+    keep: list = []
+    leak = {"t0": 0.0, "kept": 0}
+    rate = size(16 * 2**20, 2**12)
+
+    L("compile")
+    step(compiled, opt, x)
+    if DEV == "cuda":
+        torch.cuda.synchronize()
+    t0 = time.time()
+
+    def until(at: float, phase: str = "train", **kw) -> None:
+        L(phase)
+        train_for(max(0.0, t0 + a.scale * at - time.time()), compiled, opt, xs[0], **kw)
+
+    def evaluate(seconds: float) -> None:
+        L("eval")
+        end = time.time() + seconds
+        with torch.no_grad():
+            while time.time() < end:
+                with autocast():
+                    compiled(xs[0]).sum().item()
+
+    def leak_step() -> None:
+        due = int((time.time() - leak["t0"]) * rate) - leak["kept"]
+        if due >= 2**20:
+            keep.append(torch.empty(due, dtype=torch.uint8, device=dev()))
+            leak["kept"] += due
+
+    xs = [x]
+    try:
+        until(75)
+        L("checkpoint")
+        _checkpoint(model, opt, target)
+        until(150)
+        evaluate(a.scale * 20)
+        until(200)
+        leak["t0"] = time.time()
+        until(440, "leak", between=leak_step, sync_every=1)
+        keep.clear()
+        if DEV == "cuda":
+            torch.cuda.empty_cache()
+        until(455)
+        evaluate(a.scale * 15)
+        until(490)
+        L("checkpoint")
+        _checkpoint(model, opt, target)
+        xs[0] = x[:size(6144, 48)].contiguous()
+        L("compile", rows=xs[0].shape[0])  # a new shape: dynamo compiles a new graph, the GPU waits
+        step(compiled, opt, xs[0]).item()
+        until(530)
+        _start_second_job(a.scale * 40)
+        L("train_contended")
+        train_for(a.scale * 40, compiled, opt, xs[0])
+        time.sleep(1.0)
+        until(600)
+    finally:
+        _unlink_quietly(target)
+
+
 # -- torchrun scenarios (gloo, every rank on the one GPU) ---------------------------------------------------
 def _ddp(a, width: int, depth: int, timeout_s: float = 60.0):
     import torch.distributed as dist
@@ -823,7 +972,8 @@ def straggler_sleep(L, a):
 SCENARIOS = {f.__name__: f for f in (
     healthy_bf16, compile_warmup, healthy_crash, starved_then_fed, underused, leak, oom_retries, reserved_gap, fragmented,
     copies_and_kernels, tiny_kernels, fp32_no_tf32, eval_phases, checkpoints, loader_hang, idle_alive, cpu_training,
-    other_process, second_job, fp16_overflow, recompile, killed_worker, long_mixed,
+    other_process, second_job, fp16_overflow, recompile, killed_worker, long_mixed, long_compiled,
+    host_memory_pressure, power_capped,
     torchrun_healthy, gloo_hang, gloo_rank0_saves, gloo_long_save, straggler_input, straggler_cpu, straggler_sleep)}
 
 
