@@ -28,9 +28,9 @@ from dataclasses import dataclass
 # what a source carries (where a label needs something no source of that kind has, its
 # recall is not scored there: the table says why instead)
 CAPS = {
-    "probe-10Hz": {"probe", "process", "gpm", "pcie", "link", "memory", "power", "window"},
-    "noprobe-10Hz": {"process", "gpm", "pcie", "link", "memory", "power", "window"},
-    "noprobe-1Hz": {"process", "gpm", "pcie", "link", "memory", "power"},
+    "probe-10Hz": {"probe", "process", "gpm", "pcie", "link", "memory", "power", "window", "host"},
+    "noprobe-10Hz": {"process", "gpm", "pcie", "link", "memory", "power", "window", "host"},
+    "noprobe-1Hz": {"process", "gpm", "pcie", "link", "memory", "power", "host"},
     "smi-100ms": {"memory", "power"},
     "dmon-1s": {"pcie", "power"},
 }
@@ -148,6 +148,18 @@ LABELS: dict[str, Label] = {
                            needs=_n("probe")),
     "straggler_sleep": Label(("straggler",), wrong=frozenset({"underuse", "starvation", "stall", "power_cap"}),
                              needs=_n("probe")),
+    # host RAM 96.5 % used (the job's own reading of /proc/meminfo, labelled from 95 % on) while it
+    # trains at full pace: its GPU is busy, so nothing about the GPU is wrong; only the host's RAM is
+    "host_memory": Label(("host_memory",), allow=_HEALTHY_ALLOW | {"pause"},
+                         wrong=_NOT_RUNNING | {"underuse", "starvation", "memory_creep", "fragmentation", "oom",
+                                               "other_process", "step_regression", "cpu_training"},
+                         needs=_n("host")),
+    # bf16 matmuls back to back, no optimizer: the GPU at full load, held at its power limit (the card's
+    # clock-event reasons say so in every recording of it); the normal, informational finding
+    "full_load": Label(("power_cap",), allow=frozenset({"pause"}),
+                       wrong=_NOT_RUNNING | {"underuse", "starvation", "memory_creep", "fragmentation", "oom",
+                                             "other_process", "thermal", "low_clocks", "host_memory", "gpu_errors"},
+                       needs=_n("power")),
     # the job finished its work (done) or is gone (ended): every finding about it must end
     "done": Label(),
     "ended": Label(),
@@ -162,7 +174,7 @@ LABELS: dict[str, Label] = {
 # before (input, collective, other) counts against it; the score says so rather than hiding it.
 BUCKET: dict[str, str | None] = {
     "startup": "startup", "train": "train", "train_gloo": "train", "train_fp32": "train", "train_other": "train", "train_contended": "train",
-    "overflow": "train",
+    "overflow": "train", "host_memory": "train", "full_load": None,
     "leak": "train", "fragmented": "train", "underused": "train", "oom": "train", "after_oom": "train",
     "eval": "eval", "checkpoint": "checkpoint", "barrier_wait": "collective", "compile": "compile",
     "input_bound": "input", "hung_collective": "stalled", "hung_loader": "stalled", "hung_loader_timeout": "stalled",

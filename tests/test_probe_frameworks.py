@@ -24,6 +24,7 @@ COMPILED_JOB = textwrap.dedent("""
         from traintop.probe_agent import Probe
         probe = Probe(interval=0.1); assert probe.start()
     torch.manual_seed(0)
+    EVAL_MODE = os.environ.get("EVAL_MODE", "1") == "1"  # else no dropout: evaluation needs no eval()
 
     class Block(nn.Module):
         def __init__(self, d, h):
@@ -31,7 +32,7 @@ COMPILED_JOB = textwrap.dedent("""
             self.h, self.ln = h, nn.LayerNorm(d)
             self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
             self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
-            self.drop = nn.Dropout(0.1)
+            self.drop = nn.Dropout(0.1 if EVAL_MODE else 0.0)
 
         def forward(self, x):
             B, T, C = x.shape
@@ -67,6 +68,9 @@ COMPILED_JOB = textwrap.dedent("""
     def mark(name, t0):
         phase[name] = phase.get(name, 0.0) + time.perf_counter() - t0
 
+    if not EVAL_MODE:
+        with torch.no_grad():
+            compiled(x, y)  # its no-grad graph compiled before the timed evaluation (compile time is no eval time)
     for it in range(1, 61):
         teacher.eval()
         t0 = time.perf_counter()
@@ -75,18 +79,23 @@ COMPILED_JOB = textwrap.dedent("""
         losses.append(round(loss.item(), 6))
         time.sleep(0.05)
         if it > 20: mark("train", t0)
-        if it % 15 == 0:
+        if (it % 15 == 0) if EVAL_MODE else it == 30:  # under no_grad alone: one long evaluation
             t0 = time.perf_counter()
-            compiled.eval()  # as Trainer's evaluation loop and nanoGPT's estimate_loss() do
-            with torch.no_grad():
-                end = time.perf_counter() + 0.25  # shorter than a pause: steps of ~0.06 s are overdue after 0.3 s
+            if EVAL_MODE:
+                compiled.eval()  # as Trainer's evaluation loop and nanoGPT's estimate_loss() do
+            with torch.no_grad():  # without eval(): a forward under no_grad alone (a model without dropout)
+                # with eval(): shorter than a pause (steps of ~0.06 s are overdue after 0.3 s); under no_grad
+                # alone, only an overdue step is looked at (a frozen teacher's no-grad forward in every step
+                # is no evaluation), so that one lasts longer
+                end = time.perf_counter() + (0.25 if EVAL_MODE else 1.5)
                 while time.perf_counter() < end:
                     compiled(x, y); time.sleep(0.02)
             mark("eval", t0)
             t0 = time.perf_counter()
             torch.save(model.state_dict(), SlowDisk())  # saved before model.train(), as Trainer does
             mark("checkpoint", t0)
-            compiled.train()
+            if EVAL_MODE:
+                compiled.train()
     from torch._dynamo.utils import counters
     out = {"losses": losses, "graphs": counters["stats"]["unique_graphs"],
            "breaks": sum(counters["graph_break"].values()), "recompiles": sum(counters["recompiles"].values()),
@@ -101,28 +110,34 @@ COMPILED_JOB = textwrap.dedent("""
 """)
 
 
-def _run(tmp_path, script: str, with_probe: bool, *args, timeout=280) -> dict:
+def _run(tmp_path, script: str, with_probe: bool, *args, timeout=280, eval_mode: bool = True) -> dict:
     path = tmp_path / "job.py"
     path.write_text(script)
     env = dict(os.environ, TRAINTOP_PROBE_DIR=str(tmp_path / "probes"), PYTHONPATH=PYTHONPATH,
-               WITH_PROBE="1" if with_probe else "0", CKPT=str(tmp_path / "ckpt.pt"))
+               WITH_PROBE="1" if with_probe else "0", CKPT=str(tmp_path / "ckpt.pt"), EVAL_MODE=str(int(eval_mode)))
     r = subprocess.run([sys.executable, str(path), *args], capture_output=True, text=True, timeout=timeout, env=env)
     assert r.returncode == 0, r.stderr[-4000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.system
-def test_a_compiled_model_evaluated_and_saved_between_steps(tmp_path):
+@pytest.mark.parametrize("eval_mode", [True, False], ids=["model.eval()", "no_grad-alone"])
+def test_a_compiled_model_evaluated_and_saved_between_steps(tmp_path, eval_mode):
+    """With ``model.eval()`` around the evaluation, and with a forward under ``torch.no_grad()`` alone
+    (the compiled no-grad graph's own call says it is evaluation)."""
     pytest.importorskip("torch")
-    plain = _run(tmp_path, COMPILED_JOB, with_probe=False)
-    probed = _run(tmp_path, COMPILED_JOB, with_probe=True)
+    plain = _run(tmp_path, COMPILED_JOB, with_probe=False, eval_mode=eval_mode)
+    probed = _run(tmp_path, COMPILED_JOB, with_probe=True, eval_mode=eval_mode)
     # the probe changes nothing of the job's: the same graphs, no graph break, no recompile, the same losses
     for key in ("graphs", "breaks", "recompiles", "losses"):
         assert probed[key] == plain[key], key
     assert probed["breaks"] == 0 and probed["errors"] == 0
     phase, totals = probed["phase"], probed["totals"]
     # evaluations shorter than a pause are evaluation, not training; the save after each is the checkpoint's
-    assert totals["eval"] == pytest.approx(phase["eval"], abs=0.3), (totals, phase)
+    if eval_mode:
+        assert totals["eval"] == pytest.approx(phase["eval"], abs=0.3), (sorted(totals.items()), phase)
+    else:  # seen once the step is overdue (1.5x the longest recent gap): the seconds before it read as training
+        assert 0.5 * phase["eval"] <= totals["eval"] <= phase["eval"] + 0.3, (sorted(totals.items()), phase)
     assert totals["checkpoint"] == pytest.approx(phase["checkpoint"], abs=0.3), (totals, phase)
     assert totals["other"] < 0.5, totals  # neither the evaluations nor the teacher's eval() read as pauses
     # the compiled graphs' FLOPs of one step: what FlopCounterMode counts on the eager model

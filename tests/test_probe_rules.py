@@ -242,6 +242,23 @@ def test_host_memory_pressure():
     assert "host_memory" in _ids(frames)
 
 
+def test_host_memory_pressure_ends_when_the_ram_is_freed():
+    """RAM filled to 97 %, then freed (as a job that loaded a dataset into RAM and let it go): the
+    finding ends at the first sample after, not clear_after later; a dip to 92 % (still near the
+    threshold) is noise and waits."""
+    from traintop.samples import HostSample
+
+    def frame(t, used_gib):
+        return Frame(t=float(t), gpus=gpu(), process=job(t),
+                     host=HostSample(cpu_percent=20.0, mem_used=int(used_gib * GiB), mem_total=128 * GiB, swap_used=0))
+    frames = [frame(t, 124.5) for t in range(30)] + [frame(t, 3.0) for t in range(30, 60)]
+    [alert] = [a for a in run(frames).engine.alerts if a.rule == "host_memory"]
+    assert alert.end is not None and alert.end <= 31.0, alert.end
+    dip = [frame(t, 124.5) for t in range(30)] + [frame(t, 118.0) for t in range(30, 40)]
+    [alert] = [a for a in run(dip).engine.alerts if a.rule == "host_memory"]
+    assert alert.end is None  # 92 %: within the margin, the usual clear delay
+
+
 def test_imbalance_between_gpus():
     from traintop.samples import GpuProcess
 

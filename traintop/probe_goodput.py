@@ -600,6 +600,8 @@ class Goodput:
         def counted(*args, **kwargs):
             if grad_enabled():
                 goodput.graph_flops += flops
+            else:
+                goodput.forward_without_grad()
             return compiled(*args, **kwargs)
 
         return counted
@@ -701,6 +703,13 @@ class Goodput:
             except Exception:
                 pass
         self._undo = []
+
+    def forward_without_grad(self) -> None:
+        """A compiled graph ran on the training thread with grad off: an evaluation, also where the job
+        never calls ``model.eval()`` (a forward under ``torch.no_grad()`` alone). No module hook can
+        tell it under torch.compile; the graph's own call can."""
+        if self._on_training_thread():
+            self._forward = (self.clock(), False)
 
     def _on_forward(self, module, args) -> None:
         if self._compiling():

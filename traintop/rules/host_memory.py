@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from traintop.rules.declaration import HostRule
-from traintop.rules.engine import Verdict, RuleContext, Severity
+from traintop.rules.engine import REVERSED, Verdict, RuleContext, Severity
 from traintop.units import GiB, fmt_bytes
 
 
@@ -14,6 +14,7 @@ class HostMemoryPressure(HostRule):
     raise_after = 10.0
     clear_after = 30.0
     now_s = None  # RAM now; swap growth needs its minute
+    FREED_MARGIN = 0.05  # RAM this far below the threshold, and no swapping: the pressure is gone
     remedies = (
         "Fewer DataLoader workers or a smaller prefetch_factor: each worker holds its own copy of what it loads.",
         "Load the dataset lazily (memory-map it) instead of into RAM in every process.",
@@ -33,3 +34,7 @@ class HostMemoryPressure(HostRule):
         elif swap_rise >= ctx.config.host_swap_rise_gib * GiB:
             yield Verdict("host", f"the host swapped out {fmt_bytes(swap_rise)} in the last minute "
                                   f"(RAM {frac * 100:.0f} % used)")
+        elif frac < ctx.config.host_mem_frac - self.FREED_MARGIN and swap_rise <= 0 and ctx.is_active(self.id, "host"):
+            # freed (the process that held it ended, the dataset unloaded): the alert ends now, not 30 s on
+            yield Verdict("host", f"host RAM {frac * 100:.0f} % used now ({fmt_bytes(h.mem_used)} of "
+                                  f"{fmt_bytes(h.mem_total)}): freed", state=REVERSED)
