@@ -102,7 +102,8 @@ LABELS: dict[str, Label] = {
                          wrong=frozenset({"underuse", "stall", "cpu_training", "power_cap", "pause"}),
                          needs=_n("process", "probe")),
     "underused": Label(("underuse",), wrong=frozenset({"starvation", "stall", "power_cap"}), needs=_n("power")),
-    "leak": Label(("memory_creep",), allow=frozenset({"power_cap", "fragmentation", "underuse"}),
+    # the leaking jobs sync every step (the leak's allocation needs it): their steps really are slower
+    "leak": Label(("memory_creep",), allow=frozenset({"power_cap", "fragmentation", "underuse", "step_regression"}),
                   wrong=_NOT_RUNNING, needs=_n("memory")),
     "oom": Label(("oom",), allow=frozenset({"power_cap", "fragmentation"}), wrong=_NOT_RUNNING, needs=_n("probe")),
     "after_oom": Label(("oom",), allow=frozenset({"power_cap", "fragmentation"}), wrong=_NOT_RUNNING,

@@ -20,10 +20,12 @@ BASELINE = diagnosis_score.BASELINE
 
 # Rules no label of the corpus expects yet: a never-on mutation of them cannot fail the gate until a
 # run has their situation (the list may only shrink: a run that expects one makes the test below
-# demand that its never-on mutation fails). Recorded on an H200 later: thermal throttling, the power
-# cap as the finding a run expects, host memory pressure, GPUs busy unequally, clocks below maximum,
-# GPU errors (slower steps: the held-out second_job).
-NEEDS_A_CORPUS_RUN = {"thermal", "power_cap", "host_memory", "imbalance", "low_clocks", "gpu_errors"}
+# demand that its never-on mutation fails). None of these can be made on a lent GPU without changing
+# its clocks, power limit or cooling (thermal throttling, clocks held below maximum), a second GPU
+# (GPUs busy unequally) or a faulty one (XID, ECC): the rules are tested on synthetic frames
+# (tests/test_probe_rules.py, tests/test_rules.py). The power cap and host memory pressure have their
+# runs now (power_capped, host_memory_pressure).
+NEEDS_A_CORPUS_RUN = {"thermal", "imbalance", "low_clocks", "gpu_errors"}
 # cheapest first: a mutation is scored on one run and one source
 SOURCE_COST = {"dmon-1s": 0, "noprobe-1Hz": 1, "smi-100ms": 2, "noprobe-10Hz": 3, "probe-10Hz": 4}
 

@@ -6,7 +6,7 @@ from traintop.collectors.simulated import Simulator
 from traintop.monitor import Monitor
 from traintop.rules import Severity
 from traintop.samples import Frame, GpuProcess, GpuSample, HostSample, ProcessSample, ProcInfo, RankSample, SessionInfo
-from traintop.units import GiB
+from traintop.units import GiB, MiB
 
 
 def run(frames, info=None):
@@ -43,6 +43,23 @@ def test_allocated_creep_is_read_from_the_probe():
     mon = run(frames)  # NVML's figure is flat: the cache hides the leak from it
     a = next(a for a in mon.engine.alerts if a.rule == "memory_creep")
     assert "rank 0's allocated memory rising 0.30 GiB/s" in a.evidence
+
+
+def test_a_slow_leak_under_swinging_steps_is_named():
+    """16 MiB/s kept on an H200-sized card (2 % of it takes three minutes), with every step's
+    activations swinging 2 GiB above the floor: named from its floor's rise over minutes, with the
+    time to full, and never on the swings of a steady job."""
+    def frame(t, leak):
+        swing = 2 * GiB if int(t * 2) % 2 else 0
+        floor = 5 * GiB + (int(max(0.0, t - 60) * 16 * MiB) if leak else 0)
+        return Frame(t=t, gpus=gpu(used=60 * GiB), process=job(t),
+                     ranks=(RankSample(pid=10, rank=0, cuda=True, allocated=floor + swing, reserved=50 * GiB,
+                                       steps=int(t * 10)),))
+    times = [k * 0.5 for k in range(2 * 420)]
+    creep = [a for a in run([frame(t, True) for t in times]).engine.alerts if a.rule == "memory_creep"]
+    assert creep and "rising 16 MiB/s" in creep[0].evidence and "full in" in creep[0].evidence, creep
+    assert creep[0].start < 60 + 300  # within five minutes of its start: 4.7 GiB by then
+    assert not [a for a in run([frame(t, False) for t in times]).engine.alerts if a.rule == "memory_creep"]
 
 
 def test_fragmentation_needs_split_blocks_and_leaves_retries_to_the_oom_finding():

@@ -11,6 +11,7 @@ from traintop.store import linear_fit
 from traintop.units import GiB, MiB, fmt_bytes, fmt_duration
 
 _value = itemgetter(1)
+SLOW_LEAK_WINDOWS = (2.5, 5.0)  # times creep_window_s: the longer windows a slow leak needs
 STARTUP_MAX_S = 120.0  # a rise with no pause for this long after a job's memory appeared is no start-up any more
 PLATEAU_S = 5.0  # memory that holds this still has finished its start-up ramp
 SETTLED_MIN_S = 10.0  # a rate is measured over this much after the start-up at least
@@ -64,9 +65,10 @@ class MemoryCreep(HostRule):
 
     @staticmethod
     def _windows(ctx: RuleContext) -> list[float]:
-        """The fit's windows, shortest first: 30 s, half the window, the window."""
+        """The fit's windows, shortest first: 30 s, half the window, the window, and 2.5 and 5 times it
+        (a slow leak, 16 MiB/s, rises less than 2 % of an H200 in two minutes, yet fills it in hours)."""
         w = ctx.config.creep_window_s
-        return sorted({min(30.0, w), w / 2, w})
+        return sorted({min(30.0, w), w / 2, w} | {k * w for k in SLOW_LEAK_WINDOWS})
 
     @staticmethod
     def _series(ctx: RuleContext, g) -> tuple[str, str]:
@@ -115,7 +117,13 @@ class MemoryCreep(HostRule):
         i = g.index
         key, what = self._series(ctx, g)
         total = g.mem_total or 0
-        min_rise = max(512 * MiB, c.creep_min_rise_frac * total)
+        recent = getattr(ctx, "recent_s", None)
+        if recent is None:
+            min_rise = max(512 * MiB, c.creep_min_rise_frac * total)
+        else:
+            # asked whether it still rises now (the last seconds alone): at the creep's rate, not by the
+            # 2 % of the card a window of minutes must show (a slow leak adds a few hundred MiB in them)
+            min_rise = 0.5 * c.creep_min_rate_mib_s * MiB * recent
         windows = self._windows(ctx)
         # The windows all end now, so none rises more than the longest: where that one holds
         # enough history and rises too little (most of the time), no shorter one need be read
@@ -133,6 +141,9 @@ class MemoryCreep(HostRule):
                     continue
             if not pairs:
                 continue
+            pairs = _floor(pairs, w if recent is None else min(w, recent))
+            if len(pairs) < 3:
+                continue
             rise = pairs[-1][1] - min(map(_value, pairs))
             if rise < min_rise:  # no fit needed to rule it out
                 continue
@@ -144,7 +155,8 @@ class MemoryCreep(HostRule):
                 continue
             span = pairs[-1][0] - pairs[0][0]
             used = pairs[-1][1]
-            text = (f"GPU {i} {what} rising {slope / GiB:.2f} GiB/s over the last {span:.0f} s "
+            rate = f"{slope / GiB:.2f} GiB/s" if slope >= 0.1 * GiB else f"{slope / MiB:.0f} MiB/s"
+            text = (f"GPU {i} {what} rising {rate} over the last {span:.0f} s "
                     f"({fmt_bytes(pairs[0][1], 'GiB')} → {fmt_bytes(used, 'GiB')}"
                     + (f" of {fmt_bytes(total, 'GiB')})" if total else ")"))
             sev = None
@@ -155,3 +167,23 @@ class MemoryCreep(HostRule):
                     sev = Severity.CRITICAL
             return Verdict(gpu_subject(i), text, sev)
         return None
+
+
+FLOOR_BUCKETS = 60  # a window's floor is read in this many buckets (1 s each at least)
+
+
+def _floor(pairs: list, window: float) -> list:
+    """The lowest reading of each bucket of the window: a leak raises the floor that memory returns to
+    between steps; the peaks inside a step (activations, 1-6 GiB of swing) are no trend."""
+    width = max(1.0, window / FLOOR_BUCKETS)
+    end = pairs[-1][0]
+    out: list = []
+    key = None
+    for t, v in pairs:
+        k = int((end - t) // width)
+        if k != key:
+            out.append((t, v))
+            key = k
+        elif v < out[-1][1]:
+            out[-1] = (out[-1][0], v)
+    return out
