@@ -66,8 +66,8 @@ def test_core_never_imports_textual_statically():
 def test_core_never_imports_textual_at_run_time():
     code = (
         "import sys\n"
-        "import traintop.store, traintop.rules, traintop.recording, traintop.codec, traintop.monitor\n"
-        "import traintop.feeds, traintop.sessions, traintop.view, traintop.live\n"
+        "import traintop.store, traintop.rules, traintop.record.recording, traintop.record.codec, traintop.watch.monitor\n"
+        "import traintop.watch.feeds, traintop.watch.sessions, traintop.reports.view, traintop.sources.live\n"
         "import traintop.collectors.nvml, traintop.collectors.host, traintop.collectors.process\n"
         "import traintop.collectors.simulated\n"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('textual', 'rich')]\n"

@@ -21,7 +21,7 @@ CONTRACTS = [
     ("the core never reaches the command line", CORE, ENTRY),
     ("the cluster wing", ("traintop.cluster",), ("traintop.cli", "traintop.app")),
     ("the rules never reach the session that runs them", ("traintop.rules",),
-     ("traintop.monitor", "traintop.feeds", "traintop.sessions", "traintop.cli")),
+     ("traintop.watch.monitor", "traintop.watch.feeds", "traintop.watch.sessions", "traintop.cli")),
     ("the widgets only display", ("traintop.widgets",), ("traintop.app", "traintop.cli")),
 ]
 
@@ -135,11 +135,11 @@ def test_no_import_from_a_lower_layer_to_a_higher_one():
 
 def test_the_contracts_catch_a_breach():
     g = {"traintop.store": {"rich", "array"}, "traintop.cluster.report": {"traintop.app.cluster"},
-         "traintop.rules.stall": {"traintop.feeds"}, "traintop.cli": {"traintop.app.factory", "textual"},
+         "traintop.rules.stall": {"traintop.watch.feeds"}, "traintop.cli": {"traintop.app.factory", "textual"},
          "traintop.widgets.line": {"rich", "textual"}, "traintop.richer": {"richtext"}}
     assert broken(g) == [
         "the core never draws: traintop.cluster.report imports traintop.app.cluster",
-        "the rules never reach the session that runs them: traintop.rules.stall imports traintop.feeds",
+        "the rules never reach the session that runs them: traintop.rules.stall imports traintop.watch.feeds",
         "the core never draws: traintop.store imports rich",
     ]
 
@@ -192,7 +192,7 @@ def test_every_module_imports_without_torch():
 # The in-job probe runs inside users' training processes (`traintop run` copies these files next to
 # the job as _traintop_probe_*.py): it may import the standard library, torch (the job's own) and
 # itself, nothing else (not even the rest of traintop, which a job may not have installed).
-IN_JOB = ("traintop.probe", "traintop.probe_agent", "traintop.probe_goodput", "traintop.probe_capture")
+IN_JOB = ("traintop.probe", "traintop.injob.agent", "traintop.injob.goodput", "traintop.injob.capture")
 IN_JOB_FILES = (REPO / "traintop" / "inject" / "sitecustomize.py",)
 
 
@@ -214,6 +214,6 @@ def test_the_in_job_probe_imports_only_the_standard_library_torch_and_itself():
 
 
 def test_the_in_job_contract_catches_a_breach():
-    g = {"traintop.probe_agent": {"json", "torch", "traintop.probe_goodput", "_traintop_probe_capture", "psutil"},
-         "traintop.probe_goodput": {"traintop.metrics"}, "traintop.store": {"psutil"}}
-    assert in_job_breaches(g) == ["traintop.probe_agent imports psutil", "traintop.probe_goodput imports traintop.metrics"]
+    g = {"traintop.injob.agent": {"json", "torch", "traintop.injob.goodput", "_traintop_probe_capture", "psutil"},
+         "traintop.injob.goodput": {"traintop.metrics"}, "traintop.store": {"psutil"}}
+    assert in_job_breaches(g) == ["traintop.injob.agent imports psutil", "traintop.injob.goodput imports traintop.metrics"]
