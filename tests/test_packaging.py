@@ -19,7 +19,10 @@ def test_wheel_has_only_the_traintop_package(tmp_path):
     top = {n.split("/")[0] for n in names}
     assert {t for t in top if not t.endswith(".dist-info")} == {"traintop"}
     for must in ("traintop/app/main.py", "traintop/app/traintop.tcss", "traintop/widgets/gpu_panel.py",
-                 "traintop/collectors/nvml.py", "traintop/demo/h200-demo.ttrec"):
+                 "traintop/collectors/nvml.py", "traintop/demo/h200-demo.ttrec", "traintop/probe.py",
+                 "traintop/injob/agent.py", "traintop/injob/goodput.py", "traintop/injob/capture.py",
+                 "traintop/inject/sitecustomize.py", "traintop/sources/importers.py", "traintop/record/recording.py",
+                 "traintop/watch/monitor.py", "traintop/reports/analyze.py"):
         assert must in names
 
 
