@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from traintop.app.main import TraintopApp
-from traintop.feeds import Feed
-from traintop.monitor import Monitor
+from traintop.watch.feeds import Feed
+from traintop.watch.monitor import Monitor
 from traintop.samples import SessionKind
-from traintop.session import Session
+from traintop.watch.session import Session
 
 
 def build_app(session: Session | Monitor, feed: Feed | None = None, *, mode: SessionKind | str | None = None,
@@ -14,7 +14,7 @@ def build_app(session: Session | Monitor, feed: Feed | None = None, *, mode: Ses
               max_fps: float | None = None, job=None, grace: float = 10.0) -> TraintopApp:
     """The dashboard of ``session`` (or of a monitor and its feed, as tests and benches build
     them; ``mode`` then says which kind of session they make). ``record_dir``: where r records;
-    ``job``: the traintop.job.Job that `traintop run` started (q then asks whether to stop it)."""
+    ``job``: the traintop.watch.job.Job that `traintop run` started (q then asks whether to stop it)."""
     if not isinstance(session, Session):
         session = Session(session, feed)
     if mode is not None:

@@ -1,6 +1,6 @@
 """TraintopApp: draws a Session and turns keys into its commands; the feed thread posts
 FrameReady after each ingest. What to do lives in the session, what to say in
-``traintop.status_text``, the keys in ``keys.py``, the GPUs' layout in ``widgets/gpu_area.py``."""
+``traintop.reports.status_text``, the keys in ``keys.py``, the GPUs' layout in ``widgets/gpu_area.py``."""
 
 from __future__ import annotations
 
@@ -17,10 +17,10 @@ from traintop.app.notices import Notices, plain_message
 from traintop.app.redraw import RedrawPacer
 from traintop.app.screen import DashboardScreen
 from traintop.errors import RecordingError, TraintopError
-from traintop.session import Session
-from traintop.status_text import banner_parts, problem_line, recording_saved, session_parts, short_path
+from traintop.watch.session import Session
+from traintop.reports.status_text import banner_parts, problem_line, recording_saved, session_parts, short_path
 from traintop.text import one_line
-from traintop.view import View, build_view
+from traintop.reports.view import View, build_view
 from traintop.widgets.alerts_panel import AlertsPanel
 from traintop.widgets.gpu_area import COMPACT_HEIGHT, COMPACT_WIDTH, SHORT_HEIGHT, GpuArea
 from traintop.widgets.gpu_table import GpuTable

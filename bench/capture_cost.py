@@ -31,7 +31,7 @@ def main() -> int:
 
     os.environ.setdefault("TRAINTOP_PROBE_DIR", tempfile.mkdtemp(prefix="traintop-bench-"))
     from traintop.collectors.probe_client import ProbeClient
-    from traintop.probe_agent import Probe
+    from traintop.injob.agent import Probe
 
     cuda = torch.cuda.is_available()
     dev = "cuda" if cuda else "cpu"

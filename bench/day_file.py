@@ -20,9 +20,9 @@ from benchio import save_json
 
 
 def measure(path: str, seeks: int = 20) -> dict:
-    from traintop import sessions
-    from traintop.analyze import analyze
-    from traintop.recording import RecordingReader
+    from traintop.watch import sessions
+    from traintop.reports.analyze import analyze
+    from traintop.record.recording import RecordingReader
 
     res = {"file_mib": os.path.getsize(path) / 2**20}
     t = time.perf_counter()

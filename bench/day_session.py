@@ -32,10 +32,10 @@ def main() -> int:
     args = ap.parse_args()
 
     from traintop.collectors.simulated import Simulator
-    from traintop.feeds import SourceFeed
-    from traintop.monitor import Monitor
-    from traintop.recording import RecordingWriter
-    from traintop.sessions import _store_for
+    from traintop.watch.feeds import SourceFeed
+    from traintop.watch.monitor import Monitor
+    from traintop.record.recording import RecordingWriter
+    from traintop.watch.sessions import _store_for
 
     sim = Simulator("starved,healthy,memory_creep,underused", gpus=args.gpus, interval=0.5, seed=11)
     clock = [0.0]

@@ -123,8 +123,8 @@ def at_1hz(frames):
 
 
 def load(name: str, source: str, corpus: pathlib.Path = CORPUS):
-    from traintop.importers import load as import_log
-    from traintop.recording import RecordingReader
+    from traintop.sources.importers import load as import_log
+    from traintop.record.recording import RecordingReader
 
     if source in ("smi-100ms", "dmon-1s"):
         log = import_log(str(corpus / f"{name}-{'smi.csv' if source == 'smi-100ms' else 'dmon.txt'}.gz"))
@@ -147,7 +147,7 @@ def default_rules():
 def judge(info, frames, config=None, rules=None):
     """Every finding the rules raise over these frames, as the live dashboard would have.
     ``rules``: a function that returns the engine's rules (default: the default engine's)."""
-    from traintop.monitor import Monitor
+    from traintop.watch.monitor import Monitor
     from traintop.rules import DEFAULT, RulesEngine
 
     engine = RulesEngine(rules=(rules or default_rules)(), config=config if config is not None else DEFAULT)

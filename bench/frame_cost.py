@@ -43,7 +43,7 @@ COUNTED = [
 
 
 def _session(gpus: int, interval: float, scenario: str):
-    from traintop import sessions
+    from traintop.watch import sessions
     from traintop.app.factory import build_app
 
     monitor, feed = sessions.simulated_session(scenario, gpus=gpus, seed=0, interval=interval, history_s=300,

@@ -50,7 +50,7 @@ def instrument() -> None:
     from textual.screen import Screen
 
     import traintop.app.main as main
-    from traintop.monitor import Monitor
+    from traintop.watch.monitor import Monitor
     from traintop.widgets import alerts_panel, gpu_panel, host_panel, lines, process_panel, status_bar
 
     wrap(Monitor, "ingest", "ingest (store, rules)")

@@ -2,7 +2,7 @@
 
 Ledger: per run and rank, each bucket's share of the time both sides saw (from the first second
 the probe's ledger and the labels both cover to the job's ``done``), traintop's from the probe
-recording's ``time_*`` series summed by traintop/time_ledger.py, the job's from its labels mapped
+recording's ``time_*`` series summed by traintop/reports/time_ledger.py, the job's from its labels mapped
 to buckets (bench/corpus_labels.py ``BUCKET``). A rank whose labels there include one that does
 not say how its time splits (``BUCKET`` None) is not scored; a recording without the ledger
 (recorded before it existed) has no row.
@@ -64,7 +64,7 @@ def _rank_label(rank: int | None, frames) -> str | None:
 
 def ledger_rows(names, corpus: pathlib.Path) -> dict:
     import diagnosis_score
-    from traintop.time_ledger import TimeLedger
+    from traintop.reports.time_ledger import TimeLedger
 
     out: dict = {}
     for name in names:

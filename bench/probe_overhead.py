@@ -32,7 +32,7 @@ def main() -> int:
 
     os.environ.setdefault("TRAINTOP_PROBE_DIR", tempfile.mkdtemp(prefix="traintop-bench-"))
     from traintop.collectors.probe_client import ProbeClient
-    from traintop.probe_agent import Probe
+    from traintop.injob.agent import Probe
 
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     model = torch.nn.Sequential(*[torch.nn.Linear(args.width, args.width) for _ in range(4)]).to(dev)

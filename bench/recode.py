@@ -14,8 +14,8 @@ import sys
 
 
 def main() -> int:
-    from traintop.codec import CODEC, decode, encode
-    from traintop.recording import SCHEMA_VERSION, RecordingReader
+    from traintop.record.codec import CODEC, decode, encode
+    from traintop.record.recording import SCHEMA_VERSION, RecordingReader
 
     src, dst = sys.argv[1], sys.argv[2]
     RecordingReader(src).close()  # refuse what is not a recording

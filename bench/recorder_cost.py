@@ -37,7 +37,7 @@ import tracemalloc
 
 from benchio import save_json
 
-HEAVY = ("textual", "rich", "numpy", "zstandard", "prometheus_client", "plotext", "traintop.analyze",
+HEAVY = ("textual", "rich", "numpy", "zstandard", "prometheus_client", "plotext", "traintop.reports.analyze",
          "traintop.cluster", "traintop.app", "traintop.widgets", "http.server", "email", "ssl", "concurrent.futures.process")
 
 
@@ -67,8 +67,8 @@ def in_process(args, out: dict) -> None:
         argv = ["record", "--interval", "1", path] + ([] if args.nvml else ["--simulate", "starved",
                                                                           "--gpus", str(args.gpus)])
         cli.parse_args(argv)
-        from traintop import sessions
-        from traintop.recording import RecordingWriter
+        from traintop.watch import sessions
+        from traintop.record.recording import RecordingWriter
 
         step("imports of `traintop record`")
         out["heavy_modules_imported"] = sorted({m for m in sys.modules for h in HEAVY
@@ -84,7 +84,7 @@ def in_process(args, out: dict) -> None:
             source = feed.source
         else:
             from traintop.collectors.simulated import Simulator
-            from traintop.monitor import Monitor
+            from traintop.watch.monitor import Monitor
 
             source = Simulator("starved", gpus=args.gpus, interval=1.0, seed=1)
             monitor = Monitor(source.info(), store=sessions._store_for(1.0))
@@ -92,7 +92,7 @@ def in_process(args, out: dict) -> None:
         monitor.attach_recorder(writer)
         step("session built")
 
-        import traintop.recording as rec
+        import traintop.record.recording as rec
 
         spent = {"sample": 0.0, "store": 0.0, "rules": 0.0, "encode": 0.0, "write": 0.0}
         encode = rec.encode

@@ -67,7 +67,7 @@ def bench_tick(n_gpus: int, quick: bool) -> dict:
 
 def bench_ingest(n_gpus: int, quick: bool) -> dict:
     from traintop.collectors.simulated import Simulator
-    from traintop.monitor import Monitor
+    from traintop.watch.monitor import Monitor
 
     sim = Simulator("starved,healthy,memory_creep,underused", gpus=n_gpus, interval=0.5, seed=1)
     frames = sim.frames(600 if quick else 3600)
@@ -81,7 +81,7 @@ def bench_ingest(n_gpus: int, quick: bool) -> dict:
 
 def bench_recording(n_gpus: int, quick: bool) -> dict:
     from traintop.collectors.simulated import Simulator
-    from traintop.recording import RecordingWriter
+    from traintop.record.recording import RecordingWriter
 
     minutes = 10 if quick else 60
     sim = Simulator("starved,healthy,memory_creep,underused", gpus=n_gpus, interval=0.5, seed=2)
@@ -110,7 +110,7 @@ def bench_recording(n_gpus: int, quick: bool) -> dict:
 
 
 def bench_render(n_gpus: int, size: tuple[int, int], quick: bool) -> dict:
-    from traintop import sessions
+    from traintop.watch import sessions
     from traintop.app.factory import build_app
 
     monitor, feed = sessions.simulated_session("starved,healthy", gpus=n_gpus, history_s=300, realtime=False)

@@ -64,7 +64,7 @@ def probe_dirs(proc: str = "/proc", run_user: str = "/run/user", tmp: str = "/tm
     """Ours, and run as root every user's: ``/run/user/UID/traintop`` and ``/tmp/traintop-UID``
     of each user with a process here, owned by that user. Never a listing of /tmp, which
     anyone can fill."""
-    from traintop.probe_agent import probe_dir
+    from traintop.injob.agent import probe_dir
 
     dirs = [probe_dir()]
     if os.geteuid() == 0:

@@ -18,8 +18,8 @@ import time
 
 from traintop import plausible
 from traintop.collectors.probe_limits import Allowance, ProbeGuard, ProbeLimits
-from traintop.probe_agent import peer_pid, peer_uid, private_dir_problem, probe_dir
-from traintop.probe_capture import CAPTURE_NAME  # noqa: F401  (the names a capture's file may have)
+from traintop.injob.agent import peer_pid, peer_uid, private_dir_problem, probe_dir
+from traintop.injob.capture import CAPTURE_NAME  # noqa: F401  (the names a capture's file may have)
 from traintop.samples import LEDGER_BUCKETS, MATMUL_MODES, backend_index, Capture, RankSample, StackDump, ThreadStack
 from traintop.stats import median
 from traintop.text import one_line

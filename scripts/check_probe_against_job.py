@@ -14,7 +14,7 @@ import json
 import statistics
 import sys
 
-from traintop.recording import RecordingReader
+from traintop.record.recording import RecordingReader
 
 
 def main() -> int:

@@ -82,7 +82,7 @@ want starved && run_case starved $TORCHRUN "$DDP" starved --seconds "$SECS" --cp
 log "what traintop saw"
 python3 - $STAGES > "$OUT/summary.txt" 2>&1 <<'PY'
 import os, statistics, sys
-from traintop.recording import RecordingReader
+from traintop.record.recording import RecordingReader
 for name in sys.argv[1:]:
     for suffix in ("", "-noprobe"):
         path = f"{name}{suffix}.ttrec"

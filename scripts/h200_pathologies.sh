@@ -75,7 +75,7 @@ for f in small_kernels pcie fragmentation other fault; do
   echo "== $f"; python3 -m traintop analyze "$f.ttrec" > "$f-analyze.txt" 2>&1; head -40 "$f-analyze.txt"
   python3 - "$f.ttrec" <<'PY'
 import sys
-from traintop.recording import RecordingReader
+from traintop.record.recording import RecordingReader
 fs = list(RecordingReader(sys.argv[1]).frames())
 def col(name):
     return [getattr(g, name) for f in fs for g in f.gpus if getattr(g, name) is not None]

@@ -44,7 +44,7 @@ python3 "$REPO/bench/nvml_calls.py" --json nvml_calls.json > nvml_calls.txt 2>&1
 kill $SMI $DMON 2>/dev/null
 
 python3 - <<'PY'
-from traintop.recording import RecordingReader
+from traintop.record.recording import RecordingReader
 for name in ("probe-run.ttrec", "attach.ttrec", "ddp.ttrec"):
     r = RecordingReader(name)
     fs = list(r.frames())

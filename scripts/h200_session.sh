@@ -49,7 +49,7 @@ cat "$OUT/record.log"
 tail -12 "$OUT/train.log"
 python3 - "$OUT/h200-session.ttrec" <<'PY'
 import sys
-from traintop.recording import RecordingReader
+from traintop.record.recording import RecordingReader
 r = RecordingReader(sys.argv[1])
 fs = list(r.frames())
 print("frames", len(fs), "span", round(fs[-1].t - fs[0].t, 1), "s", "gpus", [g.name for g in r.info.gpus])

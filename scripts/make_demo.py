@@ -17,7 +17,7 @@ import dataclasses
 import json
 import os
 
-from traintop.recording import RecordingReader, RecordingWriter
+from traintop.record.recording import RecordingReader, RecordingWriter
 from traintop.samples import SessionInfo
 
 LABEL = "demo: a real H200 session"

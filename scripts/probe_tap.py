@@ -13,7 +13,7 @@ import select
 import socket
 import time
 
-from traintop.probe_agent import probe_dir
+from traintop.injob.agent import probe_dir
 
 
 def main() -> int:

@@ -16,7 +16,7 @@ import sys
 
 os.environ.setdefault("TZ", "UTC")
 
-from traintop import sessions  # noqa: E402
+from traintop.watch import sessions  # noqa: E402
 from traintop.app.factory import build_app  # noqa: E402
 from traintop.widgets.help_screen import HelpScreen  # noqa: E402
 
@@ -51,7 +51,7 @@ EIGHT_RANKS = "healthy,starved,underused,thermal,memory_creep,idle,healthy,healt
 
 def phase_offsets() -> dict[str, float]:
     """Moments in the demo (seconds from its start) where each phase's finding shows."""
-    from traintop.recording import RecordingReader
+    from traintop.record.recording import RecordingReader
 
     r = RecordingReader(sessions.demo_path())
     mids = {k: float(v) for k, v in r.info.extra.get("phases", {}).items()}

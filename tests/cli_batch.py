@@ -90,11 +90,11 @@ if __name__ == "__main__":
     cases_path, results_path = sys.argv[1], sys.argv[2]
     with open(cases_path) as fh:
         todo = json.load(fh)
-    import traintop.analyze  # noqa: F401 - imported once, before the forks
+    import traintop.reports.analyze  # noqa: F401 - imported once, before the forks
     import traintop.cli  # noqa: F401
-    import traintop.export_commands  # noqa: F401
-    import traintop.importers  # noqa: F401
-    import traintop.recording  # noqa: F401
+    import traintop.reports.export_commands  # noqa: F401
+    import traintop.sources.importers  # noqa: F401
+    import traintop.record.recording  # noqa: F401
 
     got = run(todo, os.path.dirname(os.path.abspath(results_path)))
     with open(results_path, "w") as fh:

@@ -19,7 +19,7 @@ def tmp_rec(tmp_path):
 
 # -- the dashboard, built without threads: demo replay and the simulator --------------------
 def _demo_app(offset_s: float, mode: str = "demo", **kw):
-    from traintop import sessions
+    from traintop.watch import sessions
     from traintop.app.factory import build_app
 
     monitor, feed = sessions.replay_session(sessions.demo_path(), kind=mode)
@@ -29,7 +29,7 @@ def _demo_app(offset_s: float, mode: str = "demo", **kw):
 
 
 def _sim_app(scenario="starved", gpus=1, history_s=120.0, start_feed=False, interval=0.5, **kw):
-    from traintop import sessions
+    from traintop.watch import sessions
     from traintop.app.factory import build_app
 
     monitor, feed = sessions.simulated_session(scenario, gpus=gpus, seed=7, interval=interval,
@@ -70,7 +70,7 @@ def with_hopper_extras():
 def _attached_app(name, offset, **kw):
     import pathlib
 
-    from traintop import sessions
+    from traintop.watch import sessions
     from traintop.app.factory import build_app
 
     path = pathlib.Path(__file__).parent / "fixtures" / "h200" / name

@@ -11,8 +11,8 @@ import dataclasses
 import os
 
 from traintop.collectors.simulated import Simulator
-from traintop.monitor import Monitor
-from traintop.recording import RecordingWriter
+from traintop.watch.monitor import Monitor
+from traintop.record.recording import RecordingWriter
 from traintop.findings import Finding, Severity
 from traintop.samples import ProcInfo
 

@@ -3,10 +3,10 @@ evidence follows the numbers while it is up, and it keeps its most informative s
 
 import re
 
-from traintop import sessions
-from traintop.analyze import analyze
+from traintop.watch import sessions
+from traintop.reports.analyze import analyze
 from traintop.collectors.simulated import Simulator
-from traintop.monitor import Monitor
+from traintop.watch.monitor import Monitor
 from traintop.rules.engine import SETTLE_S, HOLDS, LAPSED, REVERSED, Verdict, RulesEngine, informative
 from traintop.samples import REASON_SW_POWER_CAP, Frame, GpuProcess, GpuSample, ProcessSample, ProcInfo, RankSample
 from traintop.store import Store
@@ -203,7 +203,7 @@ def test_the_h200_ddp_stall_raises_no_power_cap_alert_while_its_gpus_spin():
     100 %); the 20-s window then still held capped full-load seconds."""
     import os
 
-    from traintop.recording import RecordingReader
+    from traintop.record.recording import RecordingReader
 
     path = os.path.join(os.path.dirname(__file__), "fixtures", "h200", "ddp-stall-10hz.ttrec")
     report = analyze(RecordingReader(path), rerun=True)  # the rules now, not the alerts it recorded
@@ -215,9 +215,9 @@ def test_on_an_h200_the_power_cap_alert_ends_within_seconds_of_a_spinning_kernel
     kernel spinning (utilization 100 %, SMs 1 %, 122 W), then idle. The rules run again over it."""
     import os
 
-    from traintop.analyze import analyze
+    from traintop.reports.analyze import analyze
 
-    from traintop.recording import RecordingReader
+    from traintop.record.recording import RecordingReader
 
     path = os.path.join(os.path.dirname(__file__), "fixtures", "h200", "power-cap-then-spin.ttrec")
     reader = RecordingReader(path)
@@ -281,9 +281,9 @@ def test_a_findings_start_is_the_same_in_the_summary_analyze_its_rerun_and_the_r
     rules judged once a second counted from the first sample they saw (sub-millisecond jitter and a
     replay that starts or seeks elsewhere moved every later judgement), and a replay after a seek
     judged a finding again from the seek on."""
-    from traintop.analyze import render_text
+    from traintop.reports.analyze import render_text
     from traintop.cli import findings_summary
-    from traintop.recording import RecordingReader
+    from traintop.record.recording import RecordingReader
     from traintop.units import fmt_clock
 
     path = str(tmp_path / "live.ttrec")

@@ -4,10 +4,10 @@ import dataclasses
 import json
 
 from traintop import cli
-from traintop.analyze import analyze
+from traintop.reports.analyze import analyze
 from traintop.collectors.simulated import Simulator
-from traintop.monitor import Monitor
-from traintop.recording import RecordingReader, RecordingWriter
+from traintop.watch.monitor import Monitor
+from traintop.record.recording import RecordingReader, RecordingWriter
 from traintop.rules import Severity, Thresholds
 
 
@@ -65,7 +65,7 @@ def test_other_thresholds_or_rules_mean_a_rerun(tmp_path, capsys):
 
 
 def test_seek_takes_up_the_recorded_alerts(tmp_path):
-    from traintop import sessions
+    from traintop.watch import sessions
 
     path = tmp_path / "s.ttrec"
     record(path, scenario="starved,healthy", seconds=300)
@@ -88,7 +88,7 @@ def test_seek_takes_up_the_recorded_alerts(tmp_path):
 
 
 def test_a_long_recording_is_summarised_by_several_processes_with_the_same_result(tmp_path, monkeypatch):
-    import traintop.analyze as an
+    import traintop.reports.analyze as an
 
     path = tmp_path / "s.ttrec"
     record(path, seconds=600)  # small chunks of a second each until they merge: many chunk ids
@@ -128,8 +128,8 @@ def _query_log(path, seconds, util, mem_mib):
 
 def test_a_short_dmon_log_of_a_barely_used_gpu_is_judged_whole(tmp_path):
     """46 s at ~6 % and 117 W: shorter than the minute that underuse without a power limit asks for."""
-    from traintop.analyze import analyze
-    from traintop.importers import load
+    from traintop.reports.analyze import analyze
+    from traintop.sources.importers import load
 
     path = _dmon_log(tmp_path / "d.txt", 46, sm=lambda k: 6 + (k % 3), pwr=lambda k: 117)
     r = analyze(load(path), name="d.txt")
@@ -139,8 +139,8 @@ def test_a_short_dmon_log_of_a_barely_used_gpu_is_judged_whole(tmp_path):
 
 def test_a_short_log_of_a_gpu_held_idle_is_judged_whole(tmp_path):
     """49 s of a GPU holding 621 MB at 0 %."""
-    from traintop.analyze import analyze
-    from traintop.importers import load
+    from traintop.reports.analyze import analyze
+    from traintop.sources.importers import load
 
     path = _query_log(tmp_path / "q.csv", 49, util=0, mem_mib=621)
     r = analyze(load(path), name="q.csv")
@@ -148,8 +148,8 @@ def test_a_short_log_of_a_gpu_held_idle_is_judged_whole(tmp_path):
 
 
 def test_a_short_log_of_a_healthy_busy_gpu_stays_quiet(tmp_path):
-    from traintop.analyze import analyze
-    from traintop.importers import load
+    from traintop.reports.analyze import analyze
+    from traintop.sources.importers import load
 
     path = _dmon_log(tmp_path / "h.txt", 46, sm=lambda k: 99, pwr=lambda k: 690)
     assert [f.rule for f in analyze(load(path), name="h.txt").findings if f.severity > Severity.INFO] == []
@@ -176,8 +176,8 @@ def _long_h200_log(path, copies: int):
 def test_a_long_log_keeps_every_finding_not_the_last_500(tmp_path, monkeypatch):
     """About eleven hours of a log repeating one pattern: the report holds the findings of its
     first hour too, and counts their GPU-hours; past the stated limit it says that some were left out."""
-    import traintop.analyze as A
-    from traintop import importers
+    import traintop.reports.analyze as A
+    from traintop.sources import importers
 
     p = _long_h200_log(tmp_path / "long.csv", 130)
     report = analyze(importers.load(p))
@@ -191,8 +191,8 @@ def test_a_long_log_keeps_every_finding_not_the_last_500(tmp_path, monkeypatch):
 def test_a_long_log_judged_in_parts_gives_what_one_run_gives(tmp_path, monkeypatch):
     """Eight hours of a real H200 log judged in four parts at once: the same findings, the same
     times and evidence, as one run over the whole."""
-    import traintop.analyze_parallel as P
-    from traintop import importers
+    import traintop.reports.analyze_parallel as P
+    from traintop.sources import importers
 
     p = _long_h200_log(tmp_path / "long.csv", 96)
     monkeypatch.setattr(P, "workers_for", lambda span: 1)

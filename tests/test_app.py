@@ -133,7 +133,7 @@ def test_an_uncaught_exception_gives_a_non_zero_exit(monkeypatch, sim_app):
     monkeypatch.setattr(TraintopApp, "run", lambda self: original_run(self, headless=True, size=(80, 24),
                                                                          auto_pilot=press_help))
     _, monitor, feed = sim_app()
-    from traintop.session import Session
+    from traintop.watch.session import Session
 
     assert cli._run_app(argparse.Namespace(fps=2), Session(monitor, feed)) != 0
 
@@ -291,7 +291,7 @@ def test_replay_plays_on_its_own_clock(demo_app):
 
 
 def test_record_key_writes_a_recording(tmp_path, monkeypatch, sim_app):
-    from traintop.monitor import Monitor
+    from traintop.watch.monitor import Monitor
 
     routes = []  # the r key records through the core's one route, like --record
     real = Monitor.start_recording
@@ -311,7 +311,7 @@ def test_record_key_writes_a_recording(tmp_path, monkeypatch, sim_app):
     run(go())
     files = list(tmp_path.glob("*.ttrec"))
     assert len(files) == 1 and routes == [str(files[0])]
-    from traintop.recording import RecordingReader
+    from traintop.record.recording import RecordingReader
     assert len(list(RecordingReader(str(files[0])).frames())) == 5
 
 
@@ -431,7 +431,7 @@ def test_a_scrolling_sparkline_reuses_its_previous_row_and_draws_what_a_fresh_on
 def test_process_panel_reads_the_starvation_thresholds_from_the_view():
     from traintop.rules import Thresholds
     from traintop.samples import RankSample
-    from traintop.view import RankView
+    from traintop.reports.view import RankView
     from traintop.widgets.process_panel import rank_line
 
     rv = RankView(RankSample(pid=1, rank=0, cuda=True, input_wait=0.5), 0, None, [], [], [], [])
@@ -459,7 +459,7 @@ def test_gpu_line_marks_information_apart_from_alerts(demo_app):
 
 def no_gpu_recording(tmp_path, monkeypatch) -> str:
     """A short live recording of a host with no GPU."""
-    from traintop import sessions
+    from traintop.watch import sessions
     from traintop.collectors import nvml
     from traintop.errors import NoGpuError
 
@@ -477,7 +477,7 @@ def no_gpu_recording(tmp_path, monkeypatch) -> str:
 
 
 def test_a_gpu_less_recording_says_no_gpu_once_and_claims_no_gpu_figures(tmp_path, monkeypatch):
-    from traintop import sessions
+    from traintop.watch import sessions
     from traintop.app.factory import build_app
 
     monitor, feed = sessions.replay_session(no_gpu_recording(tmp_path, monkeypatch))
@@ -507,9 +507,9 @@ def test_a_gpu_less_recording_says_no_gpu_once_and_claims_no_gpu_figures(tmp_pat
 def test_a_job_on_a_host_without_a_gpu_gets_its_processes_and_memory_over_time_not_blank_rows():
     """Without a GPU memory chart (no GPU, no CUDA in the job) the process panel's rows go to the
     job's processes, the busiest first, and its resident memory over time."""
-    from traintop import sessions
+    from traintop.watch import sessions
     from traintop.app.factory import build_app
-    from traintop.feeds import Feed
+    from traintop.watch.feeds import Feed
     from traintop.samples import Frame, HostSample, ProcInfo, ProcessSample, RankSample
 
     monitor = sessions._monitor(sessions.no_gpu_info(1.0, "NVML: no GPU"), 1.0, None)
@@ -690,7 +690,7 @@ def test_a_banner_too_long_for_80_columns_is_said_a_sentence_at_a_time(demo_app,
 
 
 def test_a_short_top_line_keeps_the_gpus_and_whichever_other_parts_fit_whole():
-    from traintop.status_text import fit_session
+    from traintop.reports.status_text import fit_session
 
     parts = [("host", "simulated"), ("gpus", "16× NVIDIA H200"), ("driver", "driver 580.159.04 (simulated)"),
              ("label", "simulated: healthy,starved,underused,thermal,memory_creep,idle,healthy,healthy")]
@@ -704,8 +704,8 @@ def test_the_demo_names_itself_neutrally_and_its_top_line_fits_160_and_80_column
     """No path of the machine it was recorded on; at 160 columns its top line whole, banner and all;
     at 80 whole parts left out (the driver first), never one cut inside."""
     from traintop.cli import DEMO_BANNER
-    from traintop.recording import RecordingReader
-    from traintop.sessions import demo_path
+    from traintop.record.recording import RecordingReader
+    from traintop.watch.sessions import demo_path
 
     reader = RecordingReader(demo_path())
     assert reader.info.label == "demo: a real H200 session"
@@ -816,7 +816,7 @@ def test_one_gpu_has_no_focus_key(sim_app, footer_text, screen_lines):
 def test_views_hold_frozen_alerts_the_engine_cannot_change(sim_app):
     import dataclasses
 
-    from traintop.view import build_view
+    from traintop.reports.view import build_view
 
     _, monitor, feed = sim_app("starved")
     view = build_view(monitor)
@@ -1087,7 +1087,7 @@ def test_memory_chart_names_its_unit_and_keeps_the_legend_off_the_data():
 
 
 def test_s_is_in_the_footer_of_a_live_job_with_the_probe_and_stacks_name_a_pid_once(footer_text):
-    from traintop import sessions
+    from traintop.watch import sessions
     from traintop.app.factory import build_app
     from traintop.samples import StackDump
     from traintop.stacks import headline
@@ -1172,7 +1172,7 @@ def test_the_memory_chart_follows_a_trend_at_once_and_a_wobble_every_half_minute
     import types
 
     from traintop.samples import RankSample
-    from traintop.view import RankView
+    from traintop.reports.view import RankView
     from traintop.widgets import process_panel
 
     clock = [1000.0]
@@ -1267,7 +1267,7 @@ def test_the_run_banners_are_said_in_parts_that_each_show_whole_at_80_columns(si
     """`traintop run` at 80x24: the log's path (said before the first sample, when the top line
     has no clock yet) and "q quits with its status" after the job's end each show whole."""
     import traintop.app.main as app_main
-    from traintop.job import JobEnd
+    from traintop.watch.job import JobEnd
 
     monkeypatch.setattr(app_main, "BANNER_PART_S", 1.0)  # each part for 1 s, not 6
     log = "/tmp/traintop-0/logs/run-20251203-151031.log"

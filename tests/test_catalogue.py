@@ -66,7 +66,7 @@ def test_every_rule_id_asked_about_in_code_is_in_the_catalogue():
                     and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
                 asked[node.args[0].value] = path
     assert asked and set(asked) <= HOST_IDS, {k: v for k, v in asked.items() if k not in HOST_IDS}
-    from traintop import waste
+    from traintop.reports import waste
     from traintop.cluster import claims
 
     assert waste.WASTE_ALL | waste.WASTE_FROM_UTIL | waste.WASTE_FROM_CLOCK <= EVERY_ID

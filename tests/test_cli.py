@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from traintop import cli
-from traintop.recording import RecordingReader
+from traintop.record.recording import RecordingReader
 
 
 def traintop(*args, **kw):
@@ -88,7 +88,7 @@ def test_live_records_host_and_process_without_a_gpu(tmp_path):
 
 def test_no_gpu_says_so_in_the_app_and_plays_the_demo(monkeypatch, capsys):
     from traintop.errors import NoGpuError
-    from traintop import sessions
+    from traintop.watch import sessions
 
     def no_gpu(*a, **k):
         raise NoGpuError("NVML could not start (NVML Shared Library Not Found)")

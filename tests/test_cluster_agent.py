@@ -17,7 +17,7 @@ from traintop.cluster import series as S
 from traintop.cluster.agent import HostAgent, is_loopback, parse_listen, serve
 from traintop.collectors.node import AgentSampler, AllProbes
 from traintop.errors import TraintopError
-from traintop.sessions import simulated_session
+from traintop.watch.sessions import simulated_session
 
 
 def start_agent(*args, env=None):
@@ -188,7 +188,7 @@ def test_a_stuck_scraper_does_not_stop_sampling():
 
 
 def test_a_probe_appears_with_its_job_and_its_series_go_when_it_stops(tmp_path, monkeypatch):
-    from traintop.probe_agent import Probe
+    from traintop.injob.agent import Probe
 
     monkeypatch.setenv("TRAINTOP_PROBE_DIR", str(tmp_path / "probes"))
     monkeypatch.setenv("SLURM_JOB_ID", "987")
@@ -255,7 +255,7 @@ def test_root_reads_every_users_probe_directory_and_never_lists_tmp(monkeypatch,
 
 
 def test_on_finding_runs_the_command_with_json_and_never_blocks(tmp_path):
-    from traintop.hooks import FindingHook
+    from traintop.watch.hooks import FindingHook
 
     out, go = tmp_path / "events", tmp_path / "go"
     # The command waits until the test says go: were submit() to wait for it, the test would hang.
@@ -295,7 +295,7 @@ def test_only_gpus_serves_one_gpu_and_the_ranks_on_it():
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a directory to another user")
 def test_root_accepts_another_users_private_probe_directory_as_that_user(tmp_path):
-    from traintop.probe_agent import private_dir_problem
+    from traintop.injob.agent import private_dir_problem
 
     d = tmp_path / "u1000"
     d.mkdir(mode=0o700)

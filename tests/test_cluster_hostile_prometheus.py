@@ -302,7 +302,7 @@ def test_a_rank_claimed_by_another_users_process_is_exported_for_neither_and_is_
     from traintop.cluster.agent import HostAgent
     from traintop.collectors.node import AllProbes
     from traintop.cluster.metrics_server import MetricsServer
-    from traintop.sessions import simulated_session
+    from traintop.watch.sessions import simulated_session
 
     base = tempfile.mkdtemp(prefix="traintop-users-")
     os.chmod(base, 0o711)  # the users may pass through to their own directories

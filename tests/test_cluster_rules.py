@@ -147,7 +147,7 @@ def from_recordings(paths: dict, job: str = "h200-ddp", step: float = 1.0):
     """What Prometheus would hold of agents' recordings: each sample on a ``step`` grid (the last
     one at or before each instant), each agent's alerts as the instants they were active."""
     from traintop.cluster.fetch import AgentFinding
-    from traintop.recording import RecordingReader
+    from traintop.record.recording import RecordingReader
 
     read = {h: RecordingReader(str(p)) for h, p in paths.items()}
     frames = {h: list(r.frames()) for h, r in read.items()}
@@ -258,7 +258,7 @@ def test_set_of_a_cluster_threshold_changes_the_cross_host_verdict():
     H200 straggler's (87 % against 35 %) leaves no straggler, and each agent's verdict stands."""
     from traintop.cli import parse_args
     from traintop.cluster.report import findings_of
-    from traintop.config import describe_thresholds, load_thresholds
+    from traintop.watch.config import describe_thresholds, load_thresholds
 
     for argv in (["analyze", "--prometheus", "http://127.0.0.1:9"], ["cluster", "--prometheus", "http://127.0.0.1:9"]):
         args = parse_args([*argv, "--set", "cluster_straggler_wait_gap=0.6"])

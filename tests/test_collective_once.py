@@ -3,7 +3,7 @@ one GPU, while every rule that asks gets the same answer as before."""
 
 import traintop.rules.collective as collective
 from traintop.collectors.simulated import Simulator
-from traintop.monitor import Monitor
+from traintop.watch.monitor import Monitor
 from traintop.rules.engine import RuleContext
 
 

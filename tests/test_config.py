@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from traintop.config import load_thresholds
+from traintop.watch.config import load_thresholds
 from traintop.errors import TraintopError
 from traintop.rules.config import DEFAULT
 

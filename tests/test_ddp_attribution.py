@@ -4,10 +4,10 @@ import re
 
 import pytest
 
-from traintop.analyze import analyze
+from traintop.reports.analyze import analyze
 from traintop.attribution import gpu_feeds
 from traintop.collectors.simulated import SCENARIOS, TRAIN_PID, Simulator
-from traintop.monitor import Monitor
+from traintop.watch.monitor import Monitor
 from traintop.rules import HOLDS, DEFAULT, Severity, default_engine
 from traintop.samples import Frame, GpuProcess, GpuSample, ProcessSample, ProcInfo, RankSample
 from traintop.units import GiB

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from traintop import doctor
+from traintop.reports import doctor
 
 
 def statuses(checks):

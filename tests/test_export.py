@@ -12,7 +12,7 @@ import types
 
 import pytest
 
-from traintop import export
+from traintop.record import export
 from traintop.cli import main
 
 FIX = pathlib.Path(__file__).parent / "fixtures"
@@ -26,7 +26,7 @@ def _export(*args) -> subprocess.CompletedProcess:
 
 
 def test_export_jsonl_is_one_sample_a_line_in_the_documented_shape():
-    from traintop.recording import RecordingReader
+    from traintop.record.recording import RecordingReader
 
     reader = RecordingReader(str(RECORDING))
     frames = list(reader.frames())
@@ -184,7 +184,7 @@ def test_record_to_a_file_and_a_stream_at_once_and_never_over_a_file(tmp_path):
     out = subprocess.run([sys.executable, "-m", "traintop", *args, "--jsonl", str(stream)], capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    from traintop.recording import RecordingReader
+    from traintop.record.recording import RecordingReader
 
     assert len(stream.read_text().splitlines()) == RecordingReader(str(rec)).frame_count == 20
     again = subprocess.run([sys.executable, "-m", "traintop", "record", "--simulate", "healthy", "--duration", "1",

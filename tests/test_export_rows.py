@@ -7,9 +7,9 @@ import pathlib
 import subprocess
 import sys
 
-from traintop.recording import RecordingReader, RecordingWriter
+from traintop.record.recording import RecordingReader, RecordingWriter
 from traintop.samples import Frame, HostSample
-from traintop.sessions import no_gpu_info
+from traintop.watch.sessions import no_gpu_info
 
 RECORDING = pathlib.Path(__file__).parent / "fixtures" / "corpus" / "checkpoints-probe.ttrec"
 
@@ -43,7 +43,7 @@ def test_a_csv_of_a_recording_without_gpus_says_why_it_is_only_a_header(tmp_path
 
 
 def test_the_job_and_its_ranks_export_as_csv_with_what_json_says():
-    from traintop import export
+    from traintop.record import export
 
     frames = list(RecordingReader(str(RECORDING)).frames())
     out = _export(RECORDING, "--csv", "--rows", "process")

@@ -145,9 +145,9 @@ def _feed_probe(tmp_path, monkeypatch) -> str:
     rules and a recording; returns the recording."""
     from traintop.collectors.probe_client import ProbeClient
     from traintop.collectors.simulated import Simulator
-    from traintop.live import LiveSampler
-    from traintop.monitor import Monitor
-    from traintop.recording import RecordingWriter
+    from traintop.sources.live import LiveSampler
+    from traintop.watch.monitor import Monitor
+    from traintop.record.recording import RecordingWriter
 
     d = tmp_path / "probes"
     d.mkdir(mode=0o700)
@@ -216,7 +216,8 @@ def _send_while_sampling(conn, data: bytes, sampler) -> list:
 
 
 def _check_frame(frame, where, x) -> None:
-    from traintop import evidence, plausible, stacks
+    from traintop.record import evidence
+    from traintop import plausible, stacks
 
     for r in frame.ranks:
         for f in dataclasses.fields(r):
@@ -260,8 +261,8 @@ def _full_frames(n: int):
 
 
 def _base_recording(path: str, frames, info) -> str:
-    from traintop.monitor import Monitor
-    from traintop.recording import RecordingWriter
+    from traintop.watch.monitor import Monitor
+    from traintop.record.recording import RecordingWriter
 
     monitor = Monitor(info, recorder=RecordingWriter(path, info, chunk_frames=len(frames)))
     for f in frames:
@@ -401,7 +402,7 @@ def _clock(fmt: str, names: tuple):
 
 
 def _query_log(tmp_path) -> str:
-    from traintop import importers
+    from traintop.sources import importers
 
     columns = ["timestamp", "index", *sorted(importers.NAME_FIELDS), *importers.QUERY_FIELDS,
                *sorted(importers.IGNORED_QUERY_FIELDS)]
@@ -415,7 +416,7 @@ def _query_log(tmp_path) -> str:
 
 
 def _dmon_log(tmp_path) -> str:
-    from traintop import importers
+    from traintop.sources import importers
 
     columns = ["date", "time", "gpu", *importers.DMON_COLUMNS]
     good = {c: "1" for c in columns} | {"gpu": "0"}
@@ -426,7 +427,7 @@ def _dmon_log(tmp_path) -> str:
 
 
 def _pmon_log(tmp_path) -> str:
-    from traintop import import_pmon
+    from traintop.sources import import_pmon
 
     columns = ["date", "time", "gpu", "pid", "type", *import_pmon._PCT, "fb", "command"]
     good = {c: "1" for c in columns} | {"gpu": "0", "pid": "77", "type": "C", "command": "python"}

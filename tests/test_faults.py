@@ -11,9 +11,9 @@ import pytest
 
 from traintop.collectors.nvml import NvmlCollector
 from traintop.collectors.process import ProcessCollector
-from traintop.live import LiveSampler
-from traintop.monitor import Monitor
-from traintop.view import build_view
+from traintop.sources.live import LiveSampler
+from traintop.watch.monitor import Monitor
+from traintop.reports.view import build_view
 
 
 def test_a_hanging_nvml_call_marks_the_gpu_stale_and_sampling_goes_on(fake_nvml):
@@ -44,7 +44,7 @@ def test_a_hanging_nvml_call_marks_the_gpu_stale_and_sampling_goes_on(fake_nvml)
 
 def test_a_gpu_call_that_never_returns_does_not_hold_the_program_at_its_exit():
     """The GPU read's thread is a daemon: a driver call hung for good cannot stop a quit."""
-    code = ("import threading, time; from traintop.live import LiveSampler\n"
+    code = ("import threading, time; from traintop.sources.live import LiveSampler\n"
             "class Hung:\n"
             "    infos = ()\n"
             "    def sample(self): threading.Event().wait()\n"
@@ -120,7 +120,7 @@ def test_a_terminal_resized_to_40x12_and_back(sim_app):
 
 def test_recorder_hitting_a_full_disk_keeps_what_it_wrote(tmp_path):
     """A real recorder process whose file cannot grow (RLIMIT_FSIZE: the kernel refuses writes like a full disk)."""
-    from traintop.recording import RecordingReader
+    from traintop.record.recording import RecordingReader
 
     out = tmp_path / "full.ttrec"
     code = (
@@ -165,7 +165,7 @@ def test_recorder_on_a_filesystem_that_fills_up(tmp_path):
         f"{sys.executable} -m traintop record {mnt}/r.ttrec --simulate healthy --duration 36000 --fast --quiet\n"
         "echo rc=$?\n"
         f"df -k {mnt} | tail -1\n"
-        f"{sys.executable} -c \"import sys; from traintop.recording import RecordingReader; "
+        f"{sys.executable} -c \"import sys; from traintop.record.recording import RecordingReader; "
         f"r = RecordingReader('{mnt}/r.ttrec'); print('frames', len(list(r.frames())), r.skipped_chunks)\"\n"
     )
     r = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=300)
@@ -180,7 +180,7 @@ def test_recorder_on_a_filesystem_that_fills_up(tmp_path):
 
 
 def test_sigkill_of_the_record_command_keeps_all_but_the_last_second(tmp_path):
-    from traintop.recording import RecordingReader
+    from traintop.record.recording import RecordingReader
 
     out = tmp_path / "killed.ttrec"
     proc = subprocess.Popen([sys.executable, "-m", "traintop", "record", str(out), "--simulate", "healthy",
@@ -195,7 +195,7 @@ def test_sigkill_of_the_record_command_keeps_all_but_the_last_second(tmp_path):
 
 
 def test_a_failing_collector_is_counted_and_its_reason_shown():
-    from traintop.feeds import SourceFeed
+    from traintop.watch.feeds import SourceFeed
     from traintop.samples import HostSample, SessionInfo
 
     class Host:

@@ -1,7 +1,7 @@
-from traintop import sessions
-from traintop.feeds import ReplayFeed
-from traintop.monitor import Monitor
-from traintop.recording import RecordingReader, RecordingWriter
+from traintop.watch import sessions
+from traintop.watch.feeds import ReplayFeed
+from traintop.watch.monitor import Monitor
+from traintop.record.recording import RecordingReader, RecordingWriter
 from traintop.collectors.simulated import Simulator
 
 
@@ -54,7 +54,7 @@ def test_clock_advances_by_speed(tmp_rec, monkeypatch):
     feed = ReplayFeed(mon, RecordingReader(tmp_rec))
     feed.seek(sim.t0)
     now = [100.0]
-    monkeypatch.setattr("traintop.feeds.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("traintop.watch.feeds.time.monotonic", lambda: now[0])
     feed.speed = 4.0
     feed._tick()
     now[0] += 2.5
@@ -71,7 +71,7 @@ def test_loop_restarts_at_the_end(tmp_rec, monkeypatch):
     mon = Monitor(sim.info())
     feed = ReplayFeed(mon, RecordingReader(tmp_rec), loop=True)
     now = [0.0]
-    monkeypatch.setattr("traintop.feeds.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("traintop.watch.feeds.time.monotonic", lambda: now[0])
     feed._tick()
     now[0] += 100
     feed._tick()
@@ -92,7 +92,7 @@ def test_simulate_starts_its_clock_at_launch():
     """`traintop simulate` used to back-fill 2 minutes: 30 s after launch an alert read 'since … (2 min 12 s)'."""
     import time
 
-    from traintop import sessions
+    from traintop.watch import sessions
 
     launched = time.time()
     monitor, feed = sessions.simulated_session("starved")
@@ -158,7 +158,7 @@ def test_a_long_recording_without_alerts_is_not_judged_in_full_at_a_seek(tmp_rec
 def test_a_recording_begun_while_findings_were_up_replays_them_from_its_first_sample(tmp_path):
     """`r` pressed with a finding up: analyze reports it from before the recording began, and the
     replay shows it from the first frame (it showed "No problems")."""
-    from traintop.analyze import analyze, render_text
+    from traintop.reports.analyze import analyze, render_text
 
     sim = Simulator("starved", interval=0.5, seed=4)
     mon = Monitor(sim.info())

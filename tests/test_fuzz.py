@@ -9,11 +9,11 @@ import tempfile
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from traintop import importers
-from traintop.codec import decode, encode
+from traintop.sources import importers
+from traintop.record.codec import decode, encode
 from traintop.collectors.simulated import Simulator
 from traintop.errors import TraintopError
-from traintop.recording import RecordingReader, RecordingWriter
+from traintop.record.recording import RecordingReader, RecordingWriter
 
 FIX = pathlib.Path(__file__).parent / "fixtures" / "h200"
 # 400 examples a test in CI (3200 files in all); TRAINTOP_FUZZ_EXAMPLES=5000 for a long run
@@ -163,7 +163,7 @@ def test_encode_decode_is_stable_on_real_frames():
 def test_hostile_session_json_never_reaches_the_ui_untyped(doc):
     import json
 
-    from traintop.recording import info_from_json
+    from traintop.record.recording import info_from_json
 
     try:
         info = info_from_json(json.dumps(doc))
@@ -308,7 +308,7 @@ def test_control_characters_and_markup_in_every_recorded_string(gpu_name, host, 
     import dataclasses
     import re
 
-    from traintop.analyze import analyze, render_text
+    from traintop.reports.analyze import analyze, render_text
     from traintop.findings import Finding, Severity
     from traintop.samples import ProcessSample, ProcInfo
 
@@ -341,8 +341,8 @@ def test_control_characters_and_markup_in_every_recorded_string(gpu_name, host, 
 def test_what_is_not_a_regular_file_is_refused_before_reading(kind, reader):
     import signal
 
-    from traintop.config import load_thresholds
-    from traintop.sessions import open_source
+    from traintop.watch.config import load_thresholds
+    from traintop.watch.sessions import open_source
 
     with tempfile.TemporaryDirectory() as d:
         if kind in ("fifo", "symlink to fifo"):

@@ -11,8 +11,8 @@ import statistics
 
 import pytest
 
-from traintop.importers import load as import_log
-from traintop.recording import RecordingReader
+from traintop.sources.importers import load as import_log
+from traintop.record.recording import RecordingReader
 
 FIX = pathlib.Path(__file__).parent / "fixtures" / "h200"
 CASES = ["ddp-straggler", "ddp-balanced", "ddp-stall", "loader-hang", "pageable", "ddp-starved-rank"]

@@ -13,8 +13,8 @@ import pytest
 
 from test_h200_recordings import alerts_for as alerts
 
-from traintop.importers import load as import_log
-from traintop.recording import RecordingReader
+from traintop.sources.importers import load as import_log
+from traintop.record.recording import RecordingReader
 from traintop.rules import Severity
 
 FIX = pathlib.Path(__file__).parent / "fixtures" / "h200"

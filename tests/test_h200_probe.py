@@ -5,7 +5,7 @@ import pathlib
 import statistics
 import bisect
 
-from traintop.recording import RecordingReader
+from traintop.record.recording import RecordingReader
 
 FIX = pathlib.Path(__file__).parent / "fixtures" / "h200"
 
@@ -52,7 +52,7 @@ def test_probe_overhead_was_under_half_a_percent():
 def test_recording_size_claimed_in_the_docs():
     """docs/RECORDING.md: real H200 sessions take 3-8 bytes per GPU-sample for the GPU data and 10-26 bytes with
     host, process and probe data, with the current codec, as recorded (10 Hz) and at 2 Hz."""
-    from traintop.codec import encode
+    from traintop.record.codec import encode
     from traintop.samples import Frame
 
     for name in ("training-phases-probe-10hz.ttrec", "other-10hz.ttrec", "pcie-10hz.ttrec", "ddp-2rank.ttrec"):

@@ -11,8 +11,8 @@ import pathlib
 
 import pytest
 
-from traintop.monitor import Monitor
-from traintop.recording import RecordingReader
+from traintop.watch.monitor import Monitor
+from traintop.record.recording import RecordingReader
 from traintop.rules import Severity
 
 FIX = pathlib.Path(__file__).parent / "fixtures" / "h200"

@@ -8,9 +8,9 @@ import sys
 import time
 
 from traintop.collectors.simulated import Simulator
-from traintop.hooks import FindingHook
-from traintop.monitor import Monitor
-from traintop.view import build_view
+from traintop.watch.hooks import FindingHook
+from traintop.watch.monitor import Monitor
+from traintop.reports.view import build_view
 
 APPEND = "import sys; open(sys.argv[1], 'a').write(sys.stdin.read())"
 
@@ -201,7 +201,7 @@ def test_a_run_still_going_when_traintop_stops_is_killed(tmp_path):
 
 
 def test_a_chatty_command_cannot_grow_the_log_past_its_cap(tmp_path):
-    from traintop.hooks import LOG_MAX_BYTES
+    from traintop.watch.hooks import LOG_MAX_BYTES
 
     log = tmp_path / "hook.log"
     hook = FindingHook(f"{sys.executable} -c \"import sys; [sys.stdout.write('x' * 65536) for _ in range(160)]\"",
@@ -217,7 +217,7 @@ def test_a_chatty_command_cannot_grow_the_log_past_its_cap(tmp_path):
 
 def test_a_finding_explained_when_it_starts_is_not_announced_one_explained_later_ends_as_usual():
     from traintop.findings import Finding, Severity
-    from traintop.hooks import FindingEvents
+    from traintop.watch.hooks import FindingEvents
 
     def up(rule, sev, subject, title, evidence, start, explained_by):
         return Finding(rule, title, subject, sev, start, None, evidence, (), explained_by)

@@ -175,7 +175,7 @@ def test_last_sample_age_is_the_age_of_the_last_complete_sample():
     """A sampler stuck inside a tick publishes nothing: the age read at the scrape grows with it
     (it read 0.006 s while every series froze), and falls back once sampling goes on."""
     from traintop.cluster.agent import HostAgent, serve
-    from traintop.sessions import simulated_session
+    from traintop.watch.sessions import simulated_session
 
     session = simulated_session("healthy", history_s=0, interval=0.1)
     source = session.feed.source

@@ -16,12 +16,12 @@ import time
 
 import pytest
 
-from traintop import evidence
+from traintop.record import evidence
 from traintop.collectors.probe_client import ProbeClient, _Conn, capture_record
 from traintop.collectors.simulated import Simulator
 from traintop.errors import RecordingError
-from traintop.monitor import Monitor
-from traintop.recording import RecordingReader, RecordingWriter
+from traintop.watch.monitor import Monitor
+from traintop.record.recording import RecordingReader, RecordingWriter
 from traintop.samples import Capture, Frame, SessionInfo
 
 VICTIM, ATTACKER = 4201, 4202  # two users other than root (no passwd entry needed)
@@ -288,7 +288,7 @@ def test_a_recording_that_could_not_be_finished_is_a_failure(small_disk):
 # -- the folder's budget -------------------------------------------------------------------------
 
 def test_the_captures_folder_is_held_to_its_budget_and_the_report_says_what_went(tmp_path, monkeypatch):
-    from traintop.analyze import analyze, render_text
+    from traintop.reports.analyze import analyze, render_text
 
     monkeypatch.setenv("TRAINTOP_CAPTURES_BUDGET_MB", "1")
     folder = _private(str(tmp_path / "probe" / "captures"))
@@ -316,7 +316,7 @@ def test_the_captures_folder_is_held_to_its_budget_and_the_report_says_what_went
 
 
 def test_the_probes_folder_keeps_one_jobs_share_then_the_oldest_go(tmp_path):
-    from traintop.probe_capture import hold_budget
+    from traintop.injob.capture import hold_budget
 
     folder = _private(str(tmp_path / "captures"))
     mine = [_capture_file(folder, 7, size=200 << 10, stamp=f"20261204-10100{i}") for i in range(3)]
@@ -353,7 +353,7 @@ def _victim_records(shared: str, src: str) -> dict:
 
 
 def _victim_analyzes(rec: str) -> dict:
-    from traintop.analyze import analyze
+    from traintop.reports.analyze import analyze
 
     c, = analyze(RecordingReader(rec)).captures
     return {"path": c["path"], "error": c["error"], "line": c["line"]}
@@ -393,7 +393,7 @@ def test_a_captures_folder_another_user_made_first_is_refused(tmp_path):
 def test_analyze_points_only_to_a_copy_of_the_recordings_owner(tmp_path):
     """A recording whose row names a copy beside it: a folder of another owner, one others can write,
     or a symlink in place of the file is not pointed to (said in the line)."""
-    from traintop.analyze import analyze
+    from traintop.reports.analyze import analyze
 
     probe = _private(str(tmp_path / "probe" / "captures"))
     src = _capture_file(probe, 77, kind="memory")

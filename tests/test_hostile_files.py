@@ -19,7 +19,7 @@ import zlib
 import pytest
 
 from traintop.collectors.simulated import Simulator
-from traintop.recording import RecordingWriter
+from traintop.record.recording import RecordingWriter
 
 MEMORY_LIMIT = 1536 * 1024 * 1024
 TIME_LIMIT = 120  # a guard against hangs (the fixed commands take seconds), not a measurement
@@ -190,7 +190,7 @@ def test_a_virtual_table_is_refused(tmp_path):
 
 def test_every_query_has_a_step_budget(tmp_path, monkeypatch):
     """Defence in depth behind the schema check: a query that runs on is interrupted."""
-    from traintop import recording
+    from traintop.record import recording
     from traintop.errors import RecordingError
 
     sim = Simulator("healthy", gpus=1, interval=0.5)
@@ -383,7 +383,7 @@ def test_a_bad_probe_message_is_dropped_and_sampling_goes_on(tmp_path, monkeypat
     import time
 
     from traintop.collectors.probe_client import ProbeClient
-    from traintop.live import LiveSampler
+    from traintop.sources.live import LiveSampler
 
     srv = _probe_server(tmp_path, monkeypatch, 4321)
     client = ProbeClient()
@@ -404,10 +404,10 @@ def test_a_bad_probe_message_is_dropped_and_sampling_goes_on(tmp_path, monkeypat
 
 
 def test_the_count_of_dropped_probe_messages_reaches_the_recording_and_analyze(tmp_path):
-    from traintop.analyze import analyze
-    from traintop.monitor import Monitor
-    from traintop.recording import RecordingReader
-    from traintop.sessions import _note_probe_errors
+    from traintop.reports.analyze import analyze
+    from traintop.watch.monitor import Monitor
+    from traintop.record.recording import RecordingReader
+    from traintop.watch.sessions import _note_probe_errors
 
     sim = Simulator("healthy", gpus=1, interval=0.5)
     path = str(tmp_path / "probe.ttrec")
@@ -469,7 +469,7 @@ def test_record_keeps_sampling_through_bad_probe_messages(tmp_path):
         job.kill()
         job.wait()
     assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
-    from traintop.recording import RecordingReader
+    from traintop.record.recording import RecordingReader
 
     r = RecordingReader(str(out))
     frames = list(r.frames())
@@ -485,7 +485,7 @@ def test_record_keeps_sampling_through_bad_probe_messages(tmp_path):
 def test_deeply_nested_metadata_is_one_line_or_ignored(tmp_path, where):
     sim = Simulator("starved", gpus=1, interval=0.5)
     path = str(tmp_path / "deep.ttrec")
-    from traintop.monitor import Monitor
+    from traintop.watch.monitor import Monitor
 
     monitor = Monitor(sim.info(), recorder=RecordingWriter(path, sim.info(), chunk_frames=100))
     for f in sim.frames(120):
@@ -535,7 +535,7 @@ def test_a_fifo_named_like_a_uri_is_refused_before_reading(tmp_path):
 def test_a_forged_explained_by_in_a_recording_is_one_short_plain_line(tmp_path):
     """explained_by is the file's word: control characters (OSC 52, a clipboard write) are shown, never
     sent, and its length is cut where the file is read (so for the dashboard and analyze alike)."""
-    from traintop.recording import RecordingReader
+    from traintop.record.recording import RecordingReader
     from traintop.findings import Finding, Severity
     from traintop.widgets.alerts_panel import alert_paragraphs
 

@@ -15,7 +15,7 @@ import pytest
 
 from test_hostile_files import assert_refused, run_traintop
 from traintop.collectors.simulated import Simulator
-from traintop.recording import RecordingWriter
+from traintop.record.recording import RecordingWriter
 from traintop.samples import StackDump, ThreadStack
 
 PMON_HEADER = b"# gpu        pid  type    sm   mem   enc   dec    fb   command\n"
@@ -55,10 +55,10 @@ def test_analyze_of_a_pmon_log_builds_no_frames_and_runs_no_rules(tmp_path, monk
     assert report["samples"] == 300_001 and report["findings"] == []
     assert [(g["index"], g["samples"]) for g in report["gpus"]] == [(0, 300_000), (1, 300_000)]
 
-    from traintop import importers
-    from traintop.analyze import analyze
-    from traintop.import_pmon import PmonLog
-    from traintop.monitor import Monitor
+    from traintop.sources import importers
+    from traintop.reports.analyze import analyze
+    from traintop.sources.import_pmon import PmonLog
+    from traintop.watch.monitor import Monitor
 
     def no(*args, **kwargs):
         raise AssertionError("built a frame or judged one")
@@ -112,7 +112,7 @@ def test_deeply_nested_stack_data_in_a_recording_is_left_out(tmp_path):
     (dump,) = json.loads(p.stdout)["stacks"]
     assert dump["threads"][0]["innermost"] == ['File "train.py", line 0 — x = y()']
 
-    from traintop import sessions
+    from traintop.watch import sessions
 
     session = sessions.replay_session(path)  # the replay reads every dump when it starts
     assert [len(d.threads) for d in session.feed._stacks] == [1]
@@ -152,9 +152,9 @@ def test_an_absurd_prometheus_sample_time_is_read_as_unknown(absurd):
 def test_alerts_past_their_text_budget_do_not_stand_for_the_rules(tmp_path, monkeypatch):
     """A recording's alerts are read up to a budget of text (gigabytes of forged alerts would
     otherwise fill the memory); cut there, they are incomplete, so the rules run again."""
-    from traintop import recording
-    from traintop.analyze import analyze
-    from traintop.monitor import Monitor
+    from traintop.record import recording
+    from traintop.reports.analyze import analyze
+    from traintop.watch.monitor import Monitor
 
     sim = Simulator("starved", gpus=1, interval=0.5)
     path = str(tmp_path / "alerts.ttrec")
@@ -201,7 +201,7 @@ def test_a_small_recording_claiming_millions_of_samples_is_refused_at_once(tmp_p
     """1 001 chunks of 10 000 unchanging samples: 10 million samples in under 400 KB. Before, analyze
     judged every one (100 000 of them took 24 s of CPU here: this one, hours). A recording holds at
     most 10 million samples, as a log does; one claiming more is refused before a chunk is decoded."""
-    from traintop.recording import MAX_SAMPLES
+    from traintop.record.recording import MAX_SAMPLES
 
     path = _recording_of_unchanging_chunks(tmp_path / "claims.ttrec", MAX_SAMPLES // 10_000 + 1)
     assert os.path.getsize(path) < 400_000

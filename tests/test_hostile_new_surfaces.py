@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from traintop import importers
+from traintop.sources import importers
 from traintop.cluster.report import _owner_name
 from traintop.collectors import whose
 from traintop.errors import TraintopError
@@ -21,7 +21,7 @@ def _pmon(tmp_path, body: str):
 
 
 def test_a_pmon_log_past_its_row_limit_is_refused_in_one_line(tmp_path, monkeypatch):
-    import traintop.import_pmon as P
+    import traintop.sources.import_pmon as P
 
     monkeypatch.setattr(P, "MAX_PMON_ROWS", 100)
     body = "".join(f"20261202 10:00:{k % 60:02d} 0 {1000 + k} C 50 10 - - 100 python\n" for k in range(500))
@@ -85,7 +85,7 @@ def test_a_probe_cannot_make_traintop_copy_a_file_outside_its_captures_folder():
 def test_a_fifo_or_a_link_in_place_of_a_capture_is_refused_at_once(tmp_path):
     """Copying beside the recording never blocks on a FIFO nor follows a symlink; the monitor keeps
     the record with the reason."""
-    from traintop.evidence import Keeper, NotKept
+    from traintop.record.evidence import Keeper, NotKept
     from traintop.samples import Capture
 
     keeper = Keeper(str(tmp_path / "run.ttrec"))

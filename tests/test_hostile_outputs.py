@@ -18,7 +18,7 @@ import pytest
 
 from tests import test_hostile_captures
 from tests.test_hostile_captures import ATTACKER, VICTIM, _as_user, needs_root
-from traintop.recording import RecordingWriter
+from traintop.record.recording import RecordingWriter
 from traintop.samples import Frame, GpuInfo, GpuSample, SessionInfo
 
 PY = sys.executable
@@ -184,7 +184,7 @@ def test_csv_cells_from_recordings_cannot_run_in_a_spreadsheet(tmp_path, capsys)
 
 
 def test_a_cell_that_is_a_number_stays_one():
-    from traintop.export import csv_cell
+    from traintop.record.export import csv_cell
 
     for number in ("-1.5", "+2", "-0", "-.5", "-1e-3", 7, -1.5):
         assert csv_cell(number) == number
@@ -197,7 +197,7 @@ def test_a_cell_that_is_a_number_stays_one():
 def test_a_formula_after_spaces_or_in_fullwidth_is_neutralised_too():
     """" =1+1" ran in a spreadsheet whose CSV import trims spaces (LibreOffice's "Trim spaces"), and a
     CJK locale may take the fullwidth ＝ for =: both were written as they came."""
-    from traintop.export import csv_cell
+    from traintop.record.export import csv_cell
 
     for text in (" =HYPERLINK(\"http://evil.example\")", "  +1+1", "\u00a0@SUM(1)", "\u3000=1+1",
                  "\uff1dHYPERLINK(\"http://evil.example\")", "\uff0b1", "\uff0d1", "\uff20SUM(1)", " \uff1d1"):
@@ -217,7 +217,7 @@ def _commands(rec: str) -> list[list[str]]:
 def recording():
     d = tempfile.mkdtemp(prefix="tt-out-")
     from traintop.collectors.simulated import Simulator
-    from traintop.monitor import Monitor
+    from traintop.watch.monitor import Monitor
 
     sim = Simulator("starved", gpus=2, seed=1, interval=0.5)
     path = os.path.join(d, "r.ttrec")

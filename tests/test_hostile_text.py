@@ -19,7 +19,8 @@ import pytest
 import hostile  # noqa: E402
 from terminal import Terminal  # noqa: E402
 
-from traintop import cli, doctor  # noqa: E402
+from traintop import cli  # noqa: E402
+from traintop.reports import doctor
 from traintop.text import is_clean  # noqa: E402
 
 

@@ -4,8 +4,9 @@ import asyncio
 
 import pytest
 
-from traintop import importers, sessions
-from traintop.analyze import analyze
+from traintop.sources import importers
+from traintop.watch import sessions
+from traintop.reports.analyze import analyze
 from traintop.errors import TraintopError
 
 PMON_DT_UM = """\

@@ -9,8 +9,9 @@ import sys
 
 import pytest
 
-from traintop import importers, sessions
-from traintop.analyze import analyze
+from traintop.sources import importers
+from traintop.watch import sessions
+from traintop.reports.analyze import analyze
 from traintop.errors import TraintopError
 
 FIX = pathlib.Path(__file__).parent / "fixtures" / "h200"

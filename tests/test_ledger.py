@@ -2,9 +2,9 @@
 
 import pytest
 
-from traintop.analyze import analyze, render_text
+from traintop.reports.analyze import analyze, render_text
 from traintop.collectors.simulated import Simulator
-from traintop.monitor import Monitor
+from traintop.watch.monitor import Monitor
 from traintop.samples import Frame, GpuProcess, GpuSample, ProcessSample, ProcInfo, RankSample
 from traintop.units import GiB, MiB
 

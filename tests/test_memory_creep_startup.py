@@ -5,7 +5,7 @@ stops rising."""
 import pytest
 
 from traintop.collectors.simulated import Simulator
-from traintop.monitor import Monitor
+from traintop.watch.monitor import Monitor
 from traintop.samples import Frame, GpuProcess, GpuSample, RankSample
 from traintop.units import GiB, MiB
 

@@ -5,13 +5,15 @@ import pathlib
 
 import pytest
 
-from traintop import codec, metrics, sessions
+from traintop.record import codec
+from traintop import metrics
+from traintop.watch import sessions
 from traintop.collectors.simulated import SCENARIOS
 from traintop.metrics import VOCABULARY, UnknownSeries, check_key
 from traintop.rules import default_engine
 from traintop.samples import Frame, GpuSample
 from traintop.store import Store
-from traintop.view import build_view
+from traintop.reports.view import build_view
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 # helper -> (group, index of the name argument)

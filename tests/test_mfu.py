@@ -8,12 +8,12 @@ import json
 
 import pytest
 
-from traintop.analyze import analyze, render_json, render_text
+from traintop.reports.analyze import analyze, render_json, render_text
 from traintop.collectors.simulated import Simulator
-from traintop.monitor import Monitor
+from traintop.watch.monitor import Monitor
 from traintop.samples import MATMUL_MODES, Frame, GpuProcess, GpuSample, RankSample
 from traintop.units import GiB
-from traintop.view import build_view
+from traintop.reports.view import build_view
 
 PEAK = 989.5e12  # the H200's dense bf16 peak
 STEP_S = 0.25  # each step's own time

@@ -166,7 +166,7 @@ def test_gpm_rates_from_nvml_are_checked():
 
 # -- what the rows become: a recording, samples for scripts, the agent's series, the dashboard --
 def _record_mig(path, n_frames=30, nv=None):
-    from traintop.recording import RecordingWriter
+    from traintop.record.recording import RecordingWriter
     from traintop.samples import Frame
 
     nv = nv or make_mig_nvml(n=2, mig_gpus=(0,))[0]
@@ -184,7 +184,7 @@ def _record_mig(path, n_frames=30, nv=None):
 
 
 def test_a_recording_keeps_the_mig_rows_their_parent_and_nvlink(tmp_path):
-    from traintop.recording import RecordingReader
+    from traintop.record.recording import RecordingReader
 
     path = tmp_path / "mig.ttrec"
     written = _record_mig(path)
@@ -200,8 +200,8 @@ def test_a_recording_keeps_the_mig_rows_their_parent_and_nvlink(tmp_path):
 
 
 def test_nvlink_rates_survive_a_recording_and_old_recordings_read_none(tmp_path):
-    from traintop.codec import decode, encode
-    from traintop.recording import info_from_json
+    from traintop.record.codec import decode, encode
+    from traintop.record.recording import info_from_json
     from traintop.samples import Frame, GpuSample
 
     f = Frame(t=5.0, gpus=(GpuSample(index=0, util=50.0, nvlink_tx=2.0e10, nvlink_rx=1.5e10),
@@ -222,7 +222,7 @@ def test_recordings_of_a_gpu_without_mig_read_as_before():
     """A recording made before MIG and NVLink (an H200, tests/fixtures) reads no parent and no NVLink."""
     import pathlib
 
-    from traintop.recording import RecordingReader
+    from traintop.record.recording import RecordingReader
 
     path = pathlib.Path(__file__).parent / "fixtures" / "h200" / "fault-10hz.ttrec"
     r = RecordingReader(str(path))
@@ -232,7 +232,7 @@ def test_recordings_of_a_gpu_without_mig_read_as_before():
 
 
 def test_snapshot_json_and_csv_carry_mig_and_nvlink():
-    from traintop.export import CSV_COLUMNS, csv_rows, sample_record
+    from traintop.record.export import CSV_COLUMNS, csv_rows, sample_record
     from traintop.samples import Frame
 
     nv, _ = make_mig_nvml()
@@ -283,7 +283,7 @@ def test_agent_series_label_mig_devices_as_dcgm_exporter_does():
 
 
 def test_doctor_says_mig_mode_devices_and_nvlinks():
-    from traintop import doctor
+    from traintop.reports import doctor
 
     nv, _ = make_mig_nvml(n=2, mig_gpus=(0,))
     checks, _ = doctor.nvml_checks(nv)
@@ -299,7 +299,7 @@ def test_doctor_says_mig_mode_devices_and_nvlinks():
 def test_dashboard_shows_mig_rows_at_80x24_and_160x48(tmp_path):
     import asyncio
 
-    from traintop import sessions
+    from traintop.watch import sessions
     from traintop.app.factory import build_app
     from traintop.widgets.gpu_panel import GpuPanel
     from traintop.widgets.gpu_table import GpuTable
@@ -329,7 +329,7 @@ def test_dashboard_shows_mig_rows_at_80x24_and_160x48(tmp_path):
 def test_dashboard_shows_nvlink_beside_pcie(tmp_path):
     import asyncio
 
-    from traintop import sessions
+    from traintop.watch import sessions
     from traintop.app.factory import build_app
     from traintop.widgets.gpu_panel import GpuPanel
 

@@ -32,11 +32,11 @@ def _proc_root(tmp_path):
 
 
 def _live_app(fake_nvml, lookup, gpus=1, procs=((4242, 20), (5151, 8), (6161, 4))):
-    from traintop import sessions
+    from traintop.watch import sessions
     from traintop.app.factory import build_app
     from traintop.collectors.nvml import NvmlCollector
-    from traintop.feeds import SourceFeed
-    from traintop.live import LiveSampler
+    from traintop.watch.feeds import SourceFeed
+    from traintop.sources.live import LiveSampler
 
     nv, _ = fake_nvml(n=gpus)
     nv.nvmlDeviceGetComputeRunningProcesses = lambda h: [
@@ -112,7 +112,7 @@ def test_owners_on_the_gpu_table_when_panels_do_not_fit(fake_nvml, tmp_path):
 
 def test_an_attached_jobs_owner_in_the_process_panel():
     from traintop.samples import GpuProcess, GpuSample, ProcessSample
-    from traintop.view import GpuProcView
+    from traintop.reports.view import GpuProcView
     from traintop.widgets.owner_text import owner_text, proc_text
 
     o = Owner(7, uid=1000, user="alice", slurm_job="81234", slurm_step="0", runtime="docker", container=CID)
@@ -121,9 +121,9 @@ def test_an_attached_jobs_owner_in_the_process_panel():
     assert proc_text(p) == "PID 7 alice · slurm 81234.0 · docker 3f3f3f3f3f3f · 20.0\u00a0GiB · busy\u00a064\u00a0%"
     assert owner_text(Owner(9, visible=False)) == "not visible from here"
     # the view carries the attached tree's owners, one per job
-    from traintop.monitor import Monitor
+    from traintop.watch.monitor import Monitor
     from traintop.samples import Frame, SessionInfo
-    from traintop.view import build_view
+    from traintop.reports.view import build_view
 
     m = Monitor(SessionInfo(kind="live"))
     m.ingest(Frame(t=1.0, gpus=(GpuSample(0, processes=(GpuProcess(7, GiB, owner=o),
@@ -135,7 +135,7 @@ def test_an_attached_jobs_owner_in_the_process_panel():
 
 def test_an_owner_lookup_that_fails_costs_only_the_owners(fake_nvml):
     from traintop.collectors.nvml import NvmlCollector
-    from traintop.live import LiveSampler
+    from traintop.sources.live import LiveSampler
 
     def broken(pid, **kw):
         raise PermissionError("no /proc here")

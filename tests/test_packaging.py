@@ -19,7 +19,10 @@ def test_wheel_has_only_the_traintop_package(tmp_path):
     top = {n.split("/")[0] for n in names}
     assert {t for t in top if not t.endswith(".dist-info")} == {"traintop"}
     for must in ("traintop/app/main.py", "traintop/app/traintop.tcss", "traintop/widgets/gpu_panel.py",
-                 "traintop/collectors/nvml.py", "traintop/demo/h200-demo.ttrec"):
+                 "traintop/collectors/nvml.py", "traintop/demo/h200-demo.ttrec", "traintop/probe.py",
+                 "traintop/injob/agent.py", "traintop/injob/goodput.py", "traintop/injob/capture.py",
+                 "traintop/inject/sitecustomize.py", "traintop/sources/importers.py", "traintop/record/recording.py",
+                 "traintop/watch/monitor.py", "traintop/reports/analyze.py"):
         assert must in names
 
 
@@ -66,8 +69,8 @@ def test_core_never_imports_textual_statically():
 def test_core_never_imports_textual_at_run_time():
     code = (
         "import sys\n"
-        "import traintop.store, traintop.rules, traintop.recording, traintop.codec, traintop.monitor\n"
-        "import traintop.feeds, traintop.sessions, traintop.view, traintop.live\n"
+        "import traintop.store, traintop.rules, traintop.record.recording, traintop.record.codec, traintop.watch.monitor\n"
+        "import traintop.watch.feeds, traintop.watch.sessions, traintop.reports.view, traintop.sources.live\n"
         "import traintop.collectors.nvml, traintop.collectors.host, traintop.collectors.process\n"
         "import traintop.collectors.simulated\n"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('textual', 'rich')]\n"

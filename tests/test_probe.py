@@ -11,9 +11,9 @@ import types
 
 import pytest
 
-from traintop import probe_agent
+from traintop.injob import agent as probe_agent
 from traintop.collectors.probe_client import ProbeClient
-from traintop.probe_agent import Probe, ensure_private_dir, peer_uid
+from traintop.injob.agent import Probe, ensure_private_dir, peer_uid
 
 
 class FakeIter:
@@ -354,7 +354,7 @@ def test_traintop_run_injects_the_probe_into_a_real_torch_job(tmp_path):
                         "--record", str(rec), "--log", str(tmp_path / "job.log"), "--",
                         sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 0, r.stderr + (tmp_path / "job.log").read_text()
-    from traintop.recording import RecordingReader
+    from traintop.record.recording import RecordingReader
 
     frames = list(RecordingReader(str(rec)).frames())
     ranks = [rk for f in frames for rk in f.ranks]
@@ -444,7 +444,7 @@ def test_a_rank_waiting_for_a_slow_rank_in_the_all_reduce_is_not_waiting_for_inp
                         "--master-addr", "127.0.0.1", "--master-port", str(port), str(script), "6"],
                        capture_output=True, text=True, timeout=180, env=env)
     assert r.returncode == 0, r.stderr + (tmp_path / "job.log").read_text()
-    from traintop.recording import RecordingReader
+    from traintop.record.recording import RecordingReader
 
     waits: dict[int, list[float]] = {0: [], 1: []}
     for f in RecordingReader(str(rec)).frames():

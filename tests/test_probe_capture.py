@@ -16,8 +16,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from traintop import probe_capture  # noqa: E402
-from traintop.probe_capture import AROUND, SETTLE, STEPS, Capturer  # noqa: E402
+from traintop.injob import capture as probe_capture  # noqa: E402
+from traintop.injob.capture import AROUND, SETTLE, STEPS, Capturer  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -11,9 +11,9 @@ import textwrap
 
 import pytest
 
-from traintop import probe_agent, probe_goodput
+from traintop.injob import agent as probe_agent, goodput as probe_goodput
 
-PYTHONPATH = os.path.dirname(os.path.dirname(os.path.abspath(probe_goodput.__file__)))
+PYTHONPATH = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(probe_goodput.__file__))))
 
 COMPILED_JOB = textwrap.dedent("""
     import json, os, time
@@ -21,7 +21,7 @@ COMPILED_JOB = textwrap.dedent("""
     from torch.utils.flop_counter import FlopCounterMode
     probe = None
     if os.environ.get("WITH_PROBE") == "1":
-        from traintop.probe_agent import Probe
+        from traintop.injob.agent import Probe
         probe = Probe(interval=0.1); assert probe.start()
     torch.manual_seed(0)
     EVAL_MODE = os.environ.get("EVAL_MODE", "1") == "1"  # else no dropout: evaluation needs no eval()
@@ -150,7 +150,7 @@ def test_a_compiled_model_evaluated_and_saved_between_steps(tmp_path, eval_mode)
 DDP_JOB = textwrap.dedent("""
     import json, os, sys, time
     import torch, torch.distributed as dist
-    from traintop.probe_agent import Probe
+    from traintop.injob.agent import Probe
     rank = int(sys.argv[1])
     dist.init_process_group("gloo", init_method="file://" + sys.argv[2], rank=rank, world_size=2)
     t_start = time.perf_counter()
@@ -266,7 +266,7 @@ def test_a_pause_settled_later_keeps_its_seconds():
 def test_a_rank_on_no_gpu_waiting_for_its_input_is_starved_by_the_measured_wait():
     """A gloo DDP job on a host with no GPU: rank 1's loader keeps it waiting 95 % of the time, rank 0
     waits for rank 1 in its all-reduce (collective, not input). The measured input wait decides."""
-    from traintop.monitor import Monitor
+    from traintop.watch.monitor import Monitor
     from traintop.samples import Frame, RankSample, SessionInfo
 
     mon = Monitor(SessionInfo(kind="live", interval=0.5))
@@ -290,9 +290,9 @@ def test_a_rank_on_no_gpu_waiting_for_its_input_is_starved_by_the_measured_wait(
 
 WRAPPED_FORWARD_JOB = textwrap.dedent("""
     import json, time, torch, torch.nn as nn
-    import traintop.probe_goodput as g
+    import traintop.injob.goodput as g
     g.PRECISION_EVERY_S = 0.2
-    from traintop.probe_agent import Probe
+    from traintop.injob.agent import Probe
     p = Probe(interval=0.1); assert p.start()
     m = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 8))
     plain = m.forward
@@ -320,7 +320,7 @@ SCALED_JOB = textwrap.dedent("""
     import json, os
     import torch, torch.nn as nn
     from torch.amp.grad_scaler import GradScaler
-    from traintop.probe_agent import Probe
+    from traintop.injob.agent import Probe
     import time
     probe = Probe(interval=0.1); assert probe.start()
     for _ in range(200):  # its thread installs the hooks once torch is whole

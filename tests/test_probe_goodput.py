@@ -11,15 +11,15 @@ import types
 
 import pytest
 
-from traintop import probe_goodput
-from traintop.probe_goodput import BUCKETS, Goodput, matmul_precision, stack_kind
+from traintop.injob import goodput as probe_goodput
+from traintop.injob.goodput import BUCKETS, Goodput, matmul_precision, stack_kind
 
 # A job whose phases are known: each one timed by the job itself, as the corpus workloads do.
 JOB = textwrap.dedent("""
     import json, time
-    import traintop.probe_goodput as g
+    import traintop.injob.goodput as g
     g.PRECISION_EVERY_S = 0.3
-    from traintop.probe_agent import Probe
+    from traintop.injob.agent import Probe
     import torch
     p = Probe(interval=0.1); assert p.start()
     phase = {}
@@ -87,7 +87,7 @@ def test_ledger_precision_and_flops_of_a_real_torch_job(tmp_path):
     script = tmp_path / "job.py"
     script.write_text(JOB)
     env = dict(os.environ, TRAINTOP_PROBE_DIR=str(tmp_path / "probes"),
-               PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(probe_goodput.__file__))))
+               PYTHONPATH=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(probe_goodput.__file__)))))
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240, env=env)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout.strip().splitlines()[-1])
@@ -293,7 +293,7 @@ def test_imports_are_not_compile_time():
 COLLECTIVE_JOB = textwrap.dedent("""
     import json, os, sys, time
     import torch, torch.distributed as dist
-    from traintop.probe_agent import Probe
+    from traintop.injob.agent import Probe
     rank = int(sys.argv[1])
     dist.init_process_group("gloo", init_method="file://" + sys.argv[2], rank=rank, world_size=2)
     t_start = time.perf_counter()
@@ -319,7 +319,7 @@ COLLECTIVE_JOB = textwrap.dedent("""
     time.sleep(0.3)
     p.message()
     wall = time.perf_counter() - t_start  # the probe's life: its ledger covers all of it
-    from traintop.probe_agent import _dist_backend
+    from traintop.injob.agent import _dist_backend
     print(json.dumps({"totals": p.goodput.totals, "waited": waited, "alone": alone, "wall": wall,
                       "errors": p.goodput.errors, "backend": _dist_backend()}))
     p.stop()
@@ -334,7 +334,7 @@ def test_a_wait_at_a_barrier_is_the_collective_bucket_on_two_real_gloo_ranks(tmp
     script.write_text(COLLECTIVE_JOB)
     rdv = tmp_path / "rendezvous"
     env = dict(os.environ, TRAINTOP_PROBE_DIR=str(tmp_path / "probes"),
-               PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(probe_goodput.__file__))))
+               PYTHONPATH=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(probe_goodput.__file__)))))
     procs = [subprocess.Popen([sys.executable, str(script), str(rank), str(rdv)], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, env=env) for rank in (0, 1)]
     outs = []
@@ -363,7 +363,7 @@ def test_a_wait_at_a_barrier_is_the_collective_bucket_on_two_real_gloo_ranks(tmp
 
 CAPTURE_JOB = textwrap.dedent("""
     import time, torch
-    from traintop.probe_agent import Probe
+    from traintop.injob.agent import Probe
     p = Probe(interval=0.1); assert p.start()
     m = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
     opt = torch.optim.SGD(m.parameters(), lr=0.01)
@@ -381,17 +381,17 @@ def test_a_finding_asks_the_job_for_a_trace_kept_beside_the_recording_and_listed
     and analyze lists it with its viewer."""
     pytest.importorskip("torch")
     from tests.waiting import until
-    from traintop.analyze import analyze, render_text
+    from traintop.reports.analyze import analyze, render_text
     from traintop.collectors.probe_client import ProbeClient
-    from traintop.monitor import Monitor
-    from traintop.recording import RecordingReader
+    from traintop.watch.monitor import Monitor
+    from traintop.record.recording import RecordingReader
     from traintop.samples import Frame, SessionInfo
 
     script = tmp_path / "job.py"
     script.write_text(CAPTURE_JOB)
     probes = tmp_path / "probes"
     env = dict(os.environ, TRAINTOP_PROBE_DIR=str(probes),
-               PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(probe_goodput.__file__))))
+               PYTHONPATH=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(probe_goodput.__file__)))))
     job = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     client = ProbeClient(str(probes))
     try:
@@ -442,7 +442,7 @@ def test_a_finding_asks_the_job_for_a_trace_kept_beside_the_recording_and_listed
     ({}, None),
 ])
 def test_the_job_id_a_rank_sends(monkeypatch, env, expected):
-    from traintop import probe_agent
+    from traintop.injob import agent as probe_agent
 
     for name in ("SLURM_JOB_ID", "TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(name, raising=False)

@@ -3,7 +3,7 @@
 import dataclasses
 
 from traintop.collectors.simulated import Simulator
-from traintop.monitor import Monitor
+from traintop.watch.monitor import Monitor
 from traintop.rules import Severity
 from traintop.samples import Frame, GpuProcess, GpuSample, HostSample, ProcessSample, ProcInfo, RankSample, SessionInfo
 from traintop.units import GiB, MiB
@@ -213,7 +213,7 @@ def test_the_scale_search_at_a_jobs_start_is_no_finding():
 
 
 def test_simulated_probe_round_trips_through_a_recording(tmp_rec):
-    from traintop.codec import roundtrip
+    from traintop.record.codec import roundtrip
 
     frames = Simulator("starved,memory_creep", gpus=2, interval=0.5).frames(20)
     back = roundtrip(frames)
@@ -360,7 +360,7 @@ def test_training_on_the_cpu_ends_as_soon_as_the_job_has_ended():
 
 
 def test_the_process_line_says_no_dataloader_seen_instead_of_an_input_wait_of_nothing():
-    from traintop.view import RankView
+    from traintop.reports.view import RankView
     from traintop.widgets.process_panel import compact_rank_line, rank_line
 
     r = RankSample(pid=10, rank=0, cuda=True, steps=30, steps_per_s=3.0, input_wait=None, loader=False)
@@ -439,7 +439,7 @@ def _ledger_frames(n=150, every=20, pause=5, bucket="checkpoint"):
 
 
 def test_repeated_checkpoints_are_a_pause_never_starvation_or_underuse():
-    from traintop.monitor import Monitor
+    from traintop.watch.monitor import Monitor
     from traintop.samples import SessionInfo, StackDump, ThreadStack
 
     m = Monitor(SessionInfo(kind="live", interval=1.0))
@@ -462,7 +462,7 @@ def test_a_rank_waiting_at_a_barrier_names_the_rank_that_checkpoints_alone():
     a wait in a collective, and its finding says for whom."""
     import dataclasses
 
-    from traintop.monitor import Monitor
+    from traintop.watch.monitor import Monitor
     from traintop.samples import GpuProcess, SessionInfo
 
     def run(job0, job1):
@@ -497,7 +497,7 @@ def test_a_per_step_wait_is_no_pause_and_a_pause_ends_with_its_job():
     once, not 30 s later (seen on a real 2-rank job)."""
     import dataclasses
 
-    from traintop.monitor import Monitor
+    from traintop.watch.monitor import Monitor
     from traintop.samples import SessionInfo
 
     m = Monitor(SessionInfo(kind="live", interval=1.0))
@@ -518,7 +518,7 @@ def test_a_per_step_wait_is_no_pause_and_a_pause_ends_with_its_job():
 
 
 def test_a_single_long_evaluation_is_no_pause_and_no_stall():
-    from traintop.monitor import Monitor
+    from traintop.watch.monitor import Monitor
     from traintop.samples import SessionInfo
 
     m = Monitor(SessionInfo(kind="live", interval=1.0))
@@ -564,7 +564,7 @@ def test_a_rank_waiting_at_a_barrier_for_a_long_checkpoint_is_no_stall():
     """`if rank == 0: torch.save(...)` then `dist.barrier()`, the save taking a minute: rank 0 is in
     its checkpoint, rank 1 waits for it in a collective. Nothing is stuck; if both wait in
     collectives with nobody working, that is a hang."""
-    from traintop.monitor import Monitor
+    from traintop.watch.monitor import Monitor
     from traintop.samples import SessionInfo
 
     m = Monitor(SessionInfo(kind="live", interval=1.0))
@@ -590,7 +590,7 @@ def test_a_rank_waiting_at_a_barrier_for_a_long_checkpoint_is_no_stall():
 def test_a_wait_in_another_jobs_collective_or_a_save_that_never_ends_is_a_stall():
     """The exemption is per job, and bounded: job 8's rank waiting in a collective is not waiting
     for job 7's checkpoint; a save with no step for 15 min (a dead file system) is a stall."""
-    from traintop.monitor import Monitor
+    from traintop.watch.monitor import Monitor
     from traintop.samples import SessionInfo
 
     other_job = Monitor(SessionInfo(kind="live", interval=1.0))
@@ -622,7 +622,7 @@ def test_a_deadlocked_jobs_overdue_steps_are_its_stall_not_pauses_of_their_own()
     under it, never beside it with checkpoint advice."""
     import dataclasses
 
-    from traintop.monitor import Monitor
+    from traintop.watch.monitor import Monitor
     from traintop.samples import GpuProcess, SessionInfo
 
     m = Monitor(SessionInfo(kind="live", interval=1.0))

@@ -5,7 +5,7 @@ import types
 import pytest
 from fakes import NVMLError
 
-from traintop.codec import decode, encode
+from traintop.record.codec import decode, encode
 from traintop.collectors.nvml import NvmlCollector
 from traintop.collectors.process_util import LEGACY_CALL, NEW_CALL, ProcessUtil, ProcessUtilReader
 from traintop.samples import Frame, GpuProcess, GpuSample
@@ -97,7 +97,7 @@ def test_a_process_share_is_recorded_and_read_back_and_old_entries_still_read():
     ({}, "info", "neither"),
 ])
 def test_doctor_says_which_call_answers(fake_nvml, calls, status, says):
-    from traintop import doctor
+    from traintop.reports import doctor
 
     nv, _ = fake_nvml()
     nv.__dict__.update(calls)
@@ -111,9 +111,9 @@ def test_the_process_panel_says_what_share_of_its_gpu_the_job_computes(tmp_path)
     how busy its processes kept the GPU; another process's share is not the job's."""
     import asyncio
 
-    from traintop import sessions
+    from traintop.watch import sessions
     from traintop.app.factory import build_app
-    from traintop.recording import RecordingWriter
+    from traintop.record.recording import RecordingWriter
     from traintop.samples import GpuInfo, ProcessSample, SessionInfo
     from traintop.widgets.process_panel import ProcessPanel
 

@@ -29,7 +29,7 @@ import pytest
 import traintop
 from traintop.collectors import whose
 from traintop.collectors.owner_cache import OwnerCache
-from traintop.export_commands import _owners
+from traintop.reports.export_commands import _owners
 from traintop.samples import GpuProcess, GpuSample
 from traintop.widgets.owner_text import NOT_VISIBLE, owner_text
 

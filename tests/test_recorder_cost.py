@@ -13,15 +13,15 @@ from traintop import cli
 from traintop.store import Store
 from traintop.collectors.simulated import Simulator
 
-HEAVY = ("prometheus_client", "traintop.cluster", "traintop.analyze", "textual", "rich", "numpy",
+HEAVY = ("prometheus_client", "traintop.cluster", "traintop.reports.analyze", "textual", "rich", "numpy",
          "zstandard", "http.server", "email", "ssl", "traintop.app", "traintop.widgets", "tomllib",
-         "traintop.probe_agent", "traintop.collectors.probe_client")
+         "traintop.injob.agent", "traintop.collectors.probe_client")
 
 
 def test_traintop_record_imports_nothing_other_commands_need(tmp_path):
     code = ("import sys; from traintop import cli; "
             "cli.parse_args(['record', '--interval', '1', 'x.ttrec', '--simulate', 'starved']); "
-            "from traintop import sessions; from traintop.config import load_thresholds; "
+            "from traintop.watch import sessions; from traintop.watch.config import load_thresholds; "
             "load_thresholds(None); sessions.live_session(1.0, require_gpu=False)[1].stop(); "
             f"print(sorted(m for m in sys.modules for h in {HEAVY!r} if m == h or m.startswith(h + '.')))")
     env = dict(os.environ, XDG_CONFIG_HOME=str(tmp_path))  # no config file: no TOML parser needed

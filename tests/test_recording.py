@@ -7,11 +7,11 @@ import time
 
 import pytest
 
-from traintop.codec import roundtrip
+from traintop.record.codec import roundtrip
 from traintop.collectors.simulated import Simulator
 from traintop.errors import RecordingError, TraintopError
-from traintop.monitor import Monitor
-from traintop.recording import SCHEMA_VERSION, RecordingReader, RecordingWriter
+from traintop.watch.monitor import Monitor
+from traintop.record.recording import SCHEMA_VERSION, RecordingReader, RecordingWriter
 
 
 def test_round_trip_frames_and_alerts(tmp_rec):
@@ -114,7 +114,7 @@ def test_sigkill_mid_write_loses_at_most_about_a_second(tmp_rec):
     code = (
         "import sys, time\n"
         "from traintop.collectors.simulated import Simulator\n"
-        "from traintop.recording import RecordingWriter\n"
+        "from traintop.record.recording import RecordingWriter\n"
         "sim = Simulator('healthy', interval=0.05, t0=time.time())\n"
         "w = RecordingWriter(sys.argv[1], sim.info(), flush_every=1.0)\n"
         "print('ready', flush=True)\n"
@@ -148,7 +148,7 @@ def test_error_messages_are_one_line_whatever_they_quote():
 def test_recordings_of_the_previous_codec_still_replay():
     import pathlib
 
-    from traintop.codec import CODEC
+    from traintop.record.codec import CODEC
     fix = pathlib.Path(__file__).parent / "fixtures" / "h200" / "training-phases-10hz.ttrec"
     r = RecordingReader(str(fix))
     codecs = {c for (c,) in r._db.execute("SELECT DISTINCT codec FROM chunks")}
@@ -161,7 +161,7 @@ def test_recordings_of_the_previous_codec_still_replay():
 
 def test_one_recording_route_for_record_option_and_r_key(tmp_path, monkeypatch):
     """--record (the session builder) and the dashboard's r key both go through Monitor.start_recording."""
-    from traintop import sessions
+    from traintop.watch import sessions
 
     routes = []
     real = Monitor.start_recording
@@ -191,7 +191,7 @@ def _chunk(doc: dict) -> bytes:
 
 
 def test_implausible_values_in_a_chunk_read_as_unknown():
-    from traintop.codec import decode
+    from traintop.record.codec import decode
 
     t0 = 1_790_000_000_000
     frames = decode(_chunk({"n": 3, "t": [t0, 500, 500], "c": {
@@ -221,7 +221,7 @@ def test_implausible_values_in_a_chunk_read_as_unknown():
     {"t": [1], "n": 1, "c": {}},  # not the writer's layout
 ])
 def test_chunks_no_writer_makes_are_damage(doc):
-    from traintop.codec import decode, decode_columns
+    from traintop.record.codec import decode, decode_columns
 
     with pytest.raises(RecordingError):
         decode(_chunk(doc))
@@ -245,7 +245,7 @@ def test_a_bad_chunk_time_is_skipped_in_the_file(tmp_rec):
 
 
 def test_the_writer_only_makes_chunks_the_reader_accepts(tmp_rec):
-    from traintop.codec import MAX_CHUNK_SAMPLES, decode, encode
+    from traintop.record.codec import MAX_CHUNK_SAMPLES, decode, encode
 
     frames = Simulator("healthy", seed=2, interval=0.05).frames(MAX_CHUNK_SAMPLES)
     assert len(decode(encode(frames))) == MAX_CHUNK_SAMPLES
@@ -258,7 +258,7 @@ def test_the_writer_only_makes_chunks_the_reader_accepts(tmp_rec):
 def test_a_process_named_d_is_not_a_delta_coded_column():
     import dataclasses
 
-    from traintop.codec import decode, encode
+    from traintop.record.codec import decode, encode
     from traintop.samples import ProcessSample
 
     frames = [dataclasses.replace(f, process=ProcessSample(pid=7, alive=True, name="d", cmdline="d"))

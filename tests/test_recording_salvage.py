@@ -7,10 +7,10 @@ import sys
 
 import pytest
 
-from traintop import sessions
-from traintop.analyze import analyze, render_text
+from traintop.watch import sessions
+from traintop.reports.analyze import analyze, render_text
 from traintop.collectors.simulated import Simulator
-from traintop.recording import RecordingReader, RecordingWriter
+from traintop.record.recording import RecordingReader, RecordingWriter
 
 H200 = pathlib.Path(__file__).parent / "fixtures" / "h200" / "training-phases-probe-10hz.ttrec"
 
@@ -60,7 +60,7 @@ def test_a_cut_recording_gives_what_sqlite_can_still_read_and_says_what_was_lost
     if lost:
         assert "no samples could be read from" in text
     assert any(f.rule == "starvation" for f in report.findings)  # the rules judged what is left
-    from traintop.analyze import damage_summary
+    from traintop.reports.analyze import damage_summary
 
     assert "It is cut short: nothing after" in damage_summary(sessions.replay_session(cut).feed.reader)
 

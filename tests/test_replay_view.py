@@ -3,10 +3,10 @@
 import asyncio
 import dataclasses
 
-from traintop import sessions
+from traintop.watch import sessions
 from traintop.app.factory import build_app
 from traintop.collectors.simulated import Simulator
-from traintop.recording import RecordingWriter
+from traintop.record.recording import RecordingWriter
 
 
 def _recording_off_the_millisecond(path, n=20):

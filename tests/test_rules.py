@@ -1,7 +1,7 @@
 import pytest
 
 from traintop.collectors.simulated import SCENARIOS, Simulator
-from traintop.monitor import Monitor
+from traintop.watch.monitor import Monitor
 from traintop.rules import Severity, Thresholds, default_engine
 from traintop.rules.engine import Verdict, RulesEngine
 from traintop.samples import Frame, GpuSample

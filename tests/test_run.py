@@ -16,8 +16,8 @@ import time
 
 import pytest
 
-from traintop import launch
-from traintop.recording import RecordingReader
+from traintop.watch import launch
+from traintop.record.recording import RecordingReader
 
 PY = sys.executable
 
@@ -198,7 +198,7 @@ def test_a_job_that_ignores_sigterm_is_killed_after_the_grace_period(env, tmp_pa
 
 
 def test_a_sigkill_from_elsewhere_is_not_called_traintops():
-    from traintop.job import JobEnd
+    from traintop.watch.job import JobEnd
 
     assert "traintop's" not in JobEnd(1, 0.0, -9).describe()
     assert "traintop's" in JobEnd(1, 0.0, -9, forced=True).describe()
@@ -371,7 +371,7 @@ def test_the_help_says_where_the_jobs_output_and_recordings_go(env, tmp_path):
 def test_the_app_is_told_how_the_job_ended_and_the_job_is_reaped(env, monkeypatch, tmp_path):
     import asyncio
 
-    from traintop import sessions
+    from traintop.watch import sessions
     from traintop.app.factory import build_app
 
     monkeypatch.setenv("TRAINTOP_PROBE_DIR", env["TRAINTOP_PROBE_DIR"])
@@ -694,7 +694,7 @@ def test_the_injected_probe_lives_in_a_folder_named_by_its_own_contents(tmp_path
     assert launch.injection_dir(str(tmp_path)) == d
     name = os.path.basename(d)
     assert name.startswith(f"inject-{launch.__version__}-") and len(name.rsplit("-", 1)[1]) == 12
-    src = pathlib.Path(launch.__file__).parent
-    assert (pathlib.Path(d) / "_traintop_probe_goodput.py").read_bytes() == (src / "probe_goodput.py").read_bytes()
+    src = pathlib.Path(launch.__file__).parents[1]  # traintop/
+    assert (pathlib.Path(d) / "_traintop_probe_goodput.py").read_bytes() == (src / "injob" / "goodput.py").read_bytes()
     assert sorted(os.listdir(d)) == sorted(dst for _, dst in launch.INJECTED)  # no temp file left
     assert oct(os.stat(d).st_mode & 0o777) == "0o700"

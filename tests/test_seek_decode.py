@@ -11,10 +11,10 @@ import zlib
 
 import pytest
 
-from traintop.codec import CODEC, decode, encode
+from traintop.record.codec import CODEC, decode, encode
 from traintop.collectors.simulated import Simulator
 from traintop.errors import RecordingError
-from traintop.recording import SCHEMA_VERSION, RecordingReader, RecordingWriter
+from traintop.record.recording import SCHEMA_VERSION, RecordingReader, RecordingWriter
 from traintop.store import Store
 
 FIX = pathlib.Path(__file__).parent / "fixtures" / "h200"
@@ -115,7 +115,7 @@ def test_store_extend_is_add_frame_by_frame():
 
 
 def test_a_single_sample_encodes_to_the_same_bytes_by_the_short_path():
-    from traintop import codec
+    from traintop.record import codec
 
     frames = _members_frames()[:30] + list(RecordingReader(str(V1_COLS2)).frames())[:30]
     for f in frames:
@@ -162,7 +162,7 @@ def test_the_writer_keeps_no_samples_once_committed(tmp_path):
 
 
 def test_merge_of_chunks_is_encode_of_their_samples():
-    from traintop.codec import merge
+    from traintop.record.codec import merge
 
     frames = _members_frames()[:90]
     parts = [frames[0:1], frames[1:30], frames[30:31], frames[31:90]]
@@ -186,8 +186,8 @@ def _store_state(store: Store):
 def test_a_chunk_decoded_into_series_fills_the_store_as_its_frames_do(path, tmp_path):
     """A seek decodes straight into the store's series: the same keys, in the same order, the same
     values and gaps, the same last sample, ended process and probe time as frames would give."""
-    from traintop import codec
-    from traintop.monitor import Monitor
+    from traintop.record import codec
+    from traintop.watch.monitor import Monitor
 
     if path == "simulated":  # 8 GPUs, a probed rank each, loader workers, a process that ends
         sim = Simulator("starved,healthy,idle", gpus=8, interval=0.5, seed=6)

@@ -6,10 +6,10 @@ import threading
 
 import pytest
 
-from traintop import sessions
+from traintop.watch import sessions
 from traintop.errors import TraintopError
-from traintop.monitor import Monitor
-from traintop.recording import RecordingReader
+from traintop.watch.monitor import Monitor
+from traintop.record.recording import RecordingReader
 from traintop.samples import SessionKind
 
 
@@ -152,7 +152,7 @@ def agent_args(**kw):
 
 
 def test_the_agent_and_the_dashboard_tell_a_hook_the_same_way(monkeypatch):
-    from traintop import hooks
+    from traintop.watch import hooks
     from traintop.cluster import agent
 
     attached = []
@@ -183,7 +183,7 @@ def test_the_agent_and_the_dashboard_tell_a_hook_the_same_way(monkeypatch):
 
 
 def test_a_finding_hook_closes_once():
-    from traintop.hooks import FindingHook
+    from traintop.watch.hooks import FindingHook
 
     hook = FindingHook("true")
     hook.close()

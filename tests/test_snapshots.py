@@ -37,7 +37,7 @@ def test_help_screen(snap_compare, demo_app):
 def attached_app(name, offset):
     import pathlib
 
-    from traintop import sessions
+    from traintop.watch import sessions
     from traintop.app.factory import build_app
 
     path = pathlib.Path(__file__).parent / "fixtures" / "h200" / name

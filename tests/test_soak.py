@@ -5,8 +5,8 @@ import time
 import psutil
 
 from traintop.collectors.simulated import Simulator
-from traintop.feeds import SourceFeed
-from traintop.monitor import Monitor
+from traintop.watch.feeds import SourceFeed
+from traintop.watch.monitor import Monitor
 from traintop.store import Store
 
 

@@ -11,8 +11,8 @@ import time
 import pytest
 
 from traintop.collectors.probe_client import ProbeClient, stack_dump
-from traintop.monitor import Monitor
-from traintop.recording import RecordingReader, RecordingWriter
+from traintop.watch.monitor import Monitor
+from traintop.record.recording import RecordingReader, RecordingWriter
 from traintop.samples import Frame, SessionInfo, StackDump, ThreadStack
 from traintop.stacks import latest_per_process, render, where
 
@@ -124,7 +124,7 @@ def test_render_makes_control_characters_visible():
 
 
 def test_a_request_from_the_dashboard_reaches_the_live_source():
-    from traintop.feeds import SourceFeed
+    from traintop.watch.feeds import SourceFeed
 
     class Source:
         asked = 0
@@ -147,7 +147,7 @@ def test_a_request_from_the_dashboard_reaches_the_live_source():
 
 
 def test_replay_brings_the_recorded_stacks_at_their_time(tmp_path):
-    from traintop.feeds import ReplayFeed
+    from traintop.watch.feeds import ReplayFeed
 
     dumps = sorted(_dumps(), key=lambda d: d.t)
     t0 = dumps[0].t - 5
@@ -248,7 +248,7 @@ def test_the_stacks_screen_says_when_the_probes_did_not_answer(sim_app):
 
 def test_analyze_prints_where_each_rank_hangs(tmp_path):
     """The H200 stall recording with the stacks its probes sent, as a recording made now stores them."""
-    from traintop.analyze import analyze, render_json, render_text
+    from traintop.reports.analyze import analyze, render_json, render_text
 
     src = RecordingReader(str(FIX / "ddp-stall-10hz.ttrec"))
     dumps = sorted(_dumps(), key=lambda d: d.t)
@@ -326,7 +326,7 @@ def test_stacks_shown_after_the_job_ended_say_so_and_the_popup_takes_a_wide_term
 
 
 def test_analyze_names_a_process_without_a_rank_by_its_pid_once():
-    from traintop.analyze import Report, render_text
+    from traintop.reports.analyze import Report, render_text
 
     stack = {"t_s": 3.0, "label": "PID 23472", "pid": 23472, "rank": None, "reason": "requested",
              "since_step_s": None, "threads": []}

@@ -16,12 +16,30 @@ ROOTS = {"traintop": "traintop", "app": "traintop.app", "widgets": "traintop.wid
 ENTRY = ("traintop.cli", "traintop.__main__")
 DRAWING = ("traintop.app", "traintop.widgets")
 CORE = "the core (traintop, less the command line and the drawing)"
+# The core's layers, lowest first (docs/CONTRIBUTING.md draws them): the base (the modules at the
+# top of traintop/: samples, findings, metrics, store, units, text...), then the collectors and the
+# rules, then sources, record, watch (the session), reports and the cluster wing. A layer imports
+# those below it, never one above. The in-job probe (traintop.injob, and traintop.probe that starts
+# it) imports no other part of traintop at all (IN_JOB below).
+PROBE_DOORS = ("traintop.probe",)  # `import traintop.probe` in a training script starts the probe
+BASE = "the base (the modules at the top of traintop/, less the front door and the probe's)"
+PACKAGES = ("traintop.injob", "traintop.collectors", "traintop.rules", "traintop.sources", "traintop.record",
+            "traintop.watch", "traintop.reports", "traintop.cluster", "traintop.demo", *DRAWING)
+SOURCES, RECORD, WATCH, REPORTS, CLUSTER = ("traintop.sources",), ("traintop.record",), ("traintop.watch",), \
+    ("traintop.reports",), ("traintop.cluster",)
 CONTRACTS = [
     ("the core never draws", CORE, ("textual", "rich", "traintop.app", "traintop.widgets")),
     ("the core never reaches the command line", CORE, ENTRY),
-    ("the cluster wing", ("traintop.cluster",), ("traintop.cli", "traintop.app")),
+    ("the base imports only the base", BASE, (*PACKAGES, *PROBE_DOORS)),
+    ("the collectors only read the machine", ("traintop.collectors",),
+     ("traintop.rules", *SOURCES, *RECORD, *WATCH, *REPORTS, *CLUSTER)),
     ("the rules never reach the session that runs them", ("traintop.rules",),
-     ("traintop.monitor", "traintop.feeds", "traintop.sessions", "traintop.cli")),
+     (*SOURCES, *RECORD, *WATCH, *REPORTS, *CLUSTER, "traintop.cli")),
+    ("the sources only read frames in", SOURCES, ("traintop.rules", *RECORD, *WATCH, *REPORTS, *CLUSTER)),
+    ("the record sits below the session", RECORD, ("traintop.collectors", *SOURCES, *WATCH, *REPORTS, *CLUSTER)),
+    ("the session never reads a report", WATCH, (*REPORTS, *CLUSTER)),
+    ("the reports never reach the cluster wing", REPORTS, CLUSTER),
+    ("the cluster wing", CLUSTER, ("traintop.cli", "traintop.app")),
     ("the widgets only display", ("traintop.widgets",), ("traintop.app", "traintop.cli")),
 ]
 
@@ -113,14 +131,27 @@ def within(name: str, packages) -> bool:
     return any(name == p or name.startswith(p + ".") for p in packages)
 
 
+def is_base(name: str) -> bool:
+    """A module at the top of traintop/ (or traintop itself), neither a door nor a package."""
+    return (name == "traintop" or (name.startswith("traintop.") and name.count(".") == 1)) \
+        and not within(name, PACKAGES + ENTRY + PROBE_DOORS)
+
+
+def bound(name: str, importers) -> bool:
+    """Whether a contract's importers include this module."""
+    if importers == CORE:
+        return within(name, ("traintop",)) and not within(name, ENTRY + DRAWING)
+    if importers == BASE:
+        return is_base(name)
+    return within(name, importers)
+
+
 def broken(g: dict[str, set[str]]) -> list[str]:
     """Each import that breaks a contract, said as '<contract>: <module> imports <module>' (the
     first contract it breaks)."""
     wrong = []
     for m, targets in sorted(g.items()):
-        is_core = within(m, ("traintop",)) and not within(m, ENTRY + DRAWING)
-        mine = [(about, forbidden) for about, importers, forbidden in CONTRACTS
-                if (is_core if importers == CORE else within(m, importers))]
+        mine = [(about, forbidden) for about, importers, forbidden in CONTRACTS if bound(m, importers)]
         for t in sorted(targets):
             about = next((about for about, forbidden in mine if within(t, forbidden)), None)
             if about:
@@ -135,13 +166,36 @@ def test_no_import_from_a_lower_layer_to_a_higher_one():
 
 def test_the_contracts_catch_a_breach():
     g = {"traintop.store": {"rich", "array"}, "traintop.cluster.report": {"traintop.app.cluster"},
-         "traintop.rules.stall": {"traintop.feeds"}, "traintop.cli": {"traintop.app.factory", "textual"},
-         "traintop.widgets.line": {"rich", "textual"}, "traintop.richer": {"richtext"}}
+         "traintop.rules.stall": {"traintop.watch.feeds"}, "traintop.cli": {"traintop.app.factory", "textual"},
+         "traintop.widgets.line": {"rich", "textual"}, "traintop.richer": {"richtext"},
+         # one import up from each layer...
+         "traintop.units": {"traintop.watch.monitor"}, "traintop.collectors.nvml": {"traintop.rules.engine"},
+         "traintop.sources.live": {"traintop.record.recording"}, "traintop.record.recording": {"traintop.watch.monitor"},
+         "traintop.watch.session": {"traintop.reports.export_commands"},
+         "traintop.reports.analyze": {"traintop.cluster.report"},
+         # ...and imports down, which are fine (the probe's door is not the base)
+         "traintop.reports.view": {"traintop.watch.monitor", "traintop.units"},
+         "traintop.watch.monitor": {"traintop.record.recording", "traintop.rules", "traintop.collectors.procread"},
+         "traintop.probe": {"traintop.injob.agent"}, "traintop.metrics": {"traintop.samples", "traintop"}}
     assert broken(g) == [
         "the core never draws: traintop.cluster.report imports traintop.app.cluster",
-        "the rules never reach the session that runs them: traintop.rules.stall imports traintop.feeds",
+        "the collectors only read the machine: traintop.collectors.nvml imports traintop.rules.engine",
+        "the record sits below the session: traintop.record.recording imports traintop.watch.monitor",
+        "the reports never reach the cluster wing: traintop.reports.analyze imports traintop.cluster.report",
+        "the rules never reach the session that runs them: traintop.rules.stall imports traintop.watch.feeds",
+        "the sources only read frames in: traintop.sources.live imports traintop.record.recording",
         "the core never draws: traintop.store imports rich",
+        "the base imports only the base: traintop.units imports traintop.watch.monitor",
+        "the session never reads a report: traintop.watch.session imports traintop.reports.export_commands",
     ]
+
+
+def test_every_package_has_its_layer():
+    """A new package under traintop/ is placed in the layers above (PACKAGES and a contract) before
+    its modules can be judged: else they would pass for the base."""
+    found = {m for m, path in modules().items() if path.name == "__init__.py" and m != "traintop"}
+    top = {".".join(m.split(".")[:2]) for m in found}
+    assert top <= set(PACKAGES), top - set(PACKAGES)
 
 
 MAX_FUNCTION_LINES = 80  # a function of the core, its docstring counted: beyond, split it into helpers
@@ -192,7 +246,7 @@ def test_every_module_imports_without_torch():
 # The in-job probe runs inside users' training processes (`traintop run` copies these files next to
 # the job as _traintop_probe_*.py): it may import the standard library, torch (the job's own) and
 # itself, nothing else (not even the rest of traintop, which a job may not have installed).
-IN_JOB = ("traintop.probe", "traintop.probe_agent", "traintop.probe_goodput", "traintop.probe_capture")
+IN_JOB = ("traintop.injob", *PROBE_DOORS)
 IN_JOB_FILES = (REPO / "traintop" / "inject" / "sitecustomize.py",)
 
 
@@ -200,9 +254,9 @@ def in_job_breaches(g: dict[str, set[str]]) -> list[str]:
     import sys
 
     # sitecustomize: ours hands over to the one that was on the path before it
-    allowed = set(sys.stdlib_module_names) | {"torch", "__future__", "sitecustomize"} | set(IN_JOB)
-    return [f"{m} imports {t}" for m in sorted(g) if m in IN_JOB for t in sorted(g[m])
-            if t not in allowed and not t.startswith("_traintop_probe_")]
+    allowed = set(sys.stdlib_module_names) | {"torch", "__future__", "sitecustomize"}
+    return [f"{m} imports {t}" for m in sorted(g) if within(m, IN_JOB) for t in sorted(g[m])
+            if t not in allowed and not within(t, IN_JOB) and not t.startswith("_traintop_probe_")]
 
 
 def test_the_in_job_probe_imports_only_the_standard_library_torch_and_itself():
@@ -214,6 +268,9 @@ def test_the_in_job_probe_imports_only_the_standard_library_torch_and_itself():
 
 
 def test_the_in_job_contract_catches_a_breach():
-    g = {"traintop.probe_agent": {"json", "torch", "traintop.probe_goodput", "_traintop_probe_capture", "psutil"},
-         "traintop.probe_goodput": {"traintop.metrics"}, "traintop.store": {"psutil"}}
-    assert in_job_breaches(g) == ["traintop.probe_agent imports psutil", "traintop.probe_goodput imports traintop.metrics"]
+    g = {"traintop.injob.agent": {"json", "torch", "traintop.injob.goodput", "_traintop_probe_capture", "psutil"},
+         "traintop.injob.goodput": {"traintop.metrics"}, "traintop.store": {"psutil"},
+         "traintop.probe": {"os", "traintop.injob.agent", "traintop.injob", "traintop.probes"},
+         "traintop.injob": {"traintop.watch.launch"}}
+    assert in_job_breaches(g) == ["traintop.injob imports traintop.watch.launch", "traintop.injob.agent imports psutil",
+                                  "traintop.injob.goodput imports traintop.metrics", "traintop.probe imports traintop.probes"]

@@ -1,7 +1,7 @@
 """The view-model and the rules agree on their figures."""
 
-from traintop.monitor import Monitor
-from traintop.view import build_view
+from traintop.watch.monitor import Monitor
+from traintop.reports.view import build_view
 
 
 def test_loader_workers_have_one_figure_in_the_panel_and_the_alert():
@@ -78,7 +78,7 @@ def test_the_time_ledger_is_labelled_with_the_time_it_covers():
     import dataclasses
 
     from traintop.collectors.simulated import Simulator
-    from traintop.view import LEDGER_WINDOW_S
+    from traintop.reports.view import LEDGER_WINDOW_S
     from widgets.process_panel import ledger_line, ledger_ranks
 
     def line_after(n):
@@ -100,7 +100,7 @@ def test_the_time_ledger_says_how_long_it_covers():
     """The ledger's window (5 minutes), or less for a job younger than that: each sample counts
     the interval before it."""
     from traintop.collectors.simulated import Simulator
-    from traintop.view import LEDGER_WINDOW_S
+    from traintop.reports.view import LEDGER_WINDOW_S
 
     sim = Simulator("healthy", interval=1.0)
     mon = Monitor(sim.info())
@@ -116,7 +116,7 @@ def test_the_time_ledger_says_how_long_it_covers():
 def test_a_ranks_figures_are_read_from_the_store_once_a_sample():
     """A redraw between two samples (a finding starting, a key) reads the rank's time ledger and
     series again for nothing: they are kept until the store changes, and read afresh after."""
-    import traintop.view as view_module
+    import traintop.reports.view as view_module
     from traintop.collectors.simulated import Simulator
 
     sim = Simulator("healthy", seed=2, interval=0.5)

@@ -1,17 +1,17 @@
-"""The one GPU-hours formula (traintop.waste) and every front end that calls it."""
+"""The one GPU-hours formula (traintop.reports.waste) and every front end that calls it."""
 
 import json
 from array import array
 
 import pytest
 
-from traintop import waste
-from traintop.analyze import _Acc, analyze
+from traintop.reports import waste
+from traintop.reports.analyze import _Acc, analyze
 from traintop.cluster.fetch import AgentFinding, ClusterData, GpuData
 from traintop.cluster.report import agent_findings, gpu_series
 from traintop.collectors.simulated import Simulator
 from traintop.findings import Finding, Severity
-from traintop.recording import RecordingReader, RecordingWriter
+from traintop.record.recording import RecordingReader, RecordingWriter
 from traintop.rules import DEFAULT, RULES_VERSION
 from traintop.rules.config import host_values
 from traintop.samples import Frame, GpuSample

@@ -26,7 +26,7 @@ from traintop.options import (BEFORE, DEFAULTS, SUMMARIES, add_display, add_find
                               positive_int as _positive_int, seconds as _seconds, speed as _speed)
 
 if TYPE_CHECKING:
-    from traintop.feeds import ReplayFeed, SourceFeed
+    from traintop.watch.feeds import ReplayFeed, SourceFeed
 
 
 def echo(message: str) -> None:
@@ -117,7 +117,7 @@ def _run_app(args, session, banner: str | None = None, prepare=None) -> int:
 
 
 def cmd_live(args) -> int:
-    from traintop import sessions
+    from traintop.watch import sessions
 
     if args.record is not None:
         require_terminal()  # before the recording is created: nothing left behind to remove
@@ -147,7 +147,7 @@ def cmd_live(args) -> int:
 def _probe_dir_note() -> str | None:
     """One line when the usual probe directory is another user's (or a symlink): probes there are
     not read. Jobs started by `traintop run` say where theirs is, and are still found."""
-    from traintop.probe_agent import private_dir_problem, probe_dir
+    from traintop.injob.agent import private_dir_problem, probe_dir
     from traintop.text import one_line
 
     path = probe_dir()
@@ -178,13 +178,13 @@ DEMO_BANNER = "Demo: a real H200 session, replayed in a loop."
 
 
 def cmd_demo(args) -> int:
-    from traintop import sessions
+    from traintop.watch import sessions
 
     return _run_app(args, sessions.demo_session(config=args.thresholds), banner=DEMO_BANNER)
 
 
 def cmd_simulate(args) -> int:
-    from traintop import sessions
+    from traintop.watch import sessions
 
     if args.record is not None:
         require_terminal()  # before the recording is created: nothing left behind to remove
@@ -195,9 +195,9 @@ def cmd_simulate(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from traintop import sessions
-    from traintop.job import forward_signals
-    from traintop.launch import launch, private_base
+    from traintop.watch import sessions
+    from traintop.watch.job import forward_signals
+    from traintop.watch.launch import launch, private_base
     from traintop.text import one_line
 
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
@@ -291,7 +291,7 @@ def _run_job_headless(args, job, session) -> int:
 def _run_job_in_app(args, job, session) -> int:
     import asyncio
 
-    from traintop.job import forward_signals
+    from traintop.watch.job import forward_signals
 
     def close_app(app):
         def on_signal(_signum):
@@ -327,9 +327,9 @@ def _fields(args) -> list[str] | None:
 
 
 def cmd_doctor(args) -> int:
-    from traintop import doctor
+    from traintop.reports import doctor
 
-    from traintop.config import load_thresholds
+    from traintop.watch.config import load_thresholds
 
     try:  # a bad config file stops every other command: doctor runs and says what is wrong with it
         load_thresholds()
@@ -342,8 +342,8 @@ def cmd_doctor(args) -> int:
 
 
 def cmd_analyze(args) -> int:
-    from traintop import sessions
-    from traintop.analyze import analyze, render_json, render_text
+    from traintop.watch import sessions
+    from traintop.reports.analyze import analyze, render_json, render_text
     from traintop.rules import Severity
 
     if args.prometheus:
@@ -367,9 +367,9 @@ def cmd_analyze(args) -> int:
 
 
 def cmd_replay(args) -> int:
-    from traintop import sessions
+    from traintop.watch import sessions
 
-    from traintop.analyze import damage_summary
+    from traintop.reports.analyze import damage_summary
 
     session = sessions.replay_session(args.file, speed=args.speed, fields=_fields(args), config=args.thresholds)
     damage = damage_summary(cast("ReplayFeed", session.feed).reader)
@@ -378,7 +378,7 @@ def cmd_replay(args) -> int:
 
 
 def cmd_record(args) -> int:
-    from traintop import sessions
+    from traintop.watch import sessions
 
     if args.fast and not (args.simulate and args.duration):
         raise TraintopError("--fast needs --simulate and --duration")
@@ -476,7 +476,7 @@ def _record_until_stopped(feed, duration: float | None, failed=lambda: False) ->
 
 
 def cmd_config(args) -> int:
-    from traintop.config import default_path, describe_thresholds
+    from traintop.watch.config import default_path, describe_thresholds
 
     print(describe_thresholds(args.thresholds, args.config or default_path()))
     return 0
@@ -535,7 +535,7 @@ def add_record(sub) -> None:
 
 
 def add_run(sub) -> None:
-    from traintop.job import DEFAULT_GRACE_S
+    from traintop.watch.job import DEFAULT_GRACE_S
 
     p = sub.add_parser("run", help=SUMMARIES["run"],
                        description="Start a training command with the probe injected (no code change) and "
@@ -636,13 +636,13 @@ def add_cluster(sub) -> None:
 
 
 def _add_snapshot(sub) -> None:
-    from traintop.export_commands import add_snapshot
+    from traintop.reports.export_commands import add_snapshot
 
     add_snapshot(sub)
 
 
 def _add_export(sub) -> None:
-    from traintop.export_commands import add_export
+    from traintop.reports.export_commands import add_export
 
     add_export(sub)
 
@@ -886,7 +886,7 @@ def _main(argv: list[str] | None) -> int:
     args = parse_args(argv)
     try:
         if hasattr(args, "config"):
-            from traintop.config import load_thresholds
+            from traintop.watch.config import load_thresholds
 
             args.thresholds = load_thresholds(args.config, args.set)
         return args.handler(args)

@@ -42,7 +42,7 @@ class Finding:
     evidence: str
     remedies: tuple[str, ...]
     explained_by: str | None = None  # "rule subject" of the stronger finding that explains this one
-    gpu_hours: float = 0.0  # what it cost (traintop.waste): analyze and the cluster report fill it in
+    gpu_hours: float = 0.0  # what it cost (traintop.reports.waste): analyze and the cluster report fill it in
     energy_kwh: float = 0.0  # what its GPU(s) drew while it lasted
     id: int = 0  # the engine's number for it (stable while it is up)
     host: str | None = None  # the cluster report's: whose finding

@@ -2,7 +2,7 @@
 
 import os as _os
 
-from traintop.probe_agent import start
+from traintop.injob.agent import start
 
 if _os.environ.get("TRAINTOP_PROBE_DISABLE") != "1":
     start()

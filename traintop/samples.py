@@ -316,7 +316,7 @@ class RankSample:
     # cgroup (root's, of Slurm's shape); None where the job is the probe's word alone (not recorded)
     job_uid: int | None = None
     # The time ledger: share (0..1) of the wall time since the last sample spent in each bucket
-    # (traintop.probe_goodput.BUCKETS; together about 1).
+    # (traintop.injob.goodput.BUCKETS; together about 1).
     time_train: float | None = None
     time_input: float | None = None
     time_collective: float | None = None

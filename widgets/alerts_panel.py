@@ -11,7 +11,7 @@ from textual.containers import VerticalScroll
 from traintop.text import one_line
 from traintop.units import fmt_clock, fmt_duration
 from traintop.findings import Finding
-from traintop.view import View
+from traintop.reports.view import View
 from traintop.widgets.render import SEVERITY_ICON, SEVERITY_STYLE
 from traintop.widgets.line import Line
 from traintop.widgets.lines import TextLines, join_lines, line_signature

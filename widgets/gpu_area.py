@@ -3,7 +3,7 @@ GPU focused alone, as the terminal's size allows. Not a widget: it fills the ``#
 
 from __future__ import annotations
 
-from traintop.view import View
+from traintop.reports.view import View
 from traintop.widgets.gpu_panel import GpuPanel
 
 COMPACT_WIDTH = 120

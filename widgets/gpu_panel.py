@@ -8,7 +8,7 @@ from traintop.widgets.lines import TextLines, fit, join_lines
 
 from traintop.text import one_line
 from traintop.units import GiB, fmt_rate
-from traintop.view import GpuView
+from traintop.reports.view import GpuView
 from traintop.widgets.gpu_table import alert_mark, owners_brief
 from traintop.widgets.owner_text import proc_text
 from traintop.widgets.render import level_style, spark

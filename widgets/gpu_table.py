@@ -6,7 +6,7 @@ from rich.text import Text
 
 from traintop.text import one_line
 from traintop.units import GiB
-from traintop.view import GpuView
+from traintop.reports.view import GpuView
 from traintop.widgets.line import Line
 from traintop.widgets.lines import TextLines, join_lines
 from traintop.widgets.owner_text import proc_text

@@ -7,7 +7,7 @@ from traintop.widgets.line import Line
 from traintop.widgets.lines import TextLines, fit, join_lines
 
 from traintop.units import fmt_bytes, fmt_rate
-from traintop.view import HostView
+from traintop.reports.view import HostView
 from traintop.widgets.render import bar, level_style, spark
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from traintop.samples import Owner
 from traintop.text import one_line
 from traintop.units import fmt_bytes
-from traintop.view import GpuProcView
+from traintop.reports.view import GpuProcView
 
 NBSP = "\u00a0"
 NOT_VISIBLE = "not visible from here"

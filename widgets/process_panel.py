@@ -11,9 +11,9 @@ from traintop.widgets.lines import TextLines, fit, fit_parts, join_lines
 from traintop.rules.config import DEFAULT, Thresholds
 from traintop.text import one_line
 from traintop.units import fmt_bytes, fmt_duration, fmt_rate
-from traintop.evidence import short
+from traintop.record.evidence import short
 from traintop.samples import LEDGER_BUCKETS
-from traintop.view import LEDGER_WINDOW_S, ProcessView, RankView
+from traintop.reports.view import LEDGER_WINDOW_S, ProcessView, RankView
 from traintop.widgets.memory_chart import memory_chart, rss_chart
 from traintop.widgets.owner_text import owner_text, proc_text
 

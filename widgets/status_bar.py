@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from rich.text import Text
-from traintop.status_text import fit_session
+from traintop.reports.status_text import fit_session
 from traintop.widgets.line import Line
 from traintop.widgets.lines import TextLines, join_lines
 

@@ -26,19 +26,19 @@ from traintop.cluster.exporter import HostCollector, HostState, RankLabels
 from traintop.cluster.metrics_server import MetricsServer
 from traintop.cluster.owners import GpuOwners
 from traintop.errors import TraintopError
-from traintop.hooks import finding_hook
-from traintop import waste
+from traintop.watch.hooks import finding_hook
+from traintop.reports import waste
 from traintop.findings import Severity
 from traintop.metrics import rank_gpu, rank_id, step_seconds_per_step
 from traintop.mfu import MFU_SPAN_S, mfu, peak_flops
 from traintop.samples import LEDGER_BUCKETS
 from traintop.rules.across_hosts import RANK_CLAIMED, RANK_OWNERS
 from traintop.samples import SessionKind
-from traintop.session import Session
+from traintop.watch.session import Session
 from traintop.text import one_line
 
 if TYPE_CHECKING:
-    from traintop.feeds import SourceFeed
+    from traintop.watch.feeds import SourceFeed
 
 # Prometheus's wiki of default ports hands out 9100-9999 to exporters, and that range is
 # full; 19401 lies outside it (dcgm-exporter's 9400 + 10000, + 1), below Linux's
@@ -281,7 +281,7 @@ class HostAgent:
 
 
 def build_hosts(args) -> list[HostAgent]:
-    from traintop import sessions
+    from traintop.watch import sessions
 
     hook = finding_hook(args.on_finding, lambda msg: print(f"traintop: {one_line(msg)}", file=sys.stderr, flush=True))
     job = args.job or job_from_env()

@@ -6,8 +6,8 @@ need no ranks. The report says what cannot be seen without agents.
 from __future__ import annotations
 
 from traintop import plausible as P
-from traintop import waste
-from traintop.analyze import ended
+from traintop.reports import waste
+from traintop.reports.analyze import ended
 from traintop.cluster import claims, crosshost
 from traintop.cluster import report as R
 from traintop.cluster.checks import Checked, gpu_index_of
@@ -103,7 +103,7 @@ def _columns(results: dict, named, check: Checked) -> tuple[dict, dict, dict]:
 def _host_findings(data: ClusterData, host: str, cols: dict, models: dict, uuids: dict, config) -> list:
     """One host's GPUs played through the local rules instant by instant (their GpuData laid into
     ``data`` on the way): the findings, each with the GPU-hours it cost."""
-    from traintop.monitor import Monitor
+    from traintop.watch.monitor import Monitor
     from traintop.rules import default_engine
 
     keys = sorted(k for k in cols if k[0] == host)

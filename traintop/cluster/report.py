@@ -13,8 +13,8 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 
-from traintop import waste
-from traintop.analyze import GpuSummary, ended
+from traintop.reports import waste
+from traintop.reports.analyze import GpuSummary, ended
 from traintop.cluster import crosshost
 from traintop.cluster.fetch import ClusterData, GpuData
 from traintop.findings import Finding

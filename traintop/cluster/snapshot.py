@@ -12,7 +12,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from traintop.analyze import ended
+from traintop.reports.analyze import ended
 from traintop.cluster.crosshost import silent_hosts
 from traintop.cluster.fetch import ClusterData
 from traintop.cluster.report import job_ledgers

@@ -15,8 +15,8 @@ import time
 from typing import Callable, Iterator, Protocol
 
 from traintop.errors import RecordingError
-from traintop.monitor import Monitor
-from traintop.replay_controls import ReplayControls
+from traintop.watch.monitor import Monitor
+from traintop.watch.replay_controls import ReplayControls
 from traintop.samples import Frame, SessionKind
 from traintop.store import Store
 

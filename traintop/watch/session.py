@@ -1,5 +1,5 @@
 """One session of watching: what the dashboard, `traintop record`, `traintop run` and the node
-agent each hold. The builders are in ``traintop.sessions``.
+agent each hold. The builders are in ``traintop.watch.sessions``.
 
 It owns the monitor and the feed, the kind (``SessionKind``, carried by the feed), the replay
 controls, recording (the one route for ``--record`` and the dashboard's ``r`` key), the
@@ -15,14 +15,14 @@ import time
 from typing import TYPE_CHECKING
 
 from traintop.errors import TraintopError
-from traintop.feeds import Feed
-from traintop.monitor import Monitor
-from traintop.recording import default_recording_dir, new_recording_path
-from traintop.replay_controls import ReplayControls
+from traintop.watch.feeds import Feed
+from traintop.watch.monitor import Monitor
+from traintop.record.recording import default_recording_dir, new_recording_path
+from traintop.watch.replay_controls import ReplayControls
 from traintop.samples import SessionKind
 
 if TYPE_CHECKING:
-    from traintop.export import StreamWriter
+    from traintop.record.export import StreamWriter
 
 
 class Session:
@@ -30,7 +30,7 @@ class Session:
         self.monitor = monitor
         self.feed = feed
         self.record_dir = record_dir  # where the dashboard's r key records (None: the per-user default)
-        self.job = job  # traintop.job.Job that `traintop run` started, or None
+        self.job = job  # traintop.watch.job.Job that `traintop run` started, or None
         self.replay: ReplayControls | None = feed.replay_controls()
         self._streams: list = []
 
@@ -81,9 +81,9 @@ class Session:
         return rec.path if rec is not None else None
 
     def stream_samples(self, out) -> "StreamWriter":
-        """Write each sample from now on to ``out`` as a JSON line (traintop/export.py), through a
+        """Write each sample from now on to ``out`` as a JSON line (traintop/record/export.py), through a
         bounded queue: a slow reader loses lines, the sampling never waits. Closed with the session."""
-        from traintop import export
+        from traintop.record import export
 
         writer = export.StreamWriter(out)
         info = self.monitor.info
@@ -127,7 +127,7 @@ class Session:
 
     # -- --on-finding ----------------------------------------------------------------------
     def attach_hook(self, hook, host: str | None = None) -> None:
-        """Tell ``hook`` (traintop.hooks.FindingHook) when a warning or worse starts or ends on
+        """Tell ``hook`` (traintop.watch.hooks.FindingHook) when a warning or worse starts or ends on
         ``host`` (default: this session's host); closing the session closes it. One hook may
         serve several sessions (the agent's hosts)."""
         if hook is not None:
@@ -136,7 +136,7 @@ class Session:
     def on_finding(self, command: str | None, say=None, host: str | None = None):
         """``--on-finding CMD``: build the hook (None without a command) and attach it; ``say``
         tells of its first failure where a line can be printed (not under the dashboard)."""
-        from traintop.hooks import finding_hook
+        from traintop.watch.hooks import finding_hook
 
         hook = finding_hook(command, say)
         self.attach_hook(hook, host)

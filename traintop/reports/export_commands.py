@@ -1,6 +1,6 @@
 """`traintop snapshot` (one sample of every GPU, process and rank, then exit) and `traintop export`
 (a recording or an nvidia-smi log as JSON lines or CSV): samples for scripts, in the shape of
-traintop/export.py."""
+traintop/record/export.py."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 import sys
 import time
 
-from traintop import export
+from traintop.record import export
 from traintop.errors import NoGpuError, TraintopError
 from traintop.text import one_line
 from traintop.options import SUMMARIES, positive_int, seconds
@@ -37,8 +37,8 @@ def take_snapshot(pid: int | None, wait_s: float):
     from traintop.collectors.host import HostCollector
     from traintop.collectors.nvml import NvmlCollector
     from traintop.collectors.process import ProcessCollector
-    from traintop.live import LiveSampler
-    from traintop.sessions import no_gpu_info
+    from traintop.sources.live import LiveSampler
+    from traintop.watch.sessions import no_gpu_info
 
     proc = ProcessCollector(pid) if pid is not None else None
     try:
@@ -88,7 +88,7 @@ NOTHING_TO_EXPORT = {"gpus": "no GPU", "host": "no host sample", "process": "no 
 
 
 def cmd_export(args) -> int:
-    from traintop import sessions
+    from traintop.watch import sessions
 
     if args.rows is not None and not args.csv:
         raise TraintopError("--rows picks what a CSV's rows are (with --csv); a JSON line holds all of a sample")

@@ -17,7 +17,7 @@ import os
 from concurrent.futures import ProcessPoolExecutor
 
 from traintop.findings import Finding
-from traintop.monitor import Monitor
+from traintop.watch.monitor import Monitor
 from traintop.rules import Thresholds, default_engine
 
 WARM_S = 900.0  # played before a part: the longest rule window (300 s) and its hysteresis, with room

@@ -1,7 +1,7 @@
 """Evidence captured when a finding starts: which finding asks for what, and the files kept.
 
 When a finding of CAPTURE_ON starts in a live session with the probe, traintop asks the job's
-probe (traintop/probe_capture.py) for a profiler trace of a few steps or a CUDA memory snapshot,
+probe (traintop/injob/capture.py) for a profiler trace of a few steps or a CUDA memory snapshot,
 once per finding; the probe itself allows one of each kind per 10 minutes. A recording keeps a
 copy of each file beside it (``RUN.ttrec.captures/``) and lists it; ``analyze`` names the viewer.
 
@@ -20,7 +20,7 @@ import stat
 import threading
 import time
 
-from traintop.probe_capture import CAPTURE_NAME, budget_bytes, disk_bytes, hold_budget
+from traintop.injob.capture import CAPTURE_NAME, budget_bytes, disk_bytes, hold_budget
 from traintop.samples import Capture
 from traintop.units import fmt_bytes
 

@@ -19,8 +19,8 @@ from importlib import resources
 from traintop import __version__
 from traintop.errors import TraintopError
 from traintop.files import _kind
-from traintop.job import Job
-from traintop.probe_agent import ensure_private_dir, probe_dir
+from traintop.watch.job import Job
+from traintop.injob.agent import ensure_private_dir, probe_dir
 from traintop.units import fmt_bytes
 
 
@@ -44,8 +44,8 @@ def private_base() -> tuple[str, str | None]:
                           f"(to fix: remove {path}, or set XDG_RUNTIME_DIR)")
 
 
-INJECTED = (("probe_capture.py", "_traintop_probe_capture.py"), ("probe_goodput.py", "_traintop_probe_goodput.py"),
-            ("probe_agent.py", "_traintop_probe_agent.py"), ("inject/sitecustomize.py", "sitecustomize.py"))
+INJECTED = (("injob/capture.py", "_traintop_probe_capture.py"), ("injob/goodput.py", "_traintop_probe_goodput.py"),
+            ("injob/agent.py", "_traintop_probe_agent.py"), ("inject/sitecustomize.py", "sitecustomize.py"))
 
 
 def injection_dir(base: str) -> str:

@@ -1,4 +1,4 @@
-"""Where each rank's time went over a whole run: the probe's ledger (traintop/probe_goodput.py)
+"""Where each rank's time went over a whole run: the probe's ledger (traintop/injob/goodput.py)
 summed into seconds, GPU-hours and energy per bucket, for ``analyze``; and the MFU of its steps over
 its training time."""
 

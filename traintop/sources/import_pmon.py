@@ -18,7 +18,7 @@ from array import array
 from dataclasses import dataclass, field
 
 from traintop import plausible
-from traintop.log_source import LogTimeline
+from traintop.sources.log_source import LogTimeline
 from traintop.samples import Frame, GpuInfo, GpuProcess, GpuSample, SessionInfo
 from traintop.units import MiB
 

@@ -294,7 +294,7 @@ def _dead(pid: int) -> bool:
 
 def default_log_path() -> str | None:
     """on-finding.log in traintop's private directory (0700), or None where it cannot be made."""
-    from traintop.probe_agent import ensure_private_dir, probe_dir
+    from traintop.injob.agent import ensure_private_dir, probe_dir
 
     try:
         return os.path.join(ensure_private_dir(probe_dir()), "on-finding.log")

@@ -11,13 +11,13 @@ import time
 from typing import cast
 
 from traintop.errors import NoGpuError, RecordingError, TraintopError
-from traintop.feeds import ReplayFeed, SourceFeed
-from traintop.live import LiveSampler
-from traintop.monitor import Monitor
-from traintop.recording import RecordingReader
+from traintop.watch.feeds import ReplayFeed, SourceFeed
+from traintop.sources.live import LiveSampler
+from traintop.watch.monitor import Monitor
+from traintop.record.recording import RecordingReader
 from traintop.rules import Thresholds, default_engine
 from traintop.samples import SessionInfo, SessionKind
-from traintop.session import Session
+from traintop.watch.session import Session
 from traintop.store import Store
 
 MIN_INTERVAL, MAX_INTERVAL = 0.05, 60.0
@@ -164,7 +164,7 @@ def simulated_session(scenario: str = "healthy", gpus: int = 1, seed: int = 0, i
 
 def open_source(path: str, fields: list[str] | None = None):
     """A traintop recording, or an nvidia-smi query/dmon log (imported)."""
-    from traintop import importers
+    from traintop.sources import importers
     from traintop.files import open_regular
 
     with open_regular(path) as fh:  # a FIFO or a device is refused here, before any read

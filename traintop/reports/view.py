@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from traintop.attribution import WorkerLoad
 from traintop.metrics import gpu_key, host_key, ledger_shares, proc_key, rank_id, rank_key, step_seconds_per_step
 from traintop.mfu import MFU_SPAN_S, mfu
-from traintop.monitor import Monitor
+from traintop.watch.monitor import Monitor
 from traintop.rules.config import DEFAULT, Thresholds
 from traintop.findings import Finding
 from traintop.samples import (
@@ -96,7 +96,7 @@ class ProcessView:
     ranks: list = field(default_factory=list)  # RankView per probed process
     thresholds: Thresholds = DEFAULT  # what the rules call a saturated worker, a long input wait
     launched: bool = False  # started by `traintop run`: the probe was injected
-    job_end: object | None = None  # traintop.job.JobEnd once a launched job has ended
+    job_end: object | None = None  # traintop.watch.job.JobEnd once a launched job has ended
     workers: WorkerLoad | None = None  # the tree's loader workers, by the rules' own definition
     # No probe data in the latest sample although the job had the probe (idle, ended, stopped
     # reporting): for how long. None: it has probe data now, or never had (then: no probe).

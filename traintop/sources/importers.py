@@ -31,8 +31,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from traintop import plausible
-from traintop.log_source import LogTimeline
-from traintop.import_pmon import PmonFailed, PmonLog, is_pmon_header, load_pmon
+from traintop.sources.log_source import LogTimeline
+from traintop.sources.import_pmon import PmonFailed, PmonLog, is_pmon_header, load_pmon
 from traintop.errors import TraintopError
 from traintop.files import open_regular
 from traintop.samples import Frame, GpuInfo, GpuSample, SessionInfo

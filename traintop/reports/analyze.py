@@ -4,7 +4,7 @@ The rules run over every sample as they would live — unless the recording says
 same rules, with the same thresholds, judged it while it was made: then its recorded
 alerts are the findings, and the summary is computed column by column without building
 frames (a day of 8 GPUs in seconds, not minutes). Each finding gets the GPU-hours it cost
-and the energy its GPUs drew, from the samples present (``traintop.waste``).
+and the energy its GPUs drew, from the samples present (``traintop.reports.waste``).
 """
 
 from __future__ import annotations
@@ -17,16 +17,16 @@ from array import array
 from dataclasses import asdict, dataclass, field
 from typing import NoReturn
 
-from traintop import waste
+from traintop.reports import waste
 from traintop.errors import TraintopError
 from traintop.findings import Finding
-from traintop.monitor import Monitor
+from traintop.watch.monitor import Monitor
 from traintop.rules import DEFAULT, Severity, Thresholds, default_engine
-from traintop.evidence import captures_dir, describe, folder_problem
-from traintop.probe_capture import CAPTURE_NAME
+from traintop.record.evidence import captures_dir, describe, folder_problem
+from traintop.injob.capture import CAPTURE_NAME
 from traintop.stacks import why_taken
-from traintop.time_ledger import TimeLedger
-from traintop.time_ledger import render as render_ledger
+from traintop.reports.time_ledger import TimeLedger
+from traintop.reports.time_ledger import render as render_ledger
 from traintop.text import plain
 from traintop.units import GiB, fmt_clock, fmt_duration
 
@@ -277,7 +277,7 @@ def _analyze(source, config: Thresholds | None, name: str, rerun: bool) -> Repor
     monitor.engine.max_history = MAX_FINDINGS  # a report keeps every finding of the run, not the last 500
     judged = None
     if getattr(source, "in_memory", False) and source.t_start is not None:  # a long log: in parts, at once
-        from traintop.analyze_parallel import judge_in_parts
+        from traintop.reports.analyze_parallel import judge_in_parts
 
         judged = judge_in_parts(source, config, source.t_start, source.t_end, MAX_FINDINGS)
     accs: dict[int, _Acc] = {}
@@ -527,7 +527,7 @@ def _summarise_parallel(path: str, names: dict, ids: list[int]):
 
 
 def _summarise_path(path: str, names: dict, ids: list[int]):
-    from traintop.recording import RecordingReader
+    from traintop.record.recording import RecordingReader
 
     reader = RecordingReader(path)
     try:
@@ -538,7 +538,7 @@ def _summarise_path(path: str, names: dict, ids: list[int]):
 
 def _summarise(source, names: dict, ids: list[int]):
     """Per-GPU accumulators over the chunks ``ids`` (in time order), from their columns only."""
-    from traintop.codec import SCHEMES, gpu_column
+    from traintop.record.codec import SCHEMES, gpu_column
 
     accs: dict[int, _Acc] = {}
     first = last = None

@@ -39,8 +39,8 @@ try:  # copied next to the job by `traintop run`, or imported from the package
     from _traintop_probe_capture import Capturer, dir_problem  # type: ignore[import-not-found]
     from _traintop_probe_goodput import Goodput, stack_text  # type: ignore[import-not-found]
 except ImportError:
-    from traintop.probe_capture import Capturer, dir_problem
-    from traintop.probe_goodput import Goodput, stack_text
+    from traintop.injob.capture import Capturer, dir_problem
+    from traintop.injob.goodput import Goodput, stack_text
 
 PROTOCOL = 1
 DEFAULT_INTERVAL = 0.33

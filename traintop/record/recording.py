@@ -22,10 +22,10 @@ from typing import Iterator
 
 from traintop import __version__
 from traintop import plausible
-from traintop.codec import (CODEC, CODECS, MAX_CHUNK_SAMPLES, columns_of, decode, decode_columns, decode_series, encode,
+from traintop.record.codec import (CODEC, CODECS, MAX_CHUNK_SAMPLES, columns_of, decode, decode_columns, decode_series, encode,
                             merge)
 from traintop.errors import RecordingError, TraintopError
-from traintop.evidence import Keeper, removed_error
+from traintop.record.evidence import Keeper, removed_error
 from traintop.files import check_regular, open_regular
 from traintop.findings import Finding, Severity
 from traintop.text import one_line

@@ -12,7 +12,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from traintop.errors import RecordingError, TraintopError
-from traintop.evidence import CAPTURE_ON
+from traintop.record.evidence import CAPTURE_ON
 from traintop.rules import RULES_VERSION, RulesEngine, default_engine
 from traintop.findings import Finding
 from traintop.rules.config import host_values
@@ -20,7 +20,7 @@ from traintop.samples import Frame, SessionInfo, StackDump
 from traintop.store import Store
 
 if TYPE_CHECKING:
-    from traintop.hooks import FindingEvents, FindingHook
+    from traintop.watch.hooks import FindingEvents, FindingHook
 
 
 class Monitor:
@@ -43,7 +43,7 @@ class Monitor:
         self.probe_seen_at: float | None = None  # the latest sample with the job's probe data (ranks)
         self.last_ranks: tuple = ()  # that sample's ranks (the panel keeps them once the job has ended)
         self.launched = False  # the attached process was started by `traintop run` (with the probe)
-        self.job_end = None  # traintop.job.JobEnd of a launched job, as soon as it is reaped
+        self.job_end = None  # traintop.watch.job.JobEnd of a launched job, as soon as it is reaped
         self.stacks: dict[int, StackDump] = {}  # the latest thread stacks of each probed process
         self.capture_evidence = False  # ask the probe for a trace or a memory snapshot when a finding starts
         self.captures_wanted: list[str] = []  # kinds the live feed passes to the probes
@@ -59,7 +59,7 @@ class Monitor:
     def start_recording(self, path: str, **writer_options) -> str:
         """Record from now on into a new file at ``path`` (the one route for ``--record`` and the
         dashboard's ``r`` key). Raises RecordingError (one line) when it cannot be created."""
-        from traintop.recording import RecordingWriter
+        from traintop.record.recording import RecordingWriter
 
         with self.lock:
             if self.recorder is not None:
@@ -95,7 +95,7 @@ class Monitor:
 
     def attach_finding_hook(self, hook, host: str | None = None) -> None:
         """Run ``hook`` (--on-finding) from now on; this monitor closes it."""
-        from traintop.hooks import FindingEvents
+        from traintop.watch.hooks import FindingEvents
 
         with self.lock:
             self.hook = hook
