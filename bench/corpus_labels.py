@@ -17,7 +17,7 @@ Any other finding is a false one: it lowers that rule's precision. Every rule of
 is contradicted by some label (a test checks it): a finding that fires always costs wrong-advice
 seconds somewhere.
 
-``BUCKET`` maps each label to the bucket of the probe's time ledger it is (traintop/probe_goodput.py),
+``BUCKET`` maps each label to the bucket of the probe's time ledger it is (traintop/injob/goodput.py),
 for bench/ledger_score.py; a label that does not say how its time splits maps to None.
 """
 

@@ -58,7 +58,7 @@ def main() -> int:
     out: dict = {"device": torch.cuda.get_device_name() if not cpu else "cpu", "torch": torch.__version__}
     out["without_probe"] = compiled_run(dev)
     plain = [per_call_us(dev) for _ in range(3)]
-    from traintop.probe_agent import Probe, _dist_backend
+    from traintop.injob.agent import Probe, _dist_backend
 
     p = Probe(interval=0.1)
     assert p.start()

@@ -1,6 +1,6 @@
 """Pauses: the job's steps stop, again and again, for something other than its input.
 
-The probe's time ledger (traintop/probe_goodput.py) says where each rank's wall time went: a
+The probe's time ledger (traintop/injob/goodput.py) says where each rank's wall time went: a
 checkpoint (inside torch.save or torch.distributed.checkpoint), an evaluation (forward passes
 with grad off and no optimizer step), a wait in a blocking collective (a barrier while another
 rank saves alone), a compile, or "other" (a step overdue with none of those:
