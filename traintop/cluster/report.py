@@ -176,7 +176,7 @@ def agent_findings(data: ClusterData, series: dict | None = None) -> list[Findin
         return []
     engine = RulesEngine(rules=list(relayed.values()), max_history=1 << 30)
     store = Store(2)
-    for t in sorted({t for r in relayed.values() for t in r.at}):
+    for t in sorted({*data.grid, *(t for r in relayed.values() for t in r.at)}):  # every instant: gaps end runs
         engine.judge(store, t)
     engine.close_all(data.end)
     out = []

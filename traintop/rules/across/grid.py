@@ -9,12 +9,13 @@ once per finding, and a large job's "the others" once per interval.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, TypeAlias
 
 from traintop.rules.config import DEFAULT, Thresholds
 
 # cluster/fetch.py's ClusterData and RankData: read here, not imported (the cluster wing imports the rules)
-ClusterData = RankData = Any
+ClusterData: TypeAlias = Any
+RankData: TypeAlias = Any
 
 
 @dataclass
