@@ -12,6 +12,10 @@ and `analyze --prometheus` over the whole run read at a step that gives each ser
 points — what a 2-hour range at a 10 s step reads. It prints a table (with a column of an
 earlier run's figures given ``--compare``) and the JSON.
 
+``--ranks N`` measures only the judging (``findings_of``: the agents' verdicts and the cross-host
+rules) of a synthetic job of N ranks, 8 a host, over 720 instants, in this process, no
+Prometheus (with ``--before-code``, the older tree's too): the 10,000-rank case.
+
 ``--before-code DIR`` measures the view and analyze a second time with an older traintop
 (``git archive main traintop | tar -x -C DIR``) on the same data: a before/after column.
 For iterating on the readers: ``--serve`` starts the agents and Prometheus and waits;
@@ -208,6 +212,48 @@ def measure_analyze(url: str, span: float, out: dict, profile: str | None, code:
                           "rules": sorted({f["rule"] for f in rep["findings"]})}
 
 
+def synthetic(n_ranks: int, points: int = 720, per_host: int = 8):
+    """A job of ``n_ranks`` ranks on one grid: rank 3 waits for its data (the others wait for it),
+    host 5's ranks all step slowly, and rank 1's agent judged its GPU starved."""
+    from traintop.cluster.fetch import AgentFinding, ClusterData, GpuData, RankData
+
+    grid = [float(k) for k in range(points)]
+    d = ClusterData("synthetic", 0.0, grid[-1], 1.0, grid)
+    for rank in range(n_ranks):
+        host, local = f"n{rank // per_host}", rank % per_host
+        r = d.ranks[("big", rank)] = RankData("big", rank, local, n_ranks, host)
+        slow = rank // per_host == 5
+        r.step = {t: 0.16 if slow else 0.08 + 0.001 * ((t + rank) % 3) for t in grid}
+        r.steps = {t: t * 10 for t in grid}
+        r.wait = {t: 0.5 if rank == 3 else 0.02 for t in grid}
+        g = d.gpus[(host, local)] = GpuData(host, local, "GPU")
+        g.util = {t: 0.95 for t in grid}
+        g.clock_ratio = {t: 1.0 for t in grid}
+    d.findings.append(AgentFinding("n0", "starvation", "warning", "gpu1", grid[100:400]))
+    return d
+
+
+def measure_judging(n_ranks: int, out: dict, code: str | None = None) -> None:
+    """The judging of ``synthetic(n_ranks)`` (building the data not counted), in-process or by the
+    traintop in ``code``."""
+    if code:
+        snippet = ("import json, sys; sys.path.insert(0, %r); sys.path.insert(1, %r); import cluster_scale as b; "
+                   "o = {}; b.measure_judging(%d, o); print(json.dumps(o))" % (code, os.path.dirname(__file__), n_ranks))
+        r = subprocess.run([sys.executable, "-c", snippet], capture_output=True, text=True, env=_env(code), cwd=code)
+        out.update(json.loads(r.stdout.strip().splitlines()[-1]) if not r.returncode else
+                   {"judging_error": r.stderr.strip()[-300:]})
+        return
+    from traintop.cluster.report import findings_of
+
+    d = synthetic(n_ranks)
+    t0 = time.perf_counter()
+    shown, explained = findings_of(d)
+    out["judging_ranks"] = n_ranks
+    out["judging_s"] = round(time.perf_counter() - t0, 2)
+    out["judging_findings"] = sorted(f"{f.rule} {f.host} {f.subject}" for f in shown)[:8]
+    out["judging_explained"] = len(explained)
+
+
 ROWS = (
     ("scrape per host", lambda o: f"{o['scrape_bytes_per_host'] / 1000:.0f} KB, {o['series_per_host']} series"),
     ("Prometheus head series", lambda o: f"{o['prometheus_head_series']:.0f}"),
@@ -222,6 +268,7 @@ ROWS = (
     ("analyze, 720 points/series", lambda o: f"{o['analyze_s']:.1f} s"),
     ("analyze: queries, bytes", lambda o: f"{o['analyze']['queries']}, {o['analyze']['bytes_read'] / 1e6:.1f} MB"),
     ("analyze: findings", lambda o: f"{o['analyze']['findings']} ({', '.join(o['analyze']['rules'])})"),
+    ("judging, synthetic ranks", lambda o: f"{o['judging_s']:.2f} s, {o['judging_ranks']} ranks"),
 )
 
 
@@ -271,7 +318,20 @@ def main() -> int:
     ap.add_argument("--profile", metavar="DIR", help="write cProfile files of a refresh and an analyze here")
     ap.add_argument("--before-code", metavar="DIR",
                     help="also measure the view and analyze with the traintop in DIR (an older tree), same data")
+    ap.add_argument("--ranks", type=int, help="measure only the judging of a synthetic job of this many ranks")
     a = ap.parse_args()
+    if a.ranks:
+        out = {}
+        measure_judging(a.ranks, out)
+        columns = [("now", out)]
+        if a.before_code:
+            old: dict = {}
+            measure_judging(a.ranks, old, a.before_code)
+            columns.insert(0, ("older code", old))
+            out["before_code"] = old
+        print(table(columns))
+        print(json.dumps(out, indent=1))
+        return 0
     if a.profile:
         os.makedirs(a.profile, exist_ok=True)
     out: dict = {"hosts": a.hosts, "gpus_per_host": a.gpus, "scrape_s": a.scrape, "agent_interval_s": a.interval}

@@ -137,7 +137,8 @@ def _attributes(path: pathlib.Path) -> set[str]:
 
 def test_cross_host_rules_read_only_the_cluster_thresholds_and_the_others_none_of_them():
     names = set(Thresholds.__dataclass_fields__)
-    crosshost = _attributes(REPO / "traintop" / "cluster" / "crosshost.py") & names
+    crosshost = set().union(*(_attributes(p) for p in (REPO / "traintop" / "rules" / "across").glob("*.py"))) & names
+    crosshost |= _attributes(REPO / "traintop" / "cluster" / "judge.py") & names
     assert crosshost and all(n.startswith(CLUSTER_PREFIX) for n in crosshost), crosshost
     for path in (REPO / "traintop" / "rules").glob("*.py"):
         if path.name != "config.py":

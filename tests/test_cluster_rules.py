@@ -2,7 +2,8 @@
 
 import pytest
 
-from traintop.cluster import crosshost
+from traintop.cluster.judge import judge
+from traintop.rules.across import NodeStarving, SlowNode, Stalled, Straggler, StragglerNode
 from traintop.cluster.fetch import ClusterData, GpuData, RankData
 from traintop.findings import Severity
 from traintop.samples import REASON_SW_THERMAL
@@ -27,30 +28,54 @@ def job(data, hosts=("n1", "n2"), per_host=2, step_time=lambda host, local, t: 0
 
 
 def rules_of(findings):
-    return {(f.rule.id, f.host, f.subject) for f in findings}
+    return {(f.rule, f.host, f.subject) for f in findings}
+
+
+def stragglers(d, config=None):
+    return judge(d, *([config] if config else []), rules=(Straggler, StragglerNode), events=())
+
+
+def stalled(d):
+    return judge(d, rules=(Stalled,), events=())
+
+
+def slow_nodes(d, config=None):
+    return judge(d, *([config] if config else []), rules=(SlowNode,), events=())
+
+
+def node_starving(d):
+    return judge(d, rules=(NodeStarving,), events=())
+
+
+def gpu_errors(d):
+    return judge(d, rules=(), events=("node_gpu_errors",))
+
+
+def missing_nodes(d):
+    return judge(d, rules=(), events=("node_missing",))
 
 
 def test_a_synchronous_job_waits_for_the_rank_that_waits_for_its_data():
     d = grid_data()
     job(d, wait=lambda h, local, t: 0.4 if (h, local) == ("n2", 1) else 0.02)  # equal step times (DDP)
-    assert rules_of(crosshost.stragglers(d)) == {("straggler", "n2", "job 7 rank 3")}
+    assert rules_of(stragglers(d)) == {("straggler", "n2", "job 7 rank 3")}
 
 
 def test_no_straggler_in_a_healthy_job_with_noise():
     d = grid_data()
     job(d, step_time=lambda h, local, t: 0.08 * (1 + 0.05 * ((t + local) % 3)))
-    assert crosshost.stragglers(d) == []
+    assert stragglers(d) == []
 
 
 def test_a_job_whose_step_counters_stay_flat_is_stalled_and_only_after_holding():
     d = grid_data(60)
     job(d, steps=lambda h, local, t: min(t, 30.0) * 10)  # every rank stops at t = 30
-    (f,) = crosshost.stalled(d)
-    assert f.rule.id == "stalled_job" and f.subject == "job 7"
+    (f,) = stalled(d)
+    assert f.rule == "stalled_job" and f.subject == "job 7"
     assert f.start >= 30 - 1 and "no rank of job 7 took a step" in f.evidence
     d2 = grid_data(60)
     job(d2, steps=lambda h, local, t: (min(t, 30.0) if (h, local) != ("n1", 0) else t) * 10)
-    assert crosshost.stalled(d2) == []  # one rank still steps: not stalled
+    assert stalled(d2) == []  # one rank still steps: not stalled
 
 
 def test_a_node_with_every_gpu_clocked_down_is_slow_and_says_why():
@@ -60,11 +85,11 @@ def test_a_node_with_every_gpu_clocked_down_is_slow_and_says_why():
         if h == "n3":
             for t in d.grid:
                 g.clock_ratio[t], g.reasons[t], g.temp[t] = 0.72, REASON_SW_THERMAL, 86.0
-    (f,) = crosshost.slow_nodes(d)
-    assert (f.rule.id, f.host) == ("slow_node", "n3")
+    (f,) = slow_nodes(d)
+    assert (f.rule, f.host) == ("slow_node", "n3")
     assert "72 %" in f.evidence and "SW thermal" in f.evidence and "86 °C" in f.evidence
     d.gpus[("n3", 1)].clock_ratio = {t: 1.0 for t in d.grid}  # one GPU at full clock: not the node
-    assert crosshost.slow_nodes(d) == []
+    assert slow_nodes(d) == []
 
 
 def test_new_xids_on_a_node_are_errors_and_old_counts_are_not():
@@ -72,10 +97,10 @@ def test_new_xids_on_a_node_are_errors_and_old_counts_are_not():
     job(d)
     g = d.gpus[("n2", 1)]
     g.xid_total = {t: 3.0 for t in d.grid}  # counted before the range
-    assert crosshost.gpu_errors(d) == []
+    assert gpu_errors(d) == []
     g.xid_total = {t: 3.0 if t < 20 else 4.0 for t in d.grid}
     g.last_xid = {t: 79.0 for t in d.grid}
-    (f,) = crosshost.gpu_errors(d)
+    (f,) = gpu_errors(d)
     assert f.host == "n2" and "GPU 1" in f.evidence and "XID 79" in f.evidence and f.start == 20
 
 
@@ -88,8 +113,8 @@ def test_a_node_whose_series_stop_is_missing():
     for r in d.ranks.values():
         if r.host == "n2":
             r.steps = {t: v for t, v in r.steps.items() if t < 40}
-    (f,) = crosshost.missing_nodes(d)
-    assert (f.rule.id, f.host, f.start) == ("node_missing", "n2", 39.0)
+    (f,) = missing_nodes(d)
+    assert (f.rule, f.host, f.start) == ("node_missing", "n2", 39.0)
     assert "job 7" in f.evidence
 
 
@@ -136,11 +161,11 @@ def test_a_starving_node_that_is_no_straggler_keeps_its_own_finding():
     d = grid_data()
     job(d, hosts=("n1", "n2", "n3"), step_time=lambda h, local, t: 0.2 if (h, local) == ("n3", 1) else 0.08,
         wait=lambda h, local, t: 0.6 if h == "n2" else 0.02)
-    assert rules_of(crosshost.evaluate(d)) == {("node_starving", "n2", "job 7"), ("straggler", "n3", "job 7 rank 5")}
+    assert rules_of(judge(d)) == {("node_starving", "n2", "job 7"), ("straggler", "n3", "job 7 rank 5")}
     d2 = h200_ddp()
     d2.ranks[("7", 0)].wait = {t: 0.3 for t in d2.grid}  # the other node waits 2.9 times less: node_starving holds
-    assert "node_starving" not in {f.rule.id for f in crosshost.evaluate(d2)}  # folded into the straggler
-    assert {f.rule.id for f in crosshost.node_starving(d2)} == {"node_starving"}
+    assert "node_starving" not in {f.rule for f in judge(d2)}  # folded into the straggler
+    assert {f.rule for f in node_starving(d2)} == {"node_starving"}
 
 
 def from_recordings(paths: dict, job: str = "h200-ddp", step: float = 1.0):
@@ -250,7 +275,7 @@ def test_a_rank_claimed_twice_leaves_no_older_series_behind_in_the_rolling_windo
                                           "job sim rank 0 is claimed by node-a and by node-b", "sim"))
     data = roll(old, part, Grid(6.0, 1.0, 60))
     assert ("sim", 0) not in data.ranks
-    assert crosshost.stalled(data) == []
+    assert stalled(data) == []
 
 
 def test_set_of_a_cluster_threshold_changes_the_cross_host_verdict():
@@ -271,14 +296,14 @@ def test_set_of_a_cluster_threshold_changes_the_cross_host_verdict():
     assert sorted((f.rule, f.host) for f in shown) == [("starvation", "h200-node0"), ("starvation", "h200-node1")]
     assert explained == []
     # the hold: a straggler all through a minute of data is no finding when a verdict must hold 90 s
-    assert not crosshost.stragglers(h200_ddp(), load_thresholds(None, ["cluster_hold_s=90"]))
+    assert not stragglers(h200_ddp(), load_thresholds(None, ["cluster_hold_s=90"]))
     # a node's clocks: 0.72 of max is slow by default, not when slow means below 0.7
     d = grid_data()
     job(d, hosts=("n1", "n2", "n3"))
     for (h, _), g in d.gpus.items():
         if h == "n3":
             g.clock_ratio = {t: 0.72 for t in d.grid}
-    assert crosshost.slow_nodes(d) and not crosshost.slow_nodes(d, load_thresholds(None, ["cluster_slow_node_clock_frac=0.7"]))
+    assert slow_nodes(d) and not slow_nodes(d, load_thresholds(None, ["cluster_slow_node_clock_frac=0.7"]))
 
 
 def test_a_cross_host_straggler_costs_the_wait_of_gpus_that_spin_in_nccl():

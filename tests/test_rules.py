@@ -225,7 +225,8 @@ def test_every_threshold_is_read_by_a_rule():
     from traintop.rules.config import Thresholds
     rules_dir = pathlib.Path(__import__("traintop.rules", fromlist=["x"]).__file__).parent
     code = "\n".join(p.read_text() for p in rules_dir.glob("*.py") if p.name != "config.py")
-    code += (rules_dir.parent / "cluster" / "crosshost.py").read_text()  # where the cross-host rules are judged
+    code += "\n".join(p.read_text() for p in (rules_dir / "across").glob("*.py"))  # the cross-host rules
+    code += (rules_dir.parent / "cluster" / "judge.py").read_text()
     unread = [f.name for f in dataclasses.fields(Thresholds) if f".{f.name}" not in code]
     assert unread == []
 

@@ -32,7 +32,7 @@ from traintop.findings import Severity
 from traintop.metrics import rank_gpu, rank_id, step_seconds_per_step
 from traintop.mfu import MFU_SPAN_S, mfu, peak_flops
 from traintop.samples import LEDGER_BUCKETS
-from traintop.rules.across_hosts import RANK_CLAIMED, RANK_OWNERS
+from traintop.rules.across import RANK_CLAIMED, RANK_OWNERS
 from traintop.samples import SessionKind
 from traintop.watch.session import Session
 from traintop.text import one_line

@@ -23,12 +23,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from traintop.rules import across_hosts
+from traintop.rules import across
 
-# the rules these raise (rules/across_hosts.py)
-HOST_CLAIMED = across_hosts.HOST_CLAIMED.id
-RANK_CLAIMED = across_hosts.RANK_CLAIMED.id
-RANK_OWNERS = across_hosts.RANK_OWNERS.id
+# the rules these raise (rules/across/)
+HOST_CLAIMED = across.HOST_CLAIMED.id
+RANK_CLAIMED = across.RANK_CLAIMED.id
+RANK_OWNERS = across.RANK_OWNERS.id
 
 
 @dataclass(frozen=True)

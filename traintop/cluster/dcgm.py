@@ -8,11 +8,12 @@ from __future__ import annotations
 from traintop import plausible as P
 from traintop.reports import waste
 from traintop.reports.analyze import ended
-from traintop.cluster import claims, crosshost
+from traintop.cluster import claims
 from traintop.cluster import report as R
 from traintop.cluster.checks import Checked, gpu_index_of
 from traintop.cluster.fetch import ClusterData, GpuData, choose_step
 from traintop.cluster.promapi import Grid, Prometheus, Series
+from traintop.rules.across import SlowNode
 from traintop.rules.config import DEFAULT
 from traintop.samples import Frame, GpuInfo, GpuSample, SessionInfo
 from traintop.units import MiB
@@ -43,6 +44,9 @@ CANNOT_SEE = ("dcgm-exporter only (no traintop agent): no per-rank step times or
               "is judged from utilization alone at the scrape interval")
 
 
+WITHOUT_RANKS = (SlowNode,)  # the grid rules dcgm-exporter's series alone can feed (and every event)
+
+
 def host_of(s: Series) -> str:
     return s.get("Hostname", "hostname", "instance", default="?")
 
@@ -68,8 +72,7 @@ def dcgm_findings(prom: Prometheus, start: float, end: float, step: float | None
     missing = sorted({f for c in cols.values() for f in FIELDS} - {f for c in cols.values() for f in c})
     for host in sorted({h for h, _ in cols}):
         findings += _host_findings(data, host, cols, models, uuids, config)
-    for c in crosshost.evaluate(data, config or DEFAULT, crosshost.WITHOUT_RANKS):
-        findings.append(R.cross_finding(data, c))
+    findings += R.cross_findings(data, config or DEFAULT, WITHOUT_RANKS)
     notes = [CANNOT_SEE] + check.notes()
     if missing:
         notes.append("series not exported here: " + ", ".join(FIELDS[f][0] for f in missing))

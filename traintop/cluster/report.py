@@ -15,17 +15,23 @@ from dataclasses import asdict, dataclass, field
 
 from traintop.reports import waste
 from traintop.reports.analyze import GpuSummary, ended
-from traintop.cluster import crosshost
+from traintop.cluster import judge
 from traintop.cluster.fetch import ClusterData, GpuData
 from traintop.findings import Finding
 from traintop.rules import DEFAULT, Severity, Thresholds, declared
+from traintop.rules.across import GRID_RULES
+from traintop.rules.across.figures import overlap
+from traintop.rules.across.grid import Across
+from traintop.rules.declaration import CLUSTER, HOST
+from traintop.rules.engine import RulesEngine, Verdict
+from traintop.store import Store
 from traintop.text import one_line
 from traintop.units import GiB, fmt_duration
 from traintop.metrics import gpu_index
 
 # A cluster finding is the one record (traintop.findings) with its host and its scope: "host"
 # (an agent's verdict, or a local rule on dcgm series) or "cluster" (a cross-host rule).
-HOST, CLUSTER = "host", crosshost.CLUSTER_SCOPE
+# (HOST, CLUSTER: rules/declaration.py's scopes)
 
 
 def finding_json(f: Finding, t0: float) -> dict:
@@ -134,62 +140,91 @@ def _severity(label, default: Severity) -> Severity:
         return default
 
 
+class _Relayed:
+    """An agent's verdicts read back from Prometheus (the grid instants one rule held on one subject),
+    played through the engine as they were: nothing more to hold, gaps of up to two steps bridged."""
+
+    scope = HOST
+    explains: tuple[str, ...] = ()
+    defers_to: tuple[str, ...] = ()
+    now_s = None
+    after_the_fact = True
+    raise_after = 0.0
+
+    def __init__(self, rule_id: str, step: float) -> None:
+        rule = declared(rule_id)  # a single-host rule's, or a claim an agent raises about its own node
+        self.id, self.title = rule_id, rule.title if rule else rule_id
+        self.severity = _severity(getattr(rule, "severity", None), Severity.WARNING)
+        self.remedies = tuple(rule.remedies) if rule else ()
+        self.clear_after = 2.5 * step
+        self.at: dict[float, list] = {}  # t -> [(host, subject, severity)]
+
+    def evaluate(self, ctx):
+        for host, subject, sev in self.at.get(ctx.now, ()):
+            yield Verdict(subject, "", severity=sev, host=host)
+
+
 def agent_findings(data: ClusterData, series: dict | None = None) -> list[Finding]:
     series = _gpu_series(data) if series is None else series
+    relayed: dict[str, _Relayed] = {}
+    for f in data.findings:  # one series per severity: the engine keeps the worst
+        r = relayed.get(f.rule) or relayed.setdefault(f.rule, _Relayed(f.rule, data.step))
+        sev = _severity(f.severity, r.severity)
+        for t in f.times:
+            r.at.setdefault(t, []).append((f.host, f.subject, sev))
+    if not relayed:
+        return []
+    engine = RulesEngine(rules=list(relayed.values()), max_history=1 << 30)
+    store = Store(2)
+    for t in sorted({*data.grid, *(t for r in relayed.values() for t in r.at)}):  # every instant: gaps end runs
+        engine.judge(store, t)
+    engine.close_all(data.end)
     out = []
-    merged: dict[tuple, dict] = {}
-    for f in data.findings:  # one series per severity: merge them, keep the worst
-        key = (f.host, f.rule, f.subject)
-        sev = _severity(f.severity, _severity(getattr(declared(f.rule), "severity", None), Severity.WARNING))
-        m = merged.setdefault(key, {"times": set(), "severity": sev})
-        m["times"].update(f.times)
-        m["severity"] = max(m["severity"], sev)
-    for (host, rule_id, subject), m in sorted(merged.items()):
-        rule = declared(rule_id)  # a single-host rule's, or a claim an agent raises about its own node
+    for f in sorted(engine.alerts, key=lambda f: (f.host or "", f.rule, f.subject, f.start)):
+        host, a, b = f.host or "", f.start, ended(f)
         mine = {i: g for (h, i), g in series.items() if h == host}
-        for a, b in crosshost.spans(sorted(m["times"]), data.step, 0.0):
-            b_end = min(b + data.step, data.end)
-            evidence = f"{host}'s agent judged it over {fmt_duration(b_end - a)}"
-            if (i := gpu_index(subject)) is not None:
-                g = data.gpus.get((host, i))
-                if g is not None:
-                    detail = _gpu_evidence(g, a, b_end)
-                    evidence += f"; GPU {g.index} meanwhile: {detail}" if detail else ""
-            # each grid point it held at stands for its step (a few scrapes at the end of the data)
-            lost, _ = waste.finding_cost(rule_id, subject, None, a, b + data.step, mine)
-            f = Finding(rule_id, rule.title if rule else rule_id, subject, m["severity"], a, b_end, evidence,
-                        tuple(rule.remedies) if rule else ())
-            out.append(cluster_finding(f, host, HOST, lost))
+        b_end = min(b + data.step, data.end)
+        evidence = f"{host}'s agent judged it over {fmt_duration(b_end - a)}"
+        if (i := gpu_index(f.subject)) is not None:
+            g = data.gpus.get((host, i))
+            if g is not None:
+                detail = _gpu_evidence(g, a, b_end)
+                evidence += f"; GPU {g.index} meanwhile: {detail}" if detail else ""
+        # each grid point it held at stands for its step (a few scrapes at the end of the data)
+        lost, _ = waste.finding_cost(f.rule, f.subject, None, a, b + data.step, mine)
+        out.append(cluster_finding(dataclasses.replace(f, end=b_end, evidence=evidence, id=0), host, HOST, lost))
     return out
 
 
-def cross_findings(data: ClusterData, config: Thresholds = DEFAULT) -> list[Finding]:
-    series = _gpu_series(data)
-    return [cross_finding(data, c, series) for c in crosshost.evaluate(data, config)]
-
-
-def cross_finding(data: ClusterData, c, series: dict | None = None) -> Finding:
-    """A cross-host finding's record as the report shows it: to the grid's step after its last
+def cross_findings(data: ClusterData, config: Thresholds = DEFAULT, rules=GRID_RULES,
+                   events=judge.EVENTS) -> list[Finding]:
+    """The cross-host findings as the report shows them: each to the grid's step after its last
     point, with the GPU-hours it cost."""
-    end = min(c.end + data.step, data.end)
+    series = _gpu_series(data)
+    x = Across.of(data, config)
+    return [_costed(data, x, f, series) for f in judge.judge(data, config, rules, events)]
+
+
+def _costed(data: ClusterData, x: Across, f: Finding, series: dict) -> Finding:
+    end = min(ended(f) + data.step, data.end)
     lost = 0.0
-    share = waste.wasted_share(c.rule.id)
-    if share is not None and c.job is not None:
-        series = _gpu_series(data) if series is None else series
-        ranks = data.jobs().get(c.job, ())
+    share = waste.wasted_share(f.rule)
+    about = x.job_of(f.host, f.subject) if share is not None else None
+    if about is not None:
+        ranks = x.jobs[about[0]]
         if share == waste.WHOLE:  # a stalled job: every GPU of its hosts
             hosts = {r.host for r in ranks}
-            lost = sum(g.lost_hours(share, c.start, c.end + data.step) for (h, _), g in series.items()
+            lost = sum(g.lost_hours(share, f.start, ended(f) + data.step) for (h, _), g in series.items()
                        if h in hosts)
         elif share == waste.OTHERS:
             # a straggler: its GPUs' idle share, which each other GPU of the job in use waits. Where the
             # waiting ranks' agents judged their GPUs, the verdicts it explains say the same from their
             # side: findings_of keeps the larger of the two, never their sum
-            lagging = {(r.host, r.local_rank) for r in ranks if r.rank in c.ranks}
+            lagging = {(r.host, r.local_rank) for r in about[1]}
             waiting = [series[k] for k in {(r.host, r.local_rank) for r in ranks} - lagging if k in series]
-            lost = sum(waste.others_waiting_hours(series[k], waiting, c.start, c.end + data.step)
+            lost = sum(waste.others_waiting_hours(series[k], waiting, f.start, ended(f) + data.step)
                        for k in lagging if k in series)
-    return cluster_finding(dataclasses.replace(c.finding, end=end), c.host, CLUSTER, lost)
+    return cluster_finding(dataclasses.replace(f, end=end), f.host or "", CLUSTER, lost)
 
 
 def findings_of(data: ClusterData, config: Thresholds = DEFAULT) -> tuple[list[Finding], list[Finding]]:
@@ -199,15 +234,15 @@ def findings_of(data: ClusterData, config: Thresholds = DEFAULT) -> tuple[list[F
     underused from there, and is neither."""
     series = _gpu_series(data)
     host = agent_findings(data, series)
-    cross = crosshost.evaluate(data, config)
-    shown_cross = [cross_finding(data, c, series) for c in cross]
-    jobs = data.jobs()
-    lagging = []  # (cross-host finding, index of its record shown, its lagging GPUs, every GPU of its job)
-    for k, c in enumerate(cross):
-        if c.rule.explains and c.job in jobs:
-            ranks = jobs[c.job]
-            lagging.append((c, k, {(r.host, r.local_rank) for r in ranks if r.rank in c.ranks},
-                            {(r.host, r.local_rank) for r in ranks}))
+    x = Across.of(data, config)
+    shown_cross = [_costed(data, x, f, series) for f in judge.judge(data, config)]
+    lagging = []  # (index of the cross-host finding, its rule's explains, its lagging GPUs, every GPU of its job)
+    for k, f in enumerate(shown_cross):
+        rule = declared(f.rule, CLUSTER)
+        about = x.job_of(f.host, f.subject) if rule is not None and rule.explains else None
+        if rule is not None and about is not None:
+            lagging.append((k, rule.explains, {(r.host, r.local_rank) for r in about[1]},
+                            {(r.host, r.local_rank) for r in x.jobs[about[0]]}))
     kept, explained = [], []
     folded: dict[int, float] = {}
     for f in host:
@@ -225,21 +260,22 @@ def findings_of(data: ClusterData, config: Thresholds = DEFAULT) -> tuple[list[F
 
 
 def _explaining(f: Finding, lagging: list, shown: list[Finding]):
+    """The cross-host finding that explains an agent's verdict ``f`` (most of it lies within its
+    time, on its job's GPUs), and how, as the report says it."""
     i = gpu_index(f.subject)
     if i is None:
         return None
     gpu = (f.host, i)
-    for c, k, slow, job_gpus in lagging:
-        if f.rule not in c.rule.explains or gpu not in job_gpus:
-            continue
-        # most of the agent's verdict lies within the straggler's time
+    for k, explains, slow, job_gpus in lagging:
         cf = shown[k]
-        if crosshost.overlap(f.start, ended(f), cf.start, ended(cf)) < 0.5 * max(ended(f) - f.start, 1e-9):
+        if f.rule not in explains or gpu not in job_gpus:
             continue
-        who = f"{c.subject} on {c.host}"
+        if overlap(f.start, ended(f), cf.start, ended(cf)) < 0.5 * max(ended(f) - f.start, 1e-9):
+            continue
+        who = f"{cf.subject} on {cf.host}"
         if gpu in slow:
-            return k, f"the cause of '{c.rule.title}' ({who}): its input, in that finding's evidence"
-        return k, f"waits in its collectives for {who} ('{c.rule.title}')"
+            return k, f"the cause of '{cf.title}' ({who}): its input, in that finding's evidence"
+        return k, f"waits in its collectives for {who} ('{cf.title}')"
     return None
 
 

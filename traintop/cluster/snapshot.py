@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 
 from traintop.reports.analyze import ended
-from traintop.cluster.crosshost import silent_hosts
+from traintop.cluster.judge import silent_hosts
 from traintop.cluster.fetch import ClusterData
 from traintop.cluster.report import job_ledgers
 from traintop.cluster.groups import Held, held_of

@@ -2,7 +2,7 @@
 
 from functools import lru_cache
 
-from traintop.rules.across_hosts import CROSS_HOST_RULES, CrossRule
+from traintop.rules.across import CROSS_HOST_RULES, CrossRule
 from traintop.rules.config import DEFAULT, Thresholds
 from traintop.rules.declaration import CLUSTER, HOST, Declared, HostRule
 from traintop.rules.engine import HOLDS, LAPSED, REVERSED, WEAK, Verdict, RuleContext, RulesEngine, Severity

@@ -1,8 +1,8 @@
 """What every rule declares, wherever it is judged.
 
 A single-host rule (rules/*.py) is judged by the engine on one host's store; a cross-host rule
-(rules/across_hosts.py) on every host's series laid on Prometheus's grid, by
-cluster/crosshost.py. How they judge differs; what they declare is one, and the catalogue
+(rules/across/) by the same engine on every host's series laid on Prometheus's grid, instant by
+instant (cluster/judge.py plays it). What they declare is one, and the catalogue
 (``traintop.rules.catalogue()``), the reports and the tests read only this:
 
 - ``id``, unique within its scope, and ``title``;

@@ -16,6 +16,12 @@ An alert starts only when both say so, and ends once the recent verdict has fail
 window still holds. A rule whose verdict is already about now (a stall counts the seconds since
 the last step, an error is an event) says ``now_s = None``.
 
+A rule judged after the fact, over a time range already read (the cross-host rules, on
+Prometheus's grid: rules/across/), says ``after_the_fact = True``: its finding starts where its
+situation began (the verdict's first instant, or its ``since``) and ends at the last instant it
+held, and a gap shorter than ``clear_after`` is bridged before it is raised as after. A verdict
+may name the host it is about (``Verdict.host``); the finding carries it, with the rule's scope.
+
 A stronger finding explains weaker ones (``explains``: a stall explains idle GPUs, a slow rank
 the others' waiting): while both are up the weaker one carries ``explained_by`` and is shown
 under it, never as a cause of its own. A cause never begins after its effect: a finding explains
@@ -36,7 +42,7 @@ import bisect
 import dataclasses
 import re
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Protocol
+from typing import Any, Callable, Iterable, Protocol
 
 from traintop import metrics
 from traintop.attribution import GpuFeed, WorkerLoad, gpu_feeds
@@ -57,6 +63,7 @@ class Verdict:
     state: str = "holds"  # HOLDS, WEAK, LAPSED or REVERSED
     remedies: tuple[str, ...] | None = None  # None: the rule's; a rule may drop advice that does not fit now
     since: float | None = None  # when the situation began, where the rule knows (None: when the verdict first held)
+    host: str | None = None  # the host it is about (a cross-host rule's verdict); None: the store's own
 
     @property
     def holding(self) -> bool:
@@ -106,10 +113,11 @@ class RuleContext:
     store: Store
     now: float
     config: Thresholds
-    is_active: Callable[[str, str], bool]  # an alert is raised (possibly waiting to clear)
-    is_holding: Callable[[str, str], bool] = lambda rule, subject: False  # its condition holds now
+    is_active: Callable[..., bool]  # an alert is raised (possibly waiting to clear): (rule, subject[, host])
+    is_holding: Callable[..., bool] = lambda rule, subject, host=None: False  # its condition holds now
     pause_stacks: dict = field(default_factory=dict)  # pid -> the latest StackDump its probe took in a pause (live)
     _cache: dict = field(default_factory=dict)  # what several rules ask of one evaluation
+    across: Any = None  # a cross-host rule's read range (rules/across/grid.py); None on one host's store
 
     @property
     def frame(self) -> Frame | None:
@@ -233,7 +241,7 @@ class Rule(Declared, Protocol):
 
     def evaluate(self, ctx: RuleContext) -> Iterable[Verdict]: ...
 
-    # optional: now_s (float | None, DEFAULT_NOW_S when absent), explains_all_gpus
+    # optional: now_s (float | None, DEFAULT_NOW_S when absent), explains_all_gpus, after_the_fact
 
 
 @dataclass
@@ -249,6 +257,7 @@ class _Track:
     not_now_since: float | None = None  # a raised alert's recent verdict has failed since then
     onset: float | None = None  # when its situation began (Verdict.since, else when the verdict first held)
     restored: bool = False  # taken up from a recording: kept until the store holds enough to judge it now
+    since: float | None = None  # the earliest ``Verdict.since`` of its run (a rule judged after the fact)
 
     @property
     def up(self) -> bool:
@@ -268,8 +277,11 @@ class _Track:
         if remedies != self.best_remedies or figures >= self.best_figures:
             self.best, self.best_remedies, self.best_figures = evidence, remedies, figures
 
-    def ended(self, now: float) -> dict:
-        """The changes that end its finding at ``now``: it keeps its most informative sentence."""
+    def ended(self, now: float, rule=None) -> dict:
+        """The changes that end its finding at ``now`` (for a rule judged after the fact, at the last
+        instant it held): it keeps its most informative sentence."""
+        if getattr(rule, "after_the_fact", False) and self.last_true is not None:
+            now = self.last_true
         self.not_now_since = None
         changes: dict = {"end": now}
         if self.best:
@@ -348,7 +360,7 @@ class RulesEngine:
             a = dataclasses.replace(a, end=a.end if ended else None)
             kept.append(a)
             if a.end is None:
-                self._tracks[(a.rule, a.subject)] = _Track(first_true=a.start, last_true=now, alert=a,
+                self._tracks[(a.rule, a.subject, a.host)] = _Track(first_true=a.start, last_true=now, alert=a,
                                                            best=a.evidence, best_remedies=a.remedies, restored=True)
         self._findings = {a.id: a for a in kept[-self.max_history:]}
         self._next_id = max((a.id for a in alerts), default=0) + 1
@@ -363,8 +375,8 @@ class RulesEngine:
         self._findings[a.id] = self._changed[a.id] = a
         return a
 
-    def _is_active(self, rule_id: str, subject: str) -> bool:
-        tr = self._tracks.get((rule_id, subject))
+    def _is_active(self, rule_id: str, subject: str, host: str | None = None) -> bool:
+        tr = self._tracks.get((rule_id, subject, host))
         return bool(tr and tr.up)
 
     def evaluate(self, store: Store, now: float | None = None, force: bool = False) -> list[Finding]:
@@ -377,44 +389,52 @@ class RulesEngine:
                 now < self._last_eval or _period(now, self.eval_every_s) == _period(self._last_eval, self.eval_every_s)):
             return []
         self._last_eval = now
+        return self.judge(store, now)
+
+    def judge(self, store: Store, now: float, across: Any = None) -> list[Finding]:
+        """Every rule at ``now`` (``evaluate`` without its pacing; ``across``: the read range a
+        cross-host rule judges, cluster/judge.py plays it instant by instant)."""
         self._changed = {}
         following = self._follow is not None
         if following:
             self._take_recorded(now)
-        holding_now: set[tuple[str, str]] = set()
+        holding_now: set[tuple[str, str, str | None]] = set()
         ctx = RuleContext(store=store, now=now, config=self.config, is_active=self._is_active,
-                          is_holding=lambda rule_id, subject: (rule_id, subject) in holding_now,
-                          pause_stacks=self.pause_stacks)
-        recent_min_s = NOW_MIN_SAMPLES * _interval(store)
+                          is_holding=lambda rule_id, subject, host=None: (rule_id, subject, host) in holding_now,
+                          pause_stacks=self.pause_stacks, across=across)
+        recent_min_s = NOW_MIN_SAMPLES * _interval(store) if across is None else 0.0
         for rule in self.rules:  # in order: a later rule may defer to an earlier one's verdict
             self._judge(rule, ctx, holding_now, recent_min_s, following)
         self._explain()
         self._forget_oldest()
         return list(self._changed.values())
 
-    def _judge(self, rule, ctx: RuleContext, holding_now: set[tuple[str, str]], recent_min_s: float,
+    def _judge(self, rule, ctx: RuleContext, holding_now: set[tuple[str, str, str | None]], recent_min_s: float,
                following: bool) -> None:
         """One rule at ``ctx.now``: the subjects it holds for noted in ``holding_now`` (for the rules
         after it), then each of its findings raised, updated or ended."""
-        verdicts = {f.subject: f for f in rule.evaluate(ctx)}
-        holding = {subject: f for subject, f in verdicts.items() if f.holding}
-        holding_now.update((rule.id, subj) for subj in holding)
+        verdicts = {(f.subject, f.host): f for f in rule.evaluate(ctx)}
+        holding = {key: f for key, f in verdicts.items() if f.holding}
+        holding_now.update((rule.id, *key) for key in holding)
         now_check = _NowCheck(rule, ctx, max(getattr(rule, "now_s", DEFAULT_NOW_S) or 0.0, recent_min_s))
-        for subject, verdict in holding.items():
-            self._hold(rule, subject, verdict, ctx, now_check, following)
-        for (rule_id, subject), tr in self._tracks.items():
+        for verdict in holding.values():
+            self._hold(rule, verdict.subject, verdict, ctx, now_check, following)
+        for (rule_id, subject, host), tr in self._tracks.items():
             if rule_id == rule.id:
-                self._settle(rule, subject, tr, verdicts.get(subject), subject in holding, now_check, ctx, following)
+                self._settle(rule, subject, tr, verdicts.get((subject, host)), (subject, host) in holding, now_check,
+                             ctx, following)
 
     def _hold(self, rule, subject: str, verdict, ctx: RuleContext, now_check: _NowCheck, following: bool) -> None:
         """A verdict that holds: its finding raised once it has held for ``raise_after`` and holds now
         too (not while following a recording), or the raised one's evidence, severity and remedies
         brought up to date."""
         now = ctx.now
-        tr = self._tracks.setdefault((rule.id, subject), _Track())
+        tr = self._tracks.setdefault((rule.id, subject, verdict.host), _Track())
         if tr.first_true is None:
             tr.first_true = now
         tr.last_true = now
+        if verdict.since is not None and (tr.since is None or verdict.since < tr.since):
+            tr.since = verdict.since
         severity = verdict.severity or rule.severity
         remedies = fill_pid(rule.remedies if verdict.remedies is None else verdict.remedies, _pid_for(ctx, subject))
         if tr.up:
@@ -428,8 +448,11 @@ class RulesEngine:
                 self._update(tr, evidence=verdict.evidence, severity=severity, remedies=remedies)
         elif not following and verdict.state == HOLDS and now - tr.first_true >= rule.raise_after \
                 and now_check(subject):
-            tr.alert = Finding(rule.id, rule.title, subject, severity, now, None, verdict.evidence,
-                               remedies, id=self._next_id)
+            start = min(tr.first_true, tr.since if tr.since is not None else now) \
+                if getattr(rule, "after_the_fact", False) else now
+            tr.alert = Finding(rule.id, rule.title, subject, severity, start, None, verdict.evidence,
+                               remedies, id=self._next_id, host=verdict.host,
+                               scope=None if verdict.host is None else rule.scope)
             tr.best, tr.best_remedies, tr.best_figures = verdict.evidence, remedies, None
             tr.not_now_since = None
             tr.onset = tr.first_true
@@ -444,8 +467,9 @@ class RulesEngine:
         its finding ended where the verdict reverses, where its cause has ended for ``SETTLE_S``, or
         where it has not held for ``clear_after``; a lapsed verdict's evidence taken up."""
         now = ctx.now
-        if not held:
-            tr.first_true = None
+        if not held and (not getattr(rule, "after_the_fact", False) or tr.last_true is None
+                         or now - tr.last_true >= rule.clear_after):  # after the fact: short gaps bridged
+            tr.first_true = tr.since = None
         alert = tr.raised()
         if alert is None:
             return
@@ -454,7 +478,7 @@ class RulesEngine:
                 self._update(tr, evidence=verdict.evidence)
             return
         if verdict is not None and verdict.state == REVERSED:
-            self._update(tr, **tr.ended(now))
+            self._update(tr, **tr.ended(now, rule))
             return
         if tr.restored and ctx.store.span() < now_check.recent_s:
             pass  # taken up from a recording with little history yet: nothing to judge now by
@@ -470,7 +494,7 @@ class RulesEngine:
         if held:
             return
         if tr.last_true is not None and now - tr.last_true >= rule.clear_after:
-            self._update(tr, **tr.ended(now))
+            self._update(tr, **tr.ended(now, rule))
         elif verdict is not None and verdict.state == LAPSED and alert.evidence != verdict.evidence:
             self._update(tr, evidence=verdict.evidence)
 
@@ -494,7 +518,7 @@ class RulesEngine:
                 self._findings[a.id] = self._changed[a.id] = a
                 continue
             a = dataclasses.replace(a, end=None)
-            self._tracks[(a.rule, a.subject)] = _Track(first_true=a.start, last_true=now, alert=a,
+            self._tracks[(a.rule, a.subject, a.host)] = _Track(first_true=a.start, last_true=now, alert=a,
                                                        best=a.evidence, best_remedies=a.remedies, restored=True)
             self._findings[a.id] = self._changed[a.id] = a
         for tr in self._tracks.values():
@@ -509,8 +533,11 @@ class RulesEngine:
             return
         rules = {r.id: r for r in self.rules}
         strong = [(t, rules[t.alert.rule]) for t in up if getattr(rules.get(t.alert.rule), "explains", ())]
+        explainable = {i for _, rule in strong for i in rule.explains}
         for tr in up:
             a = tr.alert
+            if a.rule not in explainable and a.explained_by is None:
+                continue
             by = None
             for cause, rule in strong:
                 b = cause.alert
@@ -526,9 +553,10 @@ class RulesEngine:
     def close_all(self, now: float) -> list[Finding]:
         """End every active finding (the session ended)."""
         self._changed = {}
-        for tr in self._tracks.values():
+        rules = {r.id: r for r in self.rules}
+        for (rule_id, _, _), tr in self._tracks.items():
             if tr.up:
-                self._update(tr, **tr.ended(now))
+                self._update(tr, **tr.ended(now, rules.get(rule_id)))
         for i, a in self._findings.items():
             if a.end is None:  # not followed by a track (none should be): ended as it stands
                 self._findings[i] = self._changed[i] = dataclasses.replace(a, end=now)

@@ -1,8 +1,14 @@
 """The cross-host rules: what only a view over every host and rank of a job can see.
 
-Declared here beside the single-host rules (rules/declaration.py says what a declaration
-holds); judged on every host's series laid on Prometheus's grid by cluster/crosshost.py, with
-the ``cluster_*`` thresholds of rules/config.py.
+Declared as the single-host rules are (rules/declaration.py says what a declaration holds),
+with the ``cluster_*`` thresholds of rules/config.py. Those that judge instants (``GridRule``:
+a straggler, a stalled job, a starving node, a slow node) are judged by the one engine
+(rules/engine.py), instant by instant over one read range of the cluster (``Across``, played
+by cluster/judge.py), after the fact: a finding starts where its verdict first held, once it
+has held ``cluster_hold_s`` (gaps of up to two steps bridged), and ends where it last held.
+What defers to what is the engine's (``is_holding``, in the catalogue's order). Those that
+are events or silences (``CrossRule``: GPU errors, a node that stopped, two claims of one
+host or rank) are found as such by cluster/judge.py and cluster/claims.py.
 
 ``straggler`` is an id of both scopes: one situation (a rank the others wait for), judged on
 one host's GPUs by rules/straggler.py and across hosts here.
@@ -15,13 +21,10 @@ from dataclasses import dataclass
 from traintop.findings import Severity
 from traintop.rules.declaration import CLUSTER
 
-# An agent's verdicts on a GPU of a job that has a straggler: the waiting ranks' GPUs idle (or
-# spin) for it, the straggler's own starves (the cause its finding names).
-_WAITING_LOOKS_LIKE = ("starvation", "underuse", "idle_gpu")
-
-
 @dataclass(frozen=True)
 class CrossRule:
+    """A cross-host rule found as an event or a silence, with nothing to hold."""
+
     id: str
     title: str
     severity: Severity
@@ -31,28 +34,6 @@ class CrossRule:
     scope: str = CLUSTER
 
 
-STRAGGLER = CrossRule("straggler", "Straggler rank", Severity.WARNING, (
-    "Look at the lagging rank's host: its input pipeline, its GPU clocks, other processes on it.",
-    "If its loader starves: more DataLoader workers on that node, or a local copy of the data.",
-    "Exclude a persistently slow node from the allocation (Slurm --exclude) and report it.",
-), explains=_WAITING_LOOKS_LIKE)
-STRAGGLER_NODE = CrossRule("straggler_node", "Straggler node", Severity.WARNING, STRAGGLER.remedies,
-                           explains=_WAITING_LOOKS_LIKE)
-STALLED = CrossRule("stalled_job", "Job stalled", Severity.CRITICAL, (
-    "Dump the ranks' stacks (py-spy dump --pid) to see where they wait: usually a collective.",
-    "Set NCCL_DEBUG=INFO and TORCH_NCCL_ASYNC_ERROR_HANDLING=1 so a hang becomes an error.",
-    "Check for a dead or missing rank (a node that stopped reporting).",
-))
-# A node whose loader starves the job and the straggler it makes are one finding: the straggler's,
-# which names the rank and carries the cause.
-NODE_STARVING = CrossRule("node_starving", "One node's loader starves the job", Severity.WARNING, (
-    "Compare that node's storage and CPU with the others (a slower mount, fewer cores, a busy neighbour).",
-    "Raise DataLoader num_workers on that node, or stage the data on its local disk.",
-), defers_to=(STRAGGLER.id, STRAGGLER_NODE.id))
-SLOW_NODE = CrossRule("slow_node", "Slow node: all its GPUs clocked down", Severity.WARNING, (
-    "Check that node's cooling and power (nvidia-smi -q -d PERFORMANCE shows why clocks are held).",
-    "Drain it for maintenance if it persists: the whole job runs at its pace.",
-))
 NODE_GPU_ERRORS = CrossRule("node_gpu_errors", "GPU errors on a node", Severity.CRITICAL, (
     "Read the node's kernel log for the XID (dmesg | grep -i xid).",
     "Drain the node (scontrol update nodename=… state=drain) before the job is restarted on it.",
@@ -81,6 +62,13 @@ RANK_OWNERS = CrossRule("rank_owners_differ", "A job's ranks run as different us
     "user's ranks on two hosts look like two users'; give each user one uid everywhere.",
 ))
 
+
+from traintop.rules.across.judged import (NodeStarving, SlowNode, Stalled, Straggler,  # noqa: E402
+                                          StragglerNode)
+
+STRAGGLER, STRAGGLER_NODE, STALLED, NODE_STARVING, SLOW_NODE = (
+    Straggler(), StragglerNode(), Stalled(), NodeStarving(), SlowNode())
+GRID_RULES = (Straggler, StragglerNode, Stalled, NodeStarving, SlowNode)  # in the order the engine judges them
 # In the order they are judged: a rule comes after those it defers to.
 CROSS_HOST_RULES = (STRAGGLER, STRAGGLER_NODE, STALLED, NODE_STARVING, SLOW_NODE, NODE_GPU_ERRORS, NODE_MISSING,
                     HOST_CLAIMED, RANK_CLAIMED, RANK_OWNERS)
