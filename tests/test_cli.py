@@ -293,6 +293,22 @@ def test_stdout_to_a_file_is_no_terminal_either(tmp_path):
     assert (tmp_path / "out").read_text() == ""
 
 
+def test_stderr_to_a_file_says_that_the_dashboard_draws_there(tmp_path):
+    """A terminal on stdin and stdout, stderr to a file (`traintop 2>err.log`): refused, and the line
+    says which stream is no terminal, not only "no terminal here" beside a terminal the user sees."""
+    master, slave = os.openpty()
+    try:
+        with open(tmp_path / "err", "w") as err:
+            r = subprocess.run([sys.executable, "-m", "traintop", "simulate"], stdin=slave, stdout=slave,
+                               stderr=err, timeout=60)
+    finally:
+        os.close(slave)
+        os.close(master)
+    text = (tmp_path / "err").read_text()
+    assert r.returncode == 2 and text.count("\n") == 1, text
+    assert "no terminal here" in text and "stderr is not one" in text and "draws on stderr" in text
+
+
 @pytest.mark.parametrize("env", [{"PYTHONIOENCODING": "ascii"}, {"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0"}])
 def test_a_standard_output_that_cannot_encode_the_reports_dashes_gets_them_escaped(env):
     """A Latin-1 or ASCII locale: "—" and "→" come out as \\u2014 and \\u2192, never a traceback."""

@@ -78,17 +78,22 @@ NO_TERMINAL = ("no terminal here: the dashboard needs one; to record headless us
                "for a report `traintop analyze FILE`, on a node `traintop agent`")
 
 
-def has_terminal() -> bool:
-    """stdin, stdout and stderr all terminals: the dashboard reads keys on stdin and draws on stderr
-    (Textual's choice); started from a script, cron or with output to a file it would draw escape
-    codes into the file and never end."""
-    for f in (sys.stdin, sys.stdout, sys.stderr):
+def not_terminals() -> list[str]:
+    """Which of stdin, stdout and stderr are no terminal: the dashboard reads keys on stdin and draws
+    on stderr (Textual's choice); started from a script, cron or with output to a file it would draw
+    escape codes into the file and never end."""
+    out = []
+    for name, f in (("stdin", sys.stdin), ("stdout", sys.stdout), ("stderr", sys.stderr)):
         try:
             if f is None or not f.isatty():
-                return False
+                out.append(name)
         except (ValueError, OSError):  # closed
-            return False
-    return True
+            out.append(name)
+    return out
+
+
+def has_terminal() -> bool:
+    return not not_terminals()
 
 
 def require_terminal(session=None) -> None:
@@ -96,7 +101,10 @@ def require_terminal(session=None) -> None:
     if not has_terminal():
         if session is not None:
             session.close()
-        raise TraintopError(NO_TERMINAL)
+        missing = not_terminals()
+        where = "" if len(missing) == 3 else f" ({' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not one: " \
+            "the dashboard reads keys on stdin and draws on stderr, so neither may be redirected)"
+        raise TraintopError(NO_TERMINAL.replace("the dashboard needs one", "the dashboard needs one" + where, 1))
 
 
 def _run_app(args, session, banner: str | None = None, prepare=None) -> int:

@@ -750,6 +750,27 @@ def power_capped(L, a):
     time.sleep(a.scale * 25)
 
 
+def compiled_eval_no_grad(L, a):
+    """A compiled model trained, then evaluated under ``torch.no_grad()`` alone (no ``model.eval()``:
+    a model without dropout or batch norm needs none), then trained again."""
+    model, opt, x = big_model()
+    compiled = torch.compile(model, dynamic=False)
+    L("compile")
+    step(compiled, opt, x).item()
+    with torch.no_grad():  # its no-grad graph compiled here, not inside the timed evaluation
+        with autocast():
+            compiled(x).sum().item()
+    L("train")
+    timed_train(L, a.scale * 20, compiled, opt, x)
+    L("eval")
+    end = time.time() + a.scale * 15
+    with torch.no_grad():
+        while time.time() < end:
+            with autocast():
+                compiled(x).sum().item()
+    L("train")
+    train_for(a.scale * 15, compiled, opt, x)
+
 def long_compiled(L, a):
     """Ten minutes of one torch.compile'd job: healthy stretches of minutes, checkpoints, an evaluation,
     a slow leak (16 MiB a second for four minutes, at a steady rate whatever the step time, then
@@ -973,7 +994,7 @@ SCENARIOS = {f.__name__: f for f in (
     healthy_bf16, compile_warmup, healthy_crash, starved_then_fed, underused, leak, oom_retries, reserved_gap, fragmented,
     copies_and_kernels, tiny_kernels, fp32_no_tf32, eval_phases, checkpoints, loader_hang, idle_alive, cpu_training,
     other_process, second_job, fp16_overflow, recompile, killed_worker, long_mixed, long_compiled,
-    host_memory_pressure, power_capped,
+    host_memory_pressure, power_capped, compiled_eval_no_grad,
     torchrun_healthy, gloo_hang, gloo_rank0_saves, gloo_long_save, straggler_input, straggler_cpu, straggler_sleep)}
 
 
