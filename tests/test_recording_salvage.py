@@ -2,6 +2,7 @@
 read it: chunk by chunk, with what was lost said by analyze and the replay."""
 
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -87,3 +88,21 @@ def test_a_cut_recording_replays_in_a_terminal_saying_what_was_lost(long_recordi
         assert "Traceback" not in top
         term.press("q")
         assert term.wait_exit() == 0
+
+
+@pytest.mark.parametrize("share", [0.31, 0.63])
+def test_a_cut_recording_counts_each_chunk_once(tmp_path, share):
+    """A real 10-minute H200 recording cut at a third: the rows read past a damaged page are each one
+    chunk (they were read again and again: "none of its 33331 chunk(s)" for a file of 21), and a
+    file with no readable sample says so in one line."""
+    src = pathlib.Path(__file__).parent / "fixtures" / "corpus" / "long_compiled-probe.ttrec"
+    whole = RecordingReader(str(src)).chunk_total
+    cut = _cut(str(src), tmp_path, share)
+    r = RecordingReader(cut)
+    ids = [c[0] for c in r._chunks]
+    assert len(ids) == len(set(ids)) and r.chunk_total <= whole, (r.chunk_total, whole)
+    out = subprocess.run([sys.executable, "-m", "traintop", "analyze", cut], capture_output=True, text=True,
+                         timeout=120)
+    assert "Traceback" not in out.stderr
+    counts = [int(x) for x in re.findall(r"(\d+) chunk\(s\)", out.stdout + out.stderr)]
+    assert counts and max(counts) <= whole, out.stdout + out.stderr

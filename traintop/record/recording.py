@@ -509,10 +509,12 @@ class RecordingReader:
             raise RecordingError(f"{self.path} holds {held}: more than traintop reads from one recording "
                                  f"({MAX_SAMPLES:,} samples in at most {MAX_CHUNK_ROWS:,} chunks)")
         self._t0s = [r[1] for r in self._chunks]
-        self.skipped_chunks = len(rows) - len(self._chunks)  # rows no writer makes
+        # rows no writer makes; in a file SQLite refused whole, rows read from damaged pages are no
+        # chunks at all (a cut file's garbage reads as thousands of them): only those that look like one count
+        self.skipped_chunks = 0 if self.salvaged else len(rows) - len(self._chunks)
         # why the first damaged chunk could not be read (said when nothing could be)
         self.damage = "a chunk's times or sample count are implausible" if self.skipped_chunks else self.damage
-        self.chunk_total = len(rows)
+        self.chunk_total = len(self._chunks) if self.salvaged else len(rows)
         self._cache: dict[int, list[Frame]] = {}
         self._alerts: list[Finding] | None = None
         self._alerts_whole = True  # every alert row was read (none left out past ALERT_BUDGET)
@@ -562,9 +564,10 @@ class RecordingReader:
                 batch = 1  # near the damage: a row at a time
                 continue
             if got is None:
+                before = after
                 after, skipped = self._past_unreadable(after)
                 queries += skipped
-                if after is None:
+                if after is None or after <= before:  # no way past the damage: each row once, never again
                     break
                 again = self._try("SELECT id, t0, t1, n, codec FROM chunks NOT INDEXED WHERE id = ?", (after,))
                 rows.extend(again or ())
@@ -576,7 +579,10 @@ class RecordingReader:
             if type(after) is not int:
                 break
         self.lost_rows = queries >= MAX_SALVAGE_QUERIES or len(rows) >= MAX_SALVAGED_ROWS
-        return rows
+        once: dict = {}
+        for row in rows:  # a row read again past a damaged page is one chunk
+            once.setdefault(row[0], row)
+        return list(once.values())
 
     def _past_unreadable(self, after: int) -> tuple[int | None, int]:
         """The smallest rowid past ``after`` from which the table reads again (None: nowhere), and the

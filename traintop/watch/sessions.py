@@ -198,8 +198,12 @@ def replay_session(path: str, *, loop: bool = False, kind: SessionKind | str = S
     if not monitor.store and feed.peek() is None:  # every chunk damaged: nothing would ever play
         skipped = getattr(reader, "skipped_chunks", 0)
         why = getattr(reader, "damage", None) or "all damaged"
-        raise TraintopError(f"{path}: none of its {getattr(reader, 'chunk_total', skipped)} chunk(s) could be read "
-                            f"({why}); nothing to replay")
+        cut = getattr(reader, "cut", None)
+        how = f" (cut short: {cut[0]:,} of the {cut[1]:,} bytes its header counts)" if cut else ""
+        if not skipped and getattr(reader, "salvaged", False):
+            raise TraintopError(f"{path} is damaged{how}: no sample in it could be read; nothing to replay")
+        raise TraintopError(f"{path}{how}: none of its {getattr(reader, 'chunk_total', skipped)} chunk(s) could be "
+                            f"read ({why}); nothing to replay")
     return Session(monitor, feed)
 
 
