@@ -32,7 +32,7 @@ from traintop.rules.underuse import Underuse
 
 # Bump when a rule's logic or default thresholds change: recordings made with another
 # version get their rules re-run by `traintop analyze` instead of trusting their alerts.
-RULES_VERSION = 12  # 12: optimizer steps a GradScaler skipped; 11: a cause never begins after its effect, the stall explains the pauses of its hang, slower steps said while slow, a rank waiting for another host is not starved; 10: a wait in a blocking collective is a pause, gloo named as the source of copies; 9: pauses and full fp32 from the probe's ledger and precision; 8: findings hold now (2026-12-02)
+RULES_VERSION = 13  # 13: slower steps read from the step count, a slow leak from its floor over minutes, host memory pressure ends once freed, starvation explains slower steps; 12: optimizer steps a GradScaler skipped; 11: a cause never begins after its effect, the stall explains the pauses of its hang, slower steps said while slow, a rank waiting for another host is not starved; 10: a wait in a blocking collective is a pause, gloo named as the source of copies; 9: pauses and full fp32 from the probe's ledger and precision; 8: findings hold now (2026-12-02)
 
 
 def default_rules() -> list:

@@ -58,6 +58,8 @@ class Starvation(HostRule):
     title = "Data starvation"
     severity = Severity.WARNING
     defers_to = ("pcie", "stall")  # the copies to the GPU, or a hang, explain the gaps better than the loader
+    explains = ("step_regression",)  # a starved job's steps are slower: the effect, said under its cause
+    explains_all_gpus = True  # a rank's slower steps, whichever GPU starves (its ranks wait for each other)
     raise_after = 8.0
     clear_after = 15.0
     now_s = 12.0  # gaps of 1-2 s: a pattern needs a few of them

@@ -177,18 +177,17 @@ class Stalled(GridRule):
         t, window = ctx.now, _stall_window(x)
         before = round(t - window, 3)
         for job, ranks in x.jobs.items():
-            counted = flat = 0
+            counted = 0
             for r in ranks:
                 now = r.steps.get(t)
                 if now is None:
                     continue
-                counted += 1
                 then = r.steps.get(before)
-                if then is None:
-                    flat = -1  # a rank without its count a window ago: not every rank is known flat
+                if then is None or now - then > 0:
+                    counted = 0  # a rank that stepped, or without its count a window ago: not every rank is flat
                     break
-                flat += now - then <= 0
-            if counted and flat == counted:
+                counted += 1
+            if counted:
                 yield Verdict(f"job {job}", "", since=t - window, host=_hosts_named(ranks))
 
     def describe(self, x: Across, f: Finding) -> str:
@@ -222,8 +221,8 @@ class NodeStarving(GridRule):
         x: Across = ctx.across
         t, c = ctx.now, x.config
         for job, by_host in x.job_hosts.items():
-            if len(by_host) < 2:
-                continue
+            if len(by_host) < 2 or not x.figure(("starving_possible", job), lambda: _any_waits(x, job)):
+                continue  # a node's mean wait reaches the line only where one of its ranks' does
             per = {h: w for h, mine in by_host.items() if (w := F.mean(r.wait.get(t) for r in mine)) is not None}
             if len(per) < 2:
                 continue
@@ -266,6 +265,8 @@ class SlowNode(GridRule):
         c, t = x.config, ctx.now
         if len(x.gpu_hosts) < 2:
             return
+        if not x.figure(("slow_node_possible",), lambda: _any_clocked_down(x)):
+            return  # no GPU of any host ever below the line in this read: nothing to look at, instant by instant
         busy = c.cluster_slow_node_min_util / 100  # the grid's utilization is a ratio
         per = {}
         for h, gpus in x.gpu_hosts.items():
@@ -288,3 +289,14 @@ class SlowNode(GridRule):
         return (f"all {len(gpus)} GPUs of {h} run at {F.pct(clk)} of their maximum SM clock while the other "
                 f"nodes' stay at full clock" + (f"; peak {temp:.0f} °C" if temp is not None else "")
                 + (f"; clock-event reasons: {', '.join(reasons)}" if reasons else ""))
+
+
+def _any_clocked_down(x: Across) -> bool:
+    line = x.config.cluster_slow_node_clock_frac
+    return any(g.clock_ratio and min(v for v in g.clock_ratio.values() if v is not None) < line
+               for gpus in x.gpu_hosts.values() for g in gpus if any(v is not None for v in g.clock_ratio.values()))
+
+
+def _any_waits(x: Across, job: str) -> bool:
+    line = x.config.cluster_node_starving_input_wait
+    return any(max((v for v in r.wait.values() if v is not None), default=0.0) >= line for r in x.jobs.get(job, ()))
