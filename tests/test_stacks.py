@@ -117,6 +117,18 @@ def test_render_names_where_each_rank_hangs():
     assert "time.sleep(args.stall_s)" in text
 
 
+def test_the_stacks_screen_says_when_each_dump_was_taken():
+    """In a replay (or a dump kept from a pause) the stacks are not "now": each says its time."""
+    import time
+
+    from traintop.widgets.stacks_screen import stacks_text
+
+    latest = latest_per_process(_dumps(), reason="stalled")
+    text = stacks_text(latest, "recording").plain
+    for d in latest:
+        assert f"taken at {time.strftime('%H:%M:%S', time.localtime(d.t))}:" in text, text
+
+
 def test_render_makes_control_characters_visible():
     d = StackDump(t=0, pid=1, threads=(ThreadStack("evil\x1b]52;c;AAAA\x07", True, 'File "x", line 1\n  go()\x1b[2J\n'),))
     text = "\n".join(render(d))

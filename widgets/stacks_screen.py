@@ -45,7 +45,10 @@ def stacks_text(dumps, situation: str) -> Text:
         taken = time.strftime("%H:%M:%S", time.localtime(max(d.t for d in dumps)))
         lines += [f"{OLD_STACKS[situation]} (the latest at {taken}).", ""]
     for d in dumps:
-        lines += render(d) + [""]
+        shown = render(d)
+        # when it was taken: in a replay, or a dump kept from a pause, "now" is not when
+        shown[0] = f"{shown[0].removesuffix(':')}, taken at {time.strftime('%H:%M:%S', time.localtime(d.t))}:"
+        lines += shown + [""]
     return Text("\n".join(lines))  # plain text: the stacks are the job's, never markup
 
 
