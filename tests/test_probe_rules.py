@@ -773,14 +773,3 @@ def test_the_batch_advice_says_no_growth_it_cannot_measure():
     assert _underused(ranks=False) == ("Raise the batch size while memory allows (GPU 0 has 100.0 GiB free; "
                                        "scale the learning rate with it).")
     assert _underused(ranks=False, mem=False) == "Raise the batch size while memory allows (scale the learning rate with it)."
-
-
-def test_gpu_idle_while_alive_ends_when_the_job_ends():
-    """A job that held its GPU idle for a minute, then exited: the finding ends at its exit, not
-    clear_after later (a replay that ends seconds after the exit showed it still up)."""
-    def frame(t):
-        alive = t < 60
-        return Frame(t=float(t), gpus=gpu(util=0.0) if alive else gpu(util=0.0, used=0, pid=None),
-                     process=dataclasses.replace(job(t), alive=alive))
-    [a] = [a for a in run([frame(t) for t in range(64)]).engine.alerts if a.rule == "idle_gpu"]
-    assert a.end is not None and a.end <= 61.0, a

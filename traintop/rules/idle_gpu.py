@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from traintop.metrics import gpu_subject, ledger_shares
 from traintop.rules.declaration import HostRule
-from traintop.rules.engine import REVERSED, Verdict, RuleContext, Severity
+from traintop.rules.engine import Verdict, RuleContext, Severity
 from traintop.units import MiB, fmt_bytes
 
 LEDGER_WORDS = {"checkpoint": "in checkpoints", "collective": "waiting for other ranks in collectives",
@@ -37,10 +37,6 @@ class IdleWhileAlive(HostRule):
         blind = not any(g.processes for g in ctx.gpus())
         for g in ctx.gpus():
             i = g.index
-            if proc is not None and not proc.alive:
-                if ctx.is_active(self.id, gpu_subject(i)):  # the job ended: nothing holds the GPU idle any more
-                    yield Verdict(gpu_subject(i), f"PID {proc.pid} ended", state=REVERSED)
-                continue
             # the whole window: a job that has just taken its GPU is starting, not idle
             util = [v for _, v in ctx.gpu_pairs(i, "util", ctx.config.idle_window_s, min_span=0.9)]
             held_blind = blind and proc is None and g.mem_used is not None and g.mem_used >= HELD_BLIND_BYTES
@@ -49,6 +45,8 @@ class IdleWhileAlive(HostRule):
             mean_u, p90 = sum(util) / len(util), sorted(util)[int(0.9 * (len(util) - 1))]
             # a stray reading or two is not work
             if mean_u >= ctx.config.idle_max_util or p90 >= 2.5 * ctx.config.idle_max_util:
+                continue
+            if proc is not None and not proc.alive:
                 continue
             if held_blind:
                 yield Verdict(gpu_subject(i), f"GPU {i} averages {mean_u:.1f} % utilization over the last "
