@@ -87,7 +87,7 @@ COMPILED_JOB = textwrap.dedent("""
                 # with eval(): shorter than a pause (steps of ~0.06 s are overdue after 0.3 s); under no_grad
                 # alone, only an overdue step is looked at (a frozen teacher's no-grad forward in every step
                 # is no evaluation), so that one lasts longer
-                end = time.perf_counter() + (0.25 if EVAL_MODE else 1.5)
+                end = time.perf_counter() + (0.25 if EVAL_MODE else 2.5)
                 while time.perf_counter() < end:
                     compiled(x, y); time.sleep(0.02)
             mark("eval", t0)
@@ -136,8 +136,9 @@ def test_a_compiled_model_evaluated_and_saved_between_steps(tmp_path, eval_mode)
     # evaluations shorter than a pause are evaluation, not training; the save after each is the checkpoint's
     if eval_mode:
         assert totals["eval"] == pytest.approx(phase["eval"], abs=0.3), (sorted(totals.items()), phase)
-    else:  # seen once the step is overdue (1.5x the longest recent gap): the seconds before it read as training
-        assert 0.5 * phase["eval"] <= totals["eval"] <= phase["eval"] + 0.3, (sorted(totals.items()), phase)
+    else:  # seen once the step is overdue (1.5x the longest recent gap, longer on a busy machine): the
+        # seconds before it read as training; without the graph's own call it was not seen at all (0 s)
+        assert 0.3 * phase["eval"] <= totals["eval"] <= phase["eval"] + 0.3, (sorted(totals.items()), phase)
     assert totals["checkpoint"] == pytest.approx(phase["checkpoint"], abs=0.3), (totals, phase)
     assert totals["other"] < 0.5, totals  # neither the evaluations nor the teacher's eval() read as pauses
     # the compiled graphs' FLOPs of one step: what FlopCounterMode counts on the eager model
